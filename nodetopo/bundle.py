@@ -1,0 +1,66 @@
+"""The capture bundle: a directory that stands for a node (design.md §2).
+
+```
+BUNDLE/
+  sys/...                      a subset of /sys, symlinks kept
+  cmd/nvidia-smi-topo-m.txt    `nvidia-smi topo -m`
+  cmd/nvidia-smi-L.txt         `nvidia-smi -L`
+  cmd/nvidia-smi-q.xml         `nvidia-smi -q -x`
+  cmd/nvidia-smi-nvlink-s.txt  `nvidia-smi nvlink -s`
+  cmd/ibstat.txt               `ibstat`
+  nvml.json                    NVML dump (sources.nvml)
+```
+
+Every part is optional. A bundle is replayed through the same seams as a live host: ``HostRoot``
+on the bundle directory and a ``ReplayRunner`` that answers each command from its file. A command
+whose file is absent behaves as a tool that is not installed. ``cmd/<file>.rc`` (exit code) and
+``cmd/<file>.stderr`` may sit beside an output to replay a failing command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nodetopo.errors import BundleError
+from nodetopo.host import HostRoot, Replay, ReplayRunner
+
+#: bundle file name -> the command line it is the output of
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "nvidia-smi-topo-m.txt": ("nvidia-smi", "topo", "-m"),
+    "nvidia-smi-L.txt": ("nvidia-smi", "-L"),
+    "nvidia-smi-q.xml": ("nvidia-smi", "-q", "-x"),
+    "nvidia-smi-nvlink-s.txt": ("nvidia-smi", "nvlink", "-s"),
+    "ibstat.txt": ("ibstat",),
+}
+
+NVML_DUMP = "nvml.json"
+
+
+def bundle_runner(bundle: Path) -> ReplayRunner:
+    """A runner that answers the commands in ``COMMANDS`` from ``bundle/cmd``."""
+    answers: dict[tuple[str, ...], Replay | str | Path] = {}
+    cmd_dir = bundle / "cmd"
+    for filename, argv in COMMANDS.items():
+        path = cmd_dir / filename
+        if not path.is_file():
+            continue
+        rc_path = path.with_name(path.name + ".rc")
+        stderr_path = path.with_name(path.name + ".stderr")
+        answers[argv] = Replay(
+            stdout=path.read_text(encoding="utf-8", errors="replace"),
+            returncode=int(rc_path.read_text().strip()) if rc_path.is_file() else 0,
+            stderr=stderr_path.read_text(encoding="utf-8", errors="replace") if stderr_path.is_file() else "",
+        )
+    return ReplayRunner(answers)
+
+
+def open_bundle(path: str | Path) -> tuple[HostRoot, ReplayRunner, Path | None]:
+    """Check a bundle directory and return its host root, runner and NVML dump path (or None)."""
+    bundle = Path(path)
+    if not bundle.is_dir():
+        raise BundleError(f"{bundle}: not a directory (expected a capture bundle, see `nodetopo capture`)")
+    parts = [bundle / "sys", bundle / "cmd", bundle / NVML_DUMP]
+    if not any(p.exists() for p in parts):
+        raise BundleError(f"{bundle}: no sys/, cmd/ or {NVML_DUMP} inside: not a capture bundle")
+    nvml = bundle / NVML_DUMP
+    return HostRoot(bundle), bundle_runner(bundle), nvml if nvml.is_file() else None

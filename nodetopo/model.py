@@ -1,0 +1,525 @@
+"""The typed facts nodetopo works with.
+
+Everything here is a frozen value: sources produce them, the graph is built from them, and the
+projections (NodeTopology body, labels, Ray labels, metrics) read them. No I/O, no third-party
+imports. Collections are tuples or frozensets, sorted by the producer, so that two discoveries of
+the same machine compare equal and golden files are stable.
+
+Two layers:
+
+* *Per-source facts* (``NumaNode``, ``PciDevice``, ``RdmaDevice``, ``TopoMatrix``, ``NvmlGpu`` ...)
+  say what one source observed, in that source's own terms.
+* The *topology* (``Gpu``, ``Nic``, ``NvlinkIsland`` ..., gathered in ``Topology``) is what the
+  derivations conclude once every source has been joined on the PCI address.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from collections.abc import Iterable
+
+frozen = dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+
+# --------------------------------------------------------------------------------------------
+# Small value types
+# --------------------------------------------------------------------------------------------
+
+_PCI_ADDRESS = re.compile(
+    r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):"
+    r"(?P<device>[0-9a-fA-F]{1,2})\.(?P<function>[0-7])$"
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, order=True)
+class PciAddress:
+    """A PCI function address (domain, bus, device, function).
+
+    ``str()`` gives the sysfs / Kubernetes DRA form ``0000:3b:00.0``. ``parse`` also accepts the
+    8-digit domain nvidia-smi prints (``00000000:3B:00.0``) and a bare ``3b:00.0`` (domain 0).
+    """
+
+    domain: int
+    bus: int
+    device: int
+    function: int
+
+    @classmethod
+    def parse(cls, text: str) -> PciAddress:
+        match = _PCI_ADDRESS.match(text.strip())
+        if match is None:
+            raise ValueError(f"not a PCI address: {text!r}")
+        return cls(
+            domain=int(match["domain"] or "0", 16),
+            bus=int(match["bus"], 16),
+            device=int(match["device"], 16),
+            function=int(match["function"]),
+        )
+
+    def __str__(self) -> str:
+        width = 4 if self.domain <= 0xFFFF else 8
+        return f"{self.domain:0{width}x}:{self.bus:02x}:{self.device:02x}.{self.function}"
+
+
+class LinkClass(enum.IntEnum):
+    """How two PCI devices are connected, named exactly as ``nvidia-smi topo -m`` names it.
+
+    Ordered from nearest to farthest, so ``min()`` picks the best path.
+    """
+
+    PIX = 1  #: at most a single PCIe bridge (same switch port / same switch)
+    PXB = 2  #: several PCIe bridges, without crossing the host bridge
+    PHB = 3  #: through a PCIe host bridge (same root complex)
+    NODE = 4  #: across PCIe host bridges within one NUMA node
+    SYS = 5  #: across the SMP interconnect between NUMA nodes (QPI/UPI/xGMI)
+
+
+class ConditionReason(enum.StrEnum):
+    UNAVAILABLE = "Unavailable"  #: the tool, driver, file or device is not there
+    PARSE_ERROR = "ParseError"  #: the source answered with something we could not read
+    TIMEOUT = "Timeout"  #: the source did not answer in time
+    INCONSISTENT = "Inconsistent"  #: two sources disagree about one fact
+    DEGRADED = "Degraded"  #: the source answered, partly (e.g. ERR! cells, a missing GPU)
+    STALE = "Stale"  #: facts kept from an earlier scan because this one failed
+
+
+@frozen
+class Condition:
+    """Something a platform engineer should know about one source's observation."""
+
+    source: str
+    reason: ConditionReason
+    message: str
+
+
+@frozen
+class SourceStatus:
+    """Whether one source ran, and how it went (``status.sources[]``)."""
+
+    name: str
+    ok: bool
+    message: str = ""
+
+
+# --------------------------------------------------------------------------------------------
+# Per-source facts: sysfs
+# --------------------------------------------------------------------------------------------
+
+
+@frozen
+class NumaNode:
+    """A NUMA node from ``devices/system/node/nodeN``.
+
+    ``distances`` is the SLIT row as the kernel prints it, as (other node id, distance) pairs.
+    """
+
+    id: int
+    cpus: frozenset[int]
+    memory_bytes: int | None = None
+    distances: tuple[tuple[int, int], ...] = ()
+
+
+@frozen
+class PciDevice:
+    """One PCI function from ``bus/pci/devices``.
+
+    ``upstream`` is the chain of bridges above the function, nearest the root complex first,
+    resolved from the device's real sysfs path; ``root`` is the root complex directory name
+    (``pci0000:3a``, the DRA ``pcieRoot`` attribute).
+    """
+
+    address: PciAddress
+    vendor: int
+    device: int
+    class_code: int  #: the 24-bit class register, e.g. 0x030200 for a 3D controller
+    root: str
+    upstream: tuple[PciAddress, ...] = ()
+    numa_node: int | None = None  #: None when sysfs says -1 or nothing
+    local_cpus: frozenset[int] | None = None
+    driver: str | None = None
+    subsystem_vendor: int | None = None
+    subsystem_device: int | None = None
+
+    @property
+    def is_bridge(self) -> bool:
+        return self.class_code >> 8 == 0x0604
+
+    @property
+    def is_nvidia_gpu(self) -> bool:
+        return self.vendor == 0x10DE and self.class_code >> 8 in (0x0300, 0x0302)
+
+    @property
+    def is_nvswitch(self) -> bool:
+        return self.vendor == 0x10DE and self.class_code >> 8 == 0x0680
+
+    @property
+    def is_network(self) -> bool:
+        return self.class_code >> 16 == 0x02
+
+
+@frozen
+class RdmaPort:
+    """One port of an RDMA device (``class/infiniband/<dev>/ports/<n>``, or ibstat)."""
+
+    number: int
+    state: str | None = None  #: ACTIVE, DOWN, INIT, ARMED ... (upper case, no numeric prefix)
+    phys_state: str | None = None  #: LinkUp, Disabled, Polling ...
+    rate_gbps: float | None = None
+    link_layer: str | None = None  #: InfiniBand | Ethernet
+    netdevs: tuple[str, ...] = ()
+    lid: int | None = None
+    port_guid: str | None = None
+
+
+@frozen
+class RdmaDevice:
+    """An RDMA device (HCA or RoCE NIC) from ``class/infiniband``."""
+
+    name: str
+    address: PciAddress | None = None
+    hca_type: str | None = None
+    firmware: str | None = None
+    board_id: str | None = None
+    node_guid: str | None = None
+    ports: tuple[RdmaPort, ...] = ()
+
+
+@frozen
+class NetDevice:
+    """A network interface from ``class/net`` that sits on a PCI function."""
+
+    name: str
+    address: PciAddress | None = None
+    operstate: str | None = None
+    speed_mbps: int | None = None
+    mac: str | None = None
+
+
+@frozen
+class IbstatCa:
+    """One channel adapter as ``ibstat`` prints it."""
+
+    name: str
+    ca_type: str | None = None
+    firmware: str | None = None
+    hardware_version: str | None = None
+    node_guid: str | None = None
+    system_guid: str | None = None
+    ports: tuple[RdmaPort, ...] = ()
+
+
+# --------------------------------------------------------------------------------------------
+# Per-source facts: nvidia-smi
+# --------------------------------------------------------------------------------------------
+
+
+@frozen
+class TopoLink:
+    """One cell of ``nvidia-smi topo -m``: an NVLink bundle (``nvlinks`` > 0) or a PCIe class."""
+
+    pcie: LinkClass | None = None
+    nvlinks: int = 0
+
+
+@frozen
+class TopoGpu:
+    """A GPU row of ``nvidia-smi topo -m`` with its affinity columns (None where N/A or absent)."""
+
+    index: int
+    cpu_affinity: frozenset[int] | None = None
+    numa_affinity: frozenset[int] | None = None
+    gpu_numa_id: int | None = None
+
+
+@frozen
+class TopoNic:
+    """A NIC column of ``nvidia-smi topo -m``; ``name`` from the NIC Legend (or the header)."""
+
+    index: int
+    name: str
+
+
+@frozen
+class TopoMatrix:
+    """The parsed ``nvidia-smi topo -m`` matrix.
+
+    ``gpu_gpu`` and ``gpu_nic`` hold one entry per unordered GPU pair / (GPU, NIC) pair:
+    ``((gpu_index, other_index), TopoLink)``, sorted.
+    """
+
+    gpus: tuple[TopoGpu, ...]
+    nics: tuple[TopoNic, ...] = ()
+    gpu_gpu: tuple[tuple[tuple[int, int], TopoLink], ...] = ()
+    gpu_nic: tuple[tuple[tuple[int, int], TopoLink], ...] = ()
+    nic_nic: tuple[tuple[tuple[int, int], TopoLink], ...] = ()
+
+
+@frozen
+class MigDevice:
+    """A MIG instance and its parent GPU."""
+
+    uuid: str
+    parent_uuid: str | None = None
+    parent_index: int | None = None
+    profile: str | None = None  #: e.g. ``3g.40gb``
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
+    device_index: int | None = None  #: the ``Device N`` number under its parent in ``nvidia-smi -L``
+
+
+@frozen
+class ListedGpu:
+    """A GPU line of ``nvidia-smi -L`` with the MIG devices listed under it."""
+
+    index: int
+    model: str
+    uuid: str
+    migs: tuple[MigDevice, ...] = ()
+
+
+@frozen
+class QueriedGpu:
+    """A GPU from ``nvidia-smi -q -x``."""
+
+    uuid: str
+    model: str
+    address: PciAddress | None = None
+    minor_number: int | None = None
+    mig_current: bool | None = None
+    mig_pending: bool | None = None
+    numa_node: int | None = None
+    memory_bytes: int | None = None
+    driver_version: str | None = None
+
+
+@frozen
+class NvlinkStatus:
+    """``nvidia-smi nvlink -s``: links of one GPU, (link number, GB/s or None when inactive)."""
+
+    index: int
+    uuid: str | None
+    links: tuple[tuple[int, float | None], ...]
+
+
+# --------------------------------------------------------------------------------------------
+# Per-source facts: NVML
+# --------------------------------------------------------------------------------------------
+
+
+class RemoteDeviceType(enum.StrEnum):
+    GPU = "GPU"
+    SWITCH = "SWITCH"  #: an NVSwitch: the link goes into the switch fabric
+    IBMNPU = "IBMNPU"  #: POWER8/9 CPU NVLink
+    UNKNOWN = "UNKNOWN"
+
+
+@frozen
+class NvmlLink:
+    """One active NVLink of a GPU as NVML reports it."""
+
+    link: int
+    remote_address: PciAddress | None
+    remote_type: RemoteDeviceType
+
+
+@frozen
+class FabricInfo:
+    """Multi-node NVLink (GB200 NVL72 ...) membership from ``nvmlDeviceGetGpuFabricInfo``."""
+
+    cluster_uuid: str
+    clique_id: int
+    state: str  #: NOT_SUPPORTED | NOT_STARTED | IN_PROGRESS | COMPLETED
+    health: str | None = None
+
+
+@frozen
+class NvmlGpu:
+    """A GPU as NVML reports it."""
+
+    index: int
+    uuid: str
+    model: str
+    address: PciAddress
+    memory_bytes: int | None = None
+    cpu_affinity: frozenset[int] | None = None
+    numa_node: int | None = None  #: nvmlDeviceGetNumaNodeId: the GPU memory's own node (Grace)
+    mig_current: bool | None = None
+    mig_pending: bool | None = None
+    links: tuple[NvmlLink, ...] = ()
+    fabric: FabricInfo | None = None
+    migs: tuple[MigDevice, ...] = ()
+
+
+@frozen
+class NvmlSnapshot:
+    driver_version: str | None
+    gpus: tuple[NvmlGpu, ...]
+    #: ((index_a, index_b), LinkClass) from nvmlDeviceGetTopologyCommonAncestor, a < b
+    common_ancestor: tuple[tuple[tuple[int, int], LinkClass], ...] = ()
+
+
+# --------------------------------------------------------------------------------------------
+# Everything the sources observed
+# --------------------------------------------------------------------------------------------
+
+
+@frozen
+class Facts:
+    """The union of what every source observed this round, plus how each source fared."""
+
+    numa_nodes: tuple[NumaNode, ...] = ()
+    pci_devices: tuple[PciDevice, ...] = ()
+    rdma_devices: tuple[RdmaDevice, ...] = ()
+    net_devices: tuple[NetDevice, ...] = ()
+    ibstat: tuple[IbstatCa, ...] = ()
+    topo_matrix: TopoMatrix | None = None
+    listed_gpus: tuple[ListedGpu, ...] = ()
+    queried_gpus: tuple[QueriedGpu, ...] = ()
+    nvlink_status: tuple[NvlinkStatus, ...] = ()
+    nvml: NvmlSnapshot | None = None
+    sources: tuple[SourceStatus, ...] = ()
+    conditions: tuple[Condition, ...] = ()
+
+    def merge(self, other: Facts) -> Facts:
+        """Combine two partial observations: tuples concatenate, singletons prefer ``other``."""
+        return Facts(
+            numa_nodes=self.numa_nodes + other.numa_nodes,
+            pci_devices=self.pci_devices + other.pci_devices,
+            rdma_devices=self.rdma_devices + other.rdma_devices,
+            net_devices=self.net_devices + other.net_devices,
+            ibstat=self.ibstat + other.ibstat,
+            topo_matrix=other.topo_matrix or self.topo_matrix,
+            listed_gpus=self.listed_gpus + other.listed_gpus,
+            queried_gpus=self.queried_gpus + other.queried_gpus,
+            nvlink_status=self.nvlink_status + other.nvlink_status,
+            nvml=other.nvml or self.nvml,
+            sources=self.sources + other.sources,
+            conditions=self.conditions + other.conditions,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# The derived topology (what leaves the core)
+# --------------------------------------------------------------------------------------------
+
+
+@frozen
+class Gpu:
+    index: int
+    uuid: str | None
+    model: str | None
+    address: PciAddress | None
+    pcie_root: str | None
+    numa_node: int | None  #: the NUMA node when the affinity is exactly one node
+    numa_affinity: frozenset[int] | None
+    gpu_numa_node: int | None  #: the GPU memory's own NUMA node (GH200/GB200)
+    cpu_affinity: frozenset[int] | None
+    island: int | None
+    nearest_nics: tuple[str, ...]
+    nic_distance: LinkClass | None
+    mig_enabled: bool | None
+    memory_bytes: int | None = None
+
+
+@frozen
+class Nic:
+    name: str
+    netdev: str | None
+    address: PciAddress | None
+    pcie_root: str | None
+    numa_node: int | None
+    link_layer: str | None
+    state: str | None
+    rate_gbps: float | None
+    rdma: bool
+
+
+@frozen
+class NvlinkIsland:
+    id: int
+    gpus: tuple[int, ...]  #: GPU indices, sorted; an island has at least two GPUs
+    links_per_pair: int  #: the minimum NVLink count over connected pairs
+    fully_connected: bool
+    nvswitch: bool
+
+
+@frozen
+class PreferredGpuSets:
+    size: int
+    sets: tuple[tuple[int, ...], ...]  #: best first
+
+
+@frozen
+class GpuNicDistance:
+    gpu: int
+    nic: str
+    distance: LinkClass
+
+
+@frozen
+class Topology:
+    """The derived, joined view of a node. The only value that crosses into projections."""
+
+    numa_nodes: tuple[NumaNode, ...]
+    gpus: tuple[Gpu, ...]
+    nics: tuple[Nic, ...]
+    nvlink_islands: tuple[NvlinkIsland, ...]
+    mig_devices: tuple[MigDevice, ...]
+    preferred_gpu_sets: tuple[PreferredGpuSets, ...]
+    gpu_nic_distances: tuple[GpuNicDistance, ...]
+    fabric: FabricInfo | None
+    pci_devices: tuple[PciDevice, ...]
+    sources: tuple[SourceStatus, ...]
+    conditions: tuple[Condition, ...]
+
+
+# --------------------------------------------------------------------------------------------
+# cpulist helpers (the kernel's "0-3,8-11" format); pure, used by parsers and projections
+# --------------------------------------------------------------------------------------------
+
+
+def parse_cpulist(text: str) -> frozenset[int]:
+    """Parse a kernel cpulist (``0-3,8-11``, ``0,5-11``, empty) into a set of ids.
+
+    Tolerates surrounding whitespace and a trailing NUL byte (seen in real sysfs captures).
+    Raises ``ValueError`` on anything else; parsers turn that into a ``ParseError``.
+    """
+    text = text.replace("\x00", "").strip()
+    if not text:
+        return frozenset()
+    ids: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            raise ValueError(f"empty element in cpulist {text!r}")
+        if "-" in part:
+            lo_text, _, hi_text = part.partition("-")
+            lo, hi = int(lo_text), int(hi_text)
+            if lo < 0 or hi < lo:
+                raise ValueError(f"bad range {part!r} in cpulist {text!r}")
+            ids.update(range(lo, hi + 1))
+        else:
+            value = int(part)
+            if value < 0:
+                raise ValueError(f"negative id in cpulist {text!r}")
+            ids.add(value)
+    return frozenset(ids)
+
+
+def format_cpulist(ids: Iterable[int]) -> str:
+    """The inverse of ``parse_cpulist``: ``{0,1,2,3,8}`` -> ``0-3,8``."""
+    ordered = sorted(set(ids))
+    parts: list[str] = []
+    start = prev = None
+    for value in ordered:
+        if start is None:
+            start = prev = value
+        elif prev is not None and value == prev + 1:
+            prev = value
+        else:
+            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = prev = value
+    if start is not None:
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return ",".join(parts)

@@ -14,7 +14,8 @@ BUNDLE/
 Every part is optional. A bundle is replayed through the same seams as a live host: ``HostRoot``
 on the bundle directory and a ``ReplayRunner`` that answers each command from its file. A command
 whose file is absent behaves as a tool that is not installed. ``cmd/<file>.rc`` (exit code) and
-``cmd/<file>.stderr`` may sit beside an output to replay a failing command.
+``cmd/<file>.stderr`` may sit beside an output to replay a failing command; an ``.rc`` file that
+says ``timeout`` replays a command that hung.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nodetopo.errors import BundleError
-from nodetopo.host import HostRoot, Replay, ReplayRunner
+from nodetopo.host import CommandNotFound, CommandRunner, CommandTimeout, HostRoot, Replay, ReplayRunner
 
 #: bundle file name -> the command line it is the output of
 COMMANDS: dict[str, tuple[str, ...]] = {
@@ -46,9 +47,11 @@ def bundle_runner(bundle: Path) -> ReplayRunner:
             continue
         rc_path = path.with_name(path.name + ".rc")
         stderr_path = path.with_name(path.name + ".stderr")
+        rc_text = rc_path.read_text().strip() if rc_path.is_file() else "0"
         answers[argv] = Replay(
             stdout=path.read_text(encoding="utf-8", errors="replace"),
-            returncode=int(rc_path.read_text().strip()) if rc_path.is_file() else 0,
+            returncode=int(rc_text) if rc_text.lstrip("-").isdigit() else 0,
+            hang=rc_text == "timeout",
             stderr=stderr_path.read_text(encoding="utf-8", errors="replace") if stderr_path.is_file() else "",
         )
     return ReplayRunner(answers)
@@ -64,3 +67,36 @@ def open_bundle(path: str | Path) -> tuple[HostRoot, ReplayRunner, Path | None]:
         raise BundleError(f"{bundle}: no sys/, cmd/ or {NVML_DUMP} inside: not a capture bundle")
     nvml = bundle / NVML_DUMP
     return HostRoot(bundle), bundle_runner(bundle), nvml if nvml.is_file() else None
+
+
+def capture_commands(runner: CommandRunner, bundle: Path, *, timeout: float = 30.0) -> list[str]:
+    """Run every command in ``COMMANDS`` and write its output into ``bundle/cmd``.
+
+    A command that is not installed leaves no file (replayed as "not installed"). A failing one
+    keeps its stdout plus ``.rc`` and ``.stderr`` so the failure replays too. Returns notes for the
+    user, one per command.
+    """
+    cmd_dir = bundle / "cmd"
+    cmd_dir.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+    for filename, argv in COMMANDS.items():
+        command = " ".join(argv)
+        try:
+            result = runner.run(argv, timeout=timeout)
+        except CommandNotFound:
+            notes.append(f"{command}: not installed, skipped")
+            continue
+        except CommandTimeout as e:
+            (cmd_dir / filename).write_text("")
+            (cmd_dir / (filename + ".rc")).write_text("timeout\n")
+            (cmd_dir / (filename + ".stderr")).write_text(f"{e}\n")
+            notes.append(f"{command}: timed out after {timeout:g}s")
+            continue
+        (cmd_dir / filename).write_text(result.stdout)
+        if result.returncode != 0:
+            (cmd_dir / (filename + ".rc")).write_text(f"{result.returncode}\n")
+            (cmd_dir / (filename + ".stderr")).write_text(result.stderr)
+            notes.append(f"{command}: exit {result.returncode}, output kept")
+        else:
+            notes.append(f"{command}: ok")
+    return notes

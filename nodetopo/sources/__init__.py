@@ -1,1 +1,13 @@
+"""Every discovery source, in the order they run. Explicit: importing a module registers nothing.
 
+Each module has ``NAME`` and ``collect(ctx) -> SourceResult`` (a pure ``parse_*`` + thin ``read_*``).
+"""
+
+from __future__ import annotations
+
+from nodetopo.sources import ibstat, numa, nvidia_smi, nvml, pci, rdma
+from nodetopo.sources.base import Source
+
+ALL: tuple[Source, ...] = (numa, pci, rdma, ibstat, nvidia_smi, nvml)  # type: ignore[assignment]
+
+__all__ = ["ALL", "ibstat", "numa", "nvidia_smi", "nvml", "pci", "rdma"]

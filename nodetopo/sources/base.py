@@ -39,7 +39,9 @@ class Context:
 
 
 class Source(Protocol):
-    name: str
+    """A source module: ``NAME`` plus ``collect``."""
+
+    NAME: str
 
     def collect(self, ctx: Context) -> SourceResult: ...
 

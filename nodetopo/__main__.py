@@ -1,0 +1,3 @@
+from nodetopo.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,279 @@
+"""``nodetopo``: command-line entry point. Parses flags, configures logging once, calls the library.
+
+Exit codes: 0 success; 1 an error nodetopo could not work around (message on stderr); 2 bad usage or
+an unusable input (not a bundle, missing file); 3 ``discover --strict`` found the result not Ready.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nodetopo import __version__
+from nodetopo.errors import BundleError, NodetopoError
+
+log = logging.getLogger("nodetopo")
+
+DESCRIPTION = """\
+nodetopo reads a GPU node's topology — NUMA nodes, the PCIe tree, RDMA NICs, GPUs, NVLink islands,
+GPU–NIC affinity (PIX/PXB/PHB/NODE/SYS), MIG devices — from sysfs, nvidia-smi, NVML and ibstat,
+and publishes it as a NodeTopology resource and nodetopo.io/ node labels.
+"""
+
+EPILOG = """\
+examples:
+  nodetopo discover                          this host, as a table
+  nodetopo discover -o json                  the NodeTopology object nodetopo would publish
+  nodetopo capture /tmp/node-bundle          a support bundle (sysfs subset + command outputs + NVML dump)
+  nodetopo discover --from /tmp/node-bundle  replay a bundle exactly as the live host
+  nodetopo agent --node-name $NODE_NAME      the DaemonSet's long-running agent
+"""
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key in ("source", "path", "node", "reason"):
+            if hasattr(record, key):
+                entry[key] = getattr(record, key)
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--log-level",
+        default=os.environ.get("NODETOPO_LOG_LEVEL", "warning"),
+        choices=["debug", "info", "warning", "error"],
+        help="log verbosity on stderr (env NODETOPO_LOG_LEVEL; default: %(default)s)",
+    )
+    p.add_argument(
+        "--log-format",
+        default=os.environ.get("NODETOPO_LOG_FORMAT", "text"),
+        choices=["text", "json"],
+        help="log line format (env NODETOPO_LOG_FORMAT; default: %(default)s)",
+    )
+
+
+def _add_input(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
+        "--host-root",
+        default=os.environ.get("NODETOPO_HOST_ROOT", "/"),
+        metavar="DIR",
+        help="directory holding the host's /sys (default: /; the DaemonSet mounts the host at /host)",
+    )
+    group.add_argument(
+        "--from",
+        dest="bundle",
+        metavar="BUNDLE",
+        help="read a capture bundle (made by `nodetopo capture`) instead of the live host",
+    )
+    p.add_argument(
+        "--command-timeout",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="kill nvidia-smi/ibstat after this long and report a Timeout condition (default: %(default)s)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nodetopo",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"nodetopo {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser(
+        "discover",
+        help="discover this node's topology and print it",
+        description="Discover the topology of this host (or of a capture bundle) and print it. "
+        "Sources that fail become conditions in the output; discovery itself does not fail.",
+    )
+    _add_input(p)
+    p.add_argument("-o", "--output", choices=["table", "yaml", "json"], default="table", help="default: table")
+    p.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME") or socket.gethostname(),
+        help="name to put in the NodeTopology object (default: $NODE_NAME or the hostname)",
+    )
+    p.add_argument("--strict", action="store_true", help="exit 3 when the result is not Ready (a source failed)")
+    _add_common(p)
+    p.set_defaults(func=cmd_discover)
+
+    p = sub.add_parser(
+        "capture",
+        help="write a capture bundle of this node (for bug reports and fixtures)",
+        description="Copy the sysfs subset nodetopo reads (symlinks kept), the outputs of nvidia-smi and "
+        "ibstat, and an NVML dump into DIR. `nodetopo discover --from DIR` then reproduces this host.",
+    )
+    p.add_argument("directory", metavar="DIR", help="bundle directory to create (must not exist or be empty)")
+    p.add_argument("--host-root", default="/", metavar="DIR", help="host root to capture (default: /)")
+    p.add_argument("--command-timeout", type=float, default=30.0, metavar="SECONDS")
+    p.add_argument("--no-nvml", action="store_true", help="do not try to dump NVML")
+    _add_common(p)
+    p.set_defaults(func=cmd_capture)
+
+    p = sub.add_parser(
+        "publish",
+        help="discover once and publish the NodeTopology and labels to the cluster",
+        description="Discover (host or --from bundle) and server-side-apply the NodeTopology resource and "
+        "the nodetopo.io/ labels of NODE, once. The agent does this in a loop.",
+    )
+    _add_input(p)
+    p.add_argument("--node-name", default=os.environ.get("NODE_NAME"), required=not os.environ.get("NODE_NAME"))
+    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: in-cluster, or $KUBECONFIG")
+    p.add_argument("--nfd", action="store_true", help="publish labels as an NFD NodeFeature instead of the Node")
+    _add_common(p)
+    p.set_defaults(func=cmd_publish)
+
+    _add_optional_commands(sub)
+    return parser
+
+
+def _add_optional_commands(sub: Any) -> None:
+    """Subcommands implemented in their own modules (agent, extender, ray)."""
+    for module_name in ("nodetopo.agent.cli", "nodetopo.extender.cli", "nodetopo.ray.cli"):
+        try:
+            module = __import__(module_name, fromlist=["register"])
+        except ModuleNotFoundError as e:
+            if e.name and module_name.startswith(e.name):
+                continue
+            raise
+        module.register(sub, _add_common, _add_input)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _context(args: argparse.Namespace) -> Any:
+    from nodetopo.discover import bundle_context, host_context
+
+    if getattr(args, "bundle", None):
+        return bundle_context(args.bundle)
+    return host_context(args.host_root, timeout_s=args.command_timeout)
+
+
+def cmd_discover(args: argparse.Namespace) -> int:
+    from nodetopo.crd import to_nodetopology
+    from nodetopo.discover import scan
+    from nodetopo.render import render_table
+
+    result = scan(_context(args))
+    log.info("discovery took %.3fs", result.duration_s)
+    if args.output == "table":
+        sys.stdout.write(render_table(result.topology, args.node_name))
+    else:
+        body = to_nodetopology(result.topology, args.node_name)
+        if args.output == "json":
+            sys.stdout.write(json.dumps(body, indent=2) + "\n")
+        else:
+            sys.stdout.write(yaml.safe_dump(body, sort_keys=False))
+    if args.strict:
+        from nodetopo.crd import NOT_READY_REASONS
+
+        if any(c.reason in NOT_READY_REASONS for c in result.topology.conditions):
+            return 3
+    return 0
+
+
+def cmd_capture(args: argparse.Namespace) -> int:
+    from nodetopo.bundle import NVML_DUMP, capture_commands
+    from nodetopo.capture import capture_sysfs
+    from nodetopo.host import HostRoot, SubprocessRunner
+
+    dest = Path(args.directory)
+    if dest.exists() and any(dest.iterdir()):
+        raise BundleError(f"{dest}: exists and is not empty; choose a new directory")
+    dest.mkdir(parents=True, exist_ok=True)
+    root = HostRoot(args.host_root)
+    warnings = capture_sysfs(root, dest)
+    for w in warnings:
+        log.warning("capture: %s", w)
+    notes = capture_commands(SubprocessRunner(), dest, timeout=args.command_timeout)
+    if not args.no_nvml:
+        notes.append(_capture_nvml(dest / NVML_DUMP))
+    print(f"captured {dest}:")
+    print(f"  sys/: {sum(1 for _ in (dest / 'sys').rglob('*')) if (dest / 'sys').exists() else 0} entries")
+    for note in notes:
+        print(f"  {note}")
+    if warnings:
+        print(f"  {len(warnings)} sysfs file(s) could not be read (see log)")
+    return 0
+
+
+def _capture_nvml(path: Path) -> str:
+    try:
+        from nodetopo.sources.nvml import PynvmlApi, dump_nvml
+
+        with PynvmlApi() as api:
+            dump = dump_nvml(api)
+    except Exception as e:  # noqa: BLE001 - capture keeps going without NVML, and says why
+        return f"nvml.json: not written ({type(e).__name__}: {e})"
+    path.write_text(json.dumps(dump, indent=1, sort_keys=True) + "\n")
+    return f"nvml.json: {len(dump.get('devices', []))} GPUs"
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from nodetopo.crd import to_nodetopology
+    from nodetopo.discover import scan
+    from nodetopo.labels import to_labels
+    from nodetopo.publish import run_publish
+
+    result = scan(_context(args))
+    body = to_nodetopology(result.topology, args.node_name)
+    labels = to_labels(result.topology)
+    run_publish(body, labels, node_name=args.node_name, kubeconfig=args.kubeconfig, nfd=args.nfd)
+    print(f"published NodeTopology/{args.node_name} and {len(labels)} labels")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level, args.log_format)
+    try:
+        code: int = args.func(args)
+        return code
+    except BundleError as e:
+        print(f"nodetopo: {e}", file=sys.stderr)
+        return 2
+    except NodetopoError as e:
+        print(f"nodetopo: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,252 @@
+"""The NodeTopology resource: ``Topology`` → the object body (and a reader for consumers).
+
+The body is the contract of ``crds/nodetopology.yaml``: ``nodetopo discover -o json`` prints exactly
+this object, the agent applies it, and the scheduler extender and the Ray bridge read it back.
+Conditions carry no ``lastTransitionTime`` here: the publisher adds it (keeping the previous time
+when a condition's status did not change), so that discovery output is deterministic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from typing import Any
+
+from nodetopo import __version__
+from nodetopo.model import (
+    Condition,
+    ConditionReason,
+    Gpu,
+    LinkClass,
+    Nic,
+    NumaNode,
+    SourceStatus,
+    Topology,
+    format_cpulist,
+)
+
+GROUP = "nodetopo.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "NodeTopology"
+PLURAL = "nodetopologies"
+
+#: Condition reasons that make the resource "not Ready": consumers should treat it as partial.
+NOT_READY_REASONS = frozenset(
+    {
+        ConditionReason.PARSE_ERROR,
+        ConditionReason.TIMEOUT,
+        ConditionReason.DEGRADED,
+        ConditionReason.STALE,
+        ConditionReason.INCONSISTENT,
+    }
+)
+
+
+def to_nodetopology(topology: Topology, node_name: str) -> dict[str, Any]:
+    """The complete NodeTopology object for ``node_name`` (no ownerReferences: the publisher adds them)."""
+    status: dict[str, Any] = {
+        "nodeName": node_name,
+        "agentVersion": __version__,
+        "summary": summary(topology),
+        "gpus": [_gpu(g, topology) for g in topology.gpus],
+        "nics": [_nic(n) for n in topology.nics],
+        "nvlinkIslands": [
+            {
+                "id": i.id,
+                "gpus": list(i.gpus),
+                "linksPerPair": i.links_per_pair,
+                "fullyConnected": i.fully_connected,
+                "nvswitch": i.nvswitch,
+            }
+            for i in topology.nvlink_islands
+        ],
+        "numaNodes": [_numa(n) for n in topology.numa_nodes],
+        "migDevices": [
+            {
+                "uuid": m.uuid,
+                "parentUUID": m.parent_uuid,
+                "parentIndex": m.parent_index,
+                "profile": m.profile,
+                "gpuInstance": m.gpu_instance,
+                "computeInstance": m.compute_instance,
+            }
+            for m in topology.mig_devices
+        ],
+        "preferredGPUSets": [
+            {"size": p.size, "sets": [list(s) for s in p.sets]} for p in topology.preferred_gpu_sets
+        ],
+        "fabric": (
+            {
+                "clusterUUID": topology.fabric.cluster_uuid,
+                "cliqueID": topology.fabric.clique_id,
+                "state": topology.fabric.state,
+                "health": topology.fabric.health,
+            }
+            if topology.fabric is not None
+            else None
+        ),
+        "sources": [_source(s) for s in _unique_sources(topology.sources)],
+        "conditions": conditions(topology),
+    }
+    status["contentHash"] = content_hash(status)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": node_name, "labels": {"app.kubernetes.io/managed-by": "nodetopo"}},
+        "status": status,
+    }
+
+
+def content_hash(status: dict[str, Any]) -> str:
+    """sha256 of the status, ignoring the hash itself and condition timestamps."""
+    stripped = {k: v for k, v in status.items() if k != "contentHash"}
+    stripped["conditions"] = [
+        {k: v for k, v in c.items() if k not in ("lastTransitionTime", "observedGeneration")}
+        for c in status.get("conditions", [])
+    ]
+    encoded = json.dumps(stripped, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(encoded).hexdigest()
+
+
+def islands_text(topology: Topology) -> str:
+    """``1x8``, ``4x2``, ``1x4,2x2`` (largest first), or ``""`` without NVLink."""
+    sizes = Counter(len(i.gpus) for i in topology.nvlink_islands)
+    return ",".join(f"{count}x{size}" for size, count in sorted(sizes.items(), reverse=True))
+
+
+def worst_nic_distance(topology: Topology) -> LinkClass | None:
+    """The worst, over GPUs, of each GPU's best NIC class (None without GPUs or NICs)."""
+    classes = [g.nic_distance for g in topology.gpus if g.nic_distance is not None]
+    return max(classes) if classes else None
+
+
+def model_of(topology: Topology) -> str | None:
+    models = Counter(g.model for g in topology.gpus if g.model)
+    return sorted(models.items(), key=lambda kv: (-kv[1], kv[0]))[0][0] if models else None
+
+
+def summary(topology: Topology) -> dict[str, Any]:
+    worst = worst_nic_distance(topology)
+    return {
+        "gpuCount": len(topology.gpus),
+        "gpuModel": model_of(topology),
+        "islands": islands_text(topology),
+        "rdmaNICs": sum(1 for n in topology.nics if n.rdma),
+        "worstNICDistance": worst.name if worst is not None else None,
+        "migDevices": len(topology.mig_devices),
+    }
+
+
+def _cpulist(ids: frozenset[int] | None) -> str | None:
+    return format_cpulist(ids) if ids is not None else None
+
+
+def _gpu(g: Gpu, topology: Topology) -> dict[str, Any]:
+    return {
+        "index": g.index,
+        "uuid": g.uuid,
+        "model": g.model,
+        "pciBusID": str(g.address) if g.address is not None else None,
+        "pcieRoot": g.pcie_root,
+        "numaNode": g.numa_node,
+        "numaAffinity": _cpulist(g.numa_affinity),
+        "gpuNumaNode": g.gpu_numa_node,
+        "cpuAffinity": _cpulist(g.cpu_affinity),
+        "memoryBytes": g.memory_bytes,
+        "island": g.island,
+        "nearestNICs": list(g.nearest_nics),
+        "nicDistance": g.nic_distance.name if g.nic_distance is not None else None,
+        "nics": [
+            {"name": d.nic, "distance": d.distance.name} for d in topology.gpu_nic_distances if d.gpu == g.index
+        ],
+        "migEnabled": g.mig_enabled,
+    }
+
+
+def _nic(n: Nic) -> dict[str, Any]:
+    return {
+        "name": n.name,
+        "netdev": n.netdev,
+        "pciBusID": str(n.address) if n.address is not None else None,
+        "pcieRoot": n.pcie_root,
+        "numaNode": n.numa_node,
+        "linkLayer": n.link_layer if n.link_layer in ("InfiniBand", "Ethernet") else None,
+        "state": n.state,
+        "rateGbps": n.rate_gbps,
+        "rdma": n.rdma,
+    }
+
+
+def _numa(n: NumaNode) -> dict[str, Any]:
+    return {
+        "id": n.id,
+        "cpus": format_cpulist(n.cpus),
+        "memoryBytes": n.memory_bytes,
+        "distances": [{"node": other, "distance": d} for other, d in n.distances],
+    }
+
+
+def _unique_sources(sources: tuple[SourceStatus, ...]) -> list[SourceStatus]:
+    seen: dict[str, SourceStatus] = {}
+    for s in sources:
+        previous = seen.get(s.name)
+        if previous is None or (previous.ok and not s.ok):
+            seen[s.name] = s
+    return [seen[name] for name in sorted(seen)]
+
+
+def _source(s: SourceStatus) -> dict[str, Any]:
+    return {"name": s.name, "ok": s.ok, "message": s.message}
+
+
+def condition_type(source: str) -> str:
+    """``sysfs.pci`` → ``SourceSysfsPci``; ``nvidia-smi topo -m`` → ``SourceNvidiaSmiTopoM``."""
+    words = [w for w in re.split(r"[^A-Za-z0-9]+", source) if w]
+    return "Source" + "".join(w[:1].upper() + w[1:] for w in words)
+
+
+def conditions(topology: Topology) -> list[dict[str, Any]]:
+    """Kubernetes-style conditions: Ready, Consistent, and one per source."""
+    by_source: dict[str, list[Condition]] = {}
+    for c in topology.conditions:
+        by_source.setdefault(c.source, []).append(c)
+    result: list[dict[str, Any]] = []
+    bad = [c for c in topology.conditions if c.reason in NOT_READY_REASONS]
+    result.append(
+        {
+            "type": "Ready",
+            "status": "False" if bad else "True",
+            "reason": bad[0].reason.value if bad else "Discovered",
+            "message": _join(f"{c.source}: {c.message}" for c in bad)
+            if bad
+            else f"{len(topology.gpus)} GPUs, {sum(1 for n in topology.nics if n.rdma)} RDMA NICs discovered",
+        }
+    )
+    inconsistent = [c for c in topology.conditions if c.reason is ConditionReason.INCONSISTENT]
+    result.append(
+        {
+            "type": "Consistent",
+            "status": "False" if inconsistent else "True",
+            "reason": "Inconsistent" if inconsistent else "SourcesAgree",
+            "message": _join(c.message for c in inconsistent) if inconsistent else "sources agree",
+        }
+    )
+    for s in _unique_sources(topology.sources):
+        mine = by_source.get(s.name, [])
+        result.append(
+            {
+                "type": condition_type(s.name),
+                "status": "True" if s.ok else "False",
+                "reason": mine[0].reason.value if mine and not s.ok else ("Discovered" if s.ok else "Unavailable"),
+                "message": _join(c.message for c in mine) if mine else (s.message or "ok"),
+            }
+        )
+    return result
+
+
+def _join(messages: Any, limit: int = 1024) -> str:
+    text = "; ".join(dict.fromkeys(messages))
+    return text if len(text) <= limit else text[: limit - 3] + "..."

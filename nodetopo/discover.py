@@ -1,0 +1,63 @@
+"""Discovery: run every source through its seams, join, derive. The one entry point for a scan."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from nodetopo import sources
+from nodetopo.bundle import open_bundle
+from nodetopo.derive import derive_topology
+from nodetopo.host import CommandRunner, HostRoot, SubprocessRunner
+from nodetopo.model import Facts, Topology
+from nodetopo.sources.base import Context, Source, SourceResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Scan:
+    """One discovery round: the raw facts, what each source took, and the derived topology."""
+
+    facts: Facts
+    results: tuple[SourceResult, ...]
+    topology: Topology
+    duration_s: float
+
+
+def collect(ctx: Context, selected: Sequence[Source] | None = None) -> tuple[Facts, tuple[SourceResult, ...]]:
+    """Run each source (never raises for a source's failure) and merge what they observed."""
+    facts = Facts()
+    results: list[SourceResult] = []
+    for source in selected if selected is not None else sources.ALL:
+        result = source.collect(ctx)
+        log.debug("source %s: %.3fs ok=%s", source.NAME, result.duration_s, result.ok, extra={"source": source.NAME})
+        results.append(result)
+        facts = facts.merge(result.facts)
+    return facts, tuple(results)
+
+
+def scan(ctx: Context, selected: Sequence[Source] | None = None) -> Scan:
+    start = time.monotonic()
+    facts, results = collect(ctx, selected)
+    topology = derive_topology(facts)
+    return Scan(facts=facts, results=results, topology=topology, duration_s=time.monotonic() - start)
+
+
+def host_context(root: str | Path = "/", runner: CommandRunner | None = None, timeout_s: float = 20.0) -> Context:
+    """The seams for a live host (``root`` is ``/host`` in the DaemonSet)."""
+    return Context(root=HostRoot(root), runner=runner or SubprocessRunner(), command_timeout_s=timeout_s)
+
+
+def bundle_context(path: str | Path) -> Context:
+    """The seams for a capture bundle: its sys/ tree, its cmd/ outputs, its NVML dump."""
+    root, runner, nvml_dump = open_bundle(path)
+    nvml_api: object | None = None
+    if nvml_dump is not None:
+        from nodetopo.sources.nvml import RecordedNvml
+
+        nvml_api = RecordedNvml.from_json(nvml_dump)
+    return Context(root=root, runner=runner, nvml=nvml_api)

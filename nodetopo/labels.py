@@ -1,0 +1,133 @@
+"""Node labels: the coarse, public projection of a ``Topology`` (details live in the resource).
+
+Every key is under ``nodetopo.io/`` and is a public API, documented in the README's label
+reference. Names are a dotted hierarchy of kebab-case words; values are valid label values
+(≤ 63 characters; longer ones are shortened deterministically with a hash suffix).
+
+``to_labels`` returns what this round observed. ``uncertain_keys`` says which keys this round could
+not observe reliably (their source failed): the publisher keeps their last good value instead of
+removing them, because a missing observation is not evidence of absence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+
+from nodetopo.crd import islands_text, model_of, worst_nic_distance
+from nodetopo.graph import GRAPH_SOURCE
+from nodetopo.model import ConditionReason, Topology
+
+log = logging.getLogger(__name__)
+
+PREFIX = "nodetopo.io/"
+
+_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+#: Every key nodetopo may write, with the sources whose failure makes it uncertain.
+GPU_SOURCES = ("nvml", "nvidia-smi")
+RDMA_SOURCES = ("sysfs.rdma", "ibstat", "nvidia-smi")
+NUMA_SOURCES = ("sysfs.numa",)
+KEYS: dict[str, tuple[str, ...]] = {
+    "gpu.count": GPU_SOURCES + ("sysfs.pci",),
+    "gpu.model": GPU_SOURCES,
+    "nvlink.island-count": GPU_SOURCES,
+    "nvlink.island-size": GPU_SOURCES,
+    "nvlink.nvswitch": GPU_SOURCES,
+    "nvlink.clique": ("nvml",),
+    "rdma": RDMA_SOURCES,
+    "rdma.nic-count": RDMA_SOURCES,
+    "rdma.link-layer": RDMA_SOURCES,
+    "rdma.rate-gbps": RDMA_SOURCES,
+    "gpu-nic.distance": GPU_SOURCES + RDMA_SOURCES + ("sysfs.pci",),
+    "numa.count": NUMA_SOURCES,
+    "mig.enabled": GPU_SOURCES,
+}
+
+#: Reasons that mean "the source is there but this round's answer cannot be trusted".
+_UNRELIABLE = frozenset(
+    {ConditionReason.PARSE_ERROR, ConditionReason.TIMEOUT, ConditionReason.DEGRADED, ConditionReason.STALE}
+)
+
+
+def label_value(text: str) -> str:
+    """A valid label value for ``text``: unsafe characters become ``-``, long values get a hash."""
+    value = re.sub(r"[^A-Za-z0-9_.-]+", "-", text.strip())
+    value = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
+    if len(value) > 63:
+        digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+        value = value[:52].rstrip("-_.") + "-" + digest
+    return value
+
+
+def is_valid(key: str, value: str) -> bool:
+    if not key.startswith(PREFIX):
+        return False
+    name = key[len(PREFIX) :]
+    return bool(_NAME.match(name)) and len(name) <= 63 and len(value) <= 63 and bool(_VALUE.match(value))
+
+
+def to_labels(topology: Topology) -> dict[str, str]:
+    """The label set for a topology (keys with the prefix). Invalid pairs are logged and dropped."""
+    labels: dict[str, str] = {}
+    gpus = topology.gpus
+    labels["gpu.count"] = str(len(gpus))
+    model = model_of(topology)
+    if model:
+        labels["gpu.model"] = label_value(model)
+    if gpus:
+        islands = topology.nvlink_islands
+        labels["nvlink.island-count"] = str(len(islands))
+        labels["nvlink.island-size"] = str(max((len(i.gpus) for i in islands), default=1))
+        labels["nvlink.nvswitch"] = _bool(any(i.nvswitch for i in islands))
+        labels["mig.enabled"] = _bool(any(g.mig_enabled for g in gpus))
+    if topology.fabric is not None and topology.fabric.cluster_uuid:
+        labels["nvlink.clique"] = label_value(f"{topology.fabric.cluster_uuid}.{topology.fabric.clique_id}")
+    rdma = [n for n in topology.nics if n.rdma]
+    labels["rdma"] = _bool(bool(rdma))
+    labels["rdma.nic-count"] = str(len(rdma))
+    layers = sorted({n.link_layer for n in rdma if n.link_layer})
+    if layers:
+        labels["rdma.link-layer"] = layers[0] if len(layers) == 1 else "Mixed"
+    rates = [n.rate_gbps for n in rdma if n.rate_gbps]
+    if rates:
+        labels["rdma.rate-gbps"] = _number(max(rates))
+    worst = worst_nic_distance(topology)
+    if worst is not None:
+        labels["gpu-nic.distance"] = worst.name
+    if topology.numa_nodes:
+        labels["numa.count"] = str(len(topology.numa_nodes))
+    result: dict[str, str] = {}
+    for name, value in labels.items():
+        key = PREFIX + name
+        if is_valid(key, value):
+            result[key] = value
+        else:
+            log.warning("dropping invalid label %s=%r", key, value)
+    return dict(sorted(result.items()))
+
+
+def uncertain_keys(topology: Topology) -> frozenset[str]:
+    """Keys whose producing source could not be trusted this round (keep their last good value)."""
+    unreliable_sources = {c.source for c in topology.conditions if c.reason in _UNRELIABLE}
+    gpus_hidden = any(
+        c.source == GRAPH_SOURCE and c.reason in (ConditionReason.DEGRADED, ConditionReason.INCONSISTENT)
+        for c in topology.conditions
+    )
+    uncertain: set[str] = set()
+    for name, producers in KEYS.items():
+        if any(s == p or s.startswith(p + " ") or s.startswith(p + ".") for s in unreliable_sources for p in producers):
+            uncertain.add(PREFIX + name)
+        if gpus_hidden and set(producers) & set(GPU_SOURCES) and name != "gpu.count":
+            uncertain.add(PREFIX + name)
+    return frozenset(uncertain)
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"

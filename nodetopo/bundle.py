@@ -8,6 +8,7 @@ BUNDLE/
   cmd/nvidia-smi-q.xml         `nvidia-smi -q -x`
   cmd/nvidia-smi-nvlink-s.txt  `nvidia-smi nvlink -s`
   cmd/ibstat.txt               `ibstat`
+  cmd/ibv_devinfo.txt          `ibv_devinfo` (used when ibstat is missing)
   nvml.json                    NVML dump (sources.nvml)
 ```
 
@@ -32,6 +33,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "nvidia-smi-q.xml": ("nvidia-smi", "-q", "-x"),
     "nvidia-smi-nvlink-s.txt": ("nvidia-smi", "nvlink", "-s"),
     "ibstat.txt": ("ibstat",),
+    "ibv_devinfo.txt": ("ibv_devinfo",),
 }
 
 NVML_DUMP = "nvml.json"

@@ -52,7 +52,10 @@ def condition(source: str, reason: ConditionReason, message: str) -> Condition:
 
 def failed(name: str, reason: ConditionReason, message: str) -> Facts:
     """Facts for a source that observed nothing, with the reason as its only condition."""
-    log.warning("source %s: %s: %s", name, reason.value, message, extra={"source": name})
+    # A missing tool or driver is the normal state of many nodes (no ibstat on an Ethernet node):
+    # say it at info level; anything else is worth a warning.
+    level = logging.INFO if reason is ConditionReason.UNAVAILABLE else logging.WARNING
+    log.log(level, "source %s: %s: %s", name, reason.value, message, extra={"source": name})
     return Facts(
         sources=(SourceStatus(name=name, ok=False, message=f"{reason.value}: {message}"),),
         conditions=(condition(name, reason, message),),
@@ -70,7 +73,7 @@ def guarded(name: str, collect: Callable[[], Facts]) -> SourceResult:
         facts = collect()
     except ParseError as e:
         facts = failed(name, ConditionReason.PARSE_ERROR, str(e))
-    except Exception as e:  # noqa: BLE001 - the boundary: one broken source must not stop the rest
+    except Exception as e:
         log.exception("source %s failed unexpectedly", name, extra={"source": name})
         facts = failed(name, ConditionReason.DEGRADED, f"internal error: {type(e).__name__}: {e}")
     return SourceResult(name=name, facts=facts, duration_s=time.monotonic() - start)

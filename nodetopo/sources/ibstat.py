@@ -1,0 +1,295 @@
+"""``ibstat`` (infiniband-diags) and ``ibv_devinfo`` (rdma-core): RDMA channel adapters and their ports.
+
+sysfs (``class/infiniband``) is the primary RDMA source; ``ibstat`` enriches it and is what users paste
+in bug reports. Nodes without InfiniBand usually have no ``ibstat`` at all: that is ``Unavailable``,
+not an error. Some nodes have rdma-core without infiniband-diags, so when ``ibstat`` is missing the
+source asks ``ibv_devinfo`` for the same facts.
+
+``ibstat`` ends with an ``ibpanic: ...`` line (exit 255) when a device vanishes while it walks them;
+the adapters printed before it are kept and the panic becomes a ``Degraded`` condition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Callable, Sequence
+
+from nodetopo import model
+from nodetopo.errors import ParseError
+from nodetopo.host import CommandNotFound, CommandRunner, CommandTimeout
+from nodetopo.model import ConditionReason, Facts, SourceStatus
+from nodetopo.sources.base import Context, SourceResult, condition, guarded
+
+log = logging.getLogger(__name__)
+
+NAME = "ibstat"
+
+IBSTAT_ARGV: tuple[str, ...] = ("ibstat",)
+IBV_DEVINFO_ARGV: tuple[str, ...] = ("ibv_devinfo",)
+
+_CA_LINE = re.compile(r"CA '([^'\s]{1,64})'")
+_PORT_LINE = re.compile(r"Port ([0-9]{1,3}):")
+_KEY_VALUE = re.compile(r"([A-Za-z][A-Za-z ]{0,40}?):\s*(.*)")
+#: ``ibpanic: [1400444] main: stat of IB device 'mlx5_8' failed: ...`` and ``ibwarn: ...``
+_DIAG_MESSAGE = re.compile(r"ib(?:panic|warn|error): .*")
+_NUMBER = re.compile(r"[0-9]{1,9}")
+_RATE = re.compile(r"[0-9]{1,5}(?:\.[0-9]{1,3})?")
+
+
+@dataclasses.dataclass(slots=True)
+class _Adapter:
+    """An adapter being read: its CA-level fields, then its ports."""
+
+    name: str
+    fields: dict[str, str] = dataclasses.field(default_factory=dict)
+    ports: list[tuple[int, dict[str, str], int]] = dataclasses.field(
+        default_factory=list
+    )  # (n, fields, line)
+
+
+def _port_number(value: str, path: str, number: int, what: str) -> int | None:
+    if value in ("", "N/A"):
+        return None
+    if _NUMBER.fullmatch(value) is None:
+        raise ParseError(NAME, path, f"{what} {value!r} is not a number", line=number)
+    return int(value)
+
+
+def _ibstat_port(number: int, fields: dict[str, str], path: str, line: int) -> model.RdmaPort:
+    rate_text = fields.get("Rate", "")
+    if rate_text and _RATE.fullmatch(rate_text) is None:
+        raise ParseError(NAME, path, f"port {number}: Rate {rate_text!r} is not a number (Gb/s)", line=line)
+    return model.RdmaPort(
+        number=number,
+        state=fields["State"].upper() if fields.get("State") else None,
+        phys_state=fields.get("Physical state") or None,
+        rate_gbps=float(rate_text) if rate_text else None,
+        link_layer=fields.get("Link layer") or None,
+        lid=_port_number(fields.get("Base lid", ""), path, line, f"port {number}: Base lid"),
+        port_guid=fields.get("Port GUID") or None,
+    )
+
+
+def _read_ibstat(text: str, path: str) -> tuple[tuple[model.IbstatCa, ...], list[str]]:
+    """Parse ``ibstat``; also return the diagnostics (``ibpanic: ...``) printed among the adapters."""
+    adapters: list[_Adapter] = []
+    problems: list[str] = []
+    for number, raw in enumerate(text.split("\n"), start=1):
+        stripped = raw.strip()
+        if not stripped:
+            continue
+        if _DIAG_MESSAGE.fullmatch(stripped):
+            problems.append(stripped)
+            continue
+        ca = _CA_LINE.fullmatch(stripped)
+        if ca is not None and not raw[0].isspace():
+            if any(adapter.name == ca[1] for adapter in adapters):
+                raise ParseError(NAME, path, f"CA {ca[1]!r} is listed twice", line=number)
+            adapters.append(_Adapter(ca[1]))
+            continue
+        if not adapters:
+            raise ParseError(NAME, path, f"expected \"CA '<name>'\", got {stripped[:80]!r}", line=number)
+        adapter = adapters[-1]
+        port = _PORT_LINE.fullmatch(stripped)
+        if port is not None:
+            if any(existing == int(port[1]) for existing, _, _ in adapter.ports):
+                raise ParseError(NAME, path, f"{adapter.name}: port {port[1]} is listed twice", line=number)
+            adapter.ports.append((int(port[1]), {}, number))
+            continue
+        pair = _KEY_VALUE.fullmatch(stripped)
+        if pair is None:
+            raise ParseError(NAME, path, f"expected 'Key: value', got {stripped[:80]!r}", line=number)
+        fields = adapter.ports[-1][1] if adapter.ports else adapter.fields
+        fields.setdefault(pair[1], pair[2].strip())
+    result = tuple(
+        model.IbstatCa(
+            name=adapter.name,
+            ca_type=adapter.fields.get("CA type") or None,
+            firmware=adapter.fields.get("Firmware version") or None,
+            hardware_version=adapter.fields.get("Hardware version") or None,
+            node_guid=adapter.fields.get("Node GUID") or None,
+            system_guid=adapter.fields.get("System image GUID") or None,
+            ports=tuple(
+                sorted(
+                    (_ibstat_port(n, fields, path, line) for n, fields, line in adapter.ports),
+                    key=lambda port: port.number,
+                )
+            ),
+        )
+        for adapter in adapters
+    )
+    return tuple(sorted(result, key=lambda ca: ca.name)), problems
+
+
+def parse_ibstat(text: str, path: str = "ibstat") -> tuple[model.IbstatCa, ...]:
+    """Parse ``ibstat``: adapters sorted by name, ports by number; ``State`` upper-cased (``ACTIVE``).
+
+    ``ibpanic``/``ibwarn`` lines are skipped here (``collect`` reports them); adapters without
+    Firmware/GUID lines (older infiniband-diags) get None for those fields.
+    """
+    return _read_ibstat(text, path)[0]
+
+
+_DEVINFO_HCA = re.compile(r"hca_id:\s*(\S{1,64})")
+_DEVINFO_PORT = re.compile(r"port:\s*([0-9]{1,3})")
+_DEVINFO_KEY = re.compile(r"([a-z_]{1,40}):\s*(.*)")
+_DEVINFO_STATE = re.compile(r"PORT_([A-Z_]{1,20})(?: \([0-9]{1,2}\))?")
+_DEVINFO_PHYS = re.compile(r"([A-Z_]{1,30})(?: \([0-9]{1,2}\))?")
+_DEVINFO_GUID = re.compile(r"([0-9a-fA-F]{4}):([0-9a-fA-F]{4}):([0-9a-fA-F]{4}):([0-9a-fA-F]{4})")
+#: the phys_state words of ``ibv_devinfo -v`` as ibstat (and sysfs) spell them
+_PHYS_STATES = {
+    "SLEEP": "Sleep",
+    "POLLING": "Polling",
+    "DISABLED": "Disabled",
+    "PORT_CONFIGURATION_TRAINING": "PortConfigurationTraining",
+    "LINK_UP": "LinkUp",
+    "LINK_ERROR_RECOVERY": "LinkErrorRecovery",
+    "PHY_TEST": "PhyTest",
+}
+
+
+def _devinfo_guid(value: str | None) -> str | None:
+    """``b8e9:2403:004e:de81`` -> ``0xb8e92403004ede81``, the form ibstat and sysfs print."""
+    if not value:
+        return None
+    match = _DEVINFO_GUID.fullmatch(value)
+    return "0x" + "".join(match.groups()).lower() if match else value
+
+
+def _read_ibv_devinfo(text: str, path: str) -> tuple[tuple[model.IbstatCa, ...], list[str]]:
+    adapters: list[_Adapter] = []
+    problems: list[str] = []
+    for number, raw in enumerate(text.split("\n"), start=1):
+        stripped = raw.strip()
+        if not stripped:
+            continue
+        if stripped == "No IB devices found":
+            continue
+        hca = _DEVINFO_HCA.fullmatch(stripped)
+        if hca is not None:
+            if any(adapter.name == hca[1] for adapter in adapters):
+                raise ParseError(NAME, path, f"hca_id {hca[1]!r} is listed twice", line=number)
+            adapters.append(_Adapter(hca[1]))
+            continue
+        if not adapters:
+            raise ParseError(NAME, path, f"expected 'hca_id: <name>', got {stripped[:80]!r}", line=number)
+        adapter = adapters[-1]
+        port = _DEVINFO_PORT.fullmatch(stripped)
+        if port is not None:
+            if any(existing == int(port[1]) for existing, _, _ in adapter.ports):
+                raise ParseError(NAME, path, f"{adapter.name}: port {port[1]} is listed twice", line=number)
+            adapter.ports.append((int(port[1]), {}, number))
+            continue
+        pair = _DEVINFO_KEY.fullmatch(stripped)
+        if pair is None:
+            if adapter.ports and raw[:1].isspace():
+                continue  # continuation lines of `ibv_devinfo -v` (GID tables, capability flags)
+            raise ParseError(NAME, path, f"expected 'key: value', got {stripped[:80]!r}", line=number)
+        fields = adapter.ports[-1][1] if adapter.ports else adapter.fields
+        fields.setdefault(pair[1], pair[2].strip())
+
+    def make_port(n: int, fields: dict[str, str], line: int) -> model.RdmaPort:
+        state = fields.get("state", "")
+        state_match = _DEVINFO_STATE.fullmatch(state)
+        if state and state_match is None:
+            raise ParseError(NAME, path, f"port {n}: state {state!r} is not PORT_<STATE> (<n>)", line=line)
+        phys = _DEVINFO_PHYS.fullmatch(fields.get("phys_state", ""))
+        return model.RdmaPort(
+            number=n,
+            state=state_match[1] if state_match else None,
+            phys_state=_PHYS_STATES.get(phys[1], phys[1]) if phys else None,
+            link_layer=fields.get("link_layer") or None,
+            lid=_port_number(fields.get("port_lid", ""), path, line, f"port {n}: port_lid"),
+        )
+
+    result = []
+    for adapter in adapters:
+        part = adapter.fields.get("vendor_part_id", "")
+        result.append(
+            model.IbstatCa(
+                name=adapter.name,
+                ca_type=f"MT{part}" if _NUMBER.fullmatch(part) else (part or None),
+                firmware=adapter.fields.get("fw_ver") or None,
+                hardware_version=adapter.fields.get("hw_ver") or None,
+                node_guid=_devinfo_guid(adapter.fields.get("node_guid")),
+                system_guid=_devinfo_guid(adapter.fields.get("sys_image_guid")),
+                ports=tuple(
+                    sorted((make_port(n, f, line) for n, f, line in adapter.ports), key=lambda p: p.number)
+                ),
+            )
+        )
+    return tuple(sorted(result, key=lambda ca: ca.name)), problems
+
+
+def parse_ibv_devinfo(text: str, path: str = "ibv_devinfo") -> tuple[model.IbstatCa, ...]:
+    """Parse ``ibv_devinfo`` into the same values as ``parse_ibstat``.
+
+    ``ca_type`` is ``MT<vendor_part_id>`` (what ibstat prints), GUIDs are rewritten to ibstat's
+    ``0x...`` form, and ``PORT_ACTIVE (4)`` becomes ``ACTIVE``. ``ibv_devinfo`` prints no rate and,
+    without ``-v``, no physical state: those stay None.
+    """
+    return _read_ibv_devinfo(text, path)[0]
+
+
+def _run(
+    runner: CommandRunner,
+    argv: Sequence[str],
+    timeout: float,
+    read: Callable[[str, str], tuple[tuple[model.IbstatCa, ...], list[str]]],
+) -> Facts | None:
+    """Facts from one command, or None when the command is not installed."""
+    command = " ".join(argv)
+
+    def failed(reason: ConditionReason, message: str) -> Facts:
+        log.warning("%s: %s: %s", command, reason.value, message, extra={"source": NAME, "path": command})
+        return Facts(
+            sources=(SourceStatus(name=NAME, ok=False, message=f"{reason.value}: {message}"),),
+            conditions=(condition(NAME, reason, f"{command}: {message}"),),
+        )
+
+    try:
+        result = runner.run(argv, timeout=timeout)
+    except CommandNotFound:
+        return None
+    except CommandTimeout:
+        return failed(ConditionReason.TIMEOUT, f"no answer within {timeout:g}s")
+    try:
+        adapters, problems = read(result.stdout, command)
+    except ParseError as e:
+        return failed(ConditionReason.PARSE_ERROR, str(e))
+    problems += [line.strip() for line in result.stderr.splitlines() if line.strip()][:3]
+    if result.returncode != 0 and not problems:
+        problems.append(f"exited {result.returncode}")
+    if not adapters and (problems or result.returncode != 0):
+        return failed(ConditionReason.UNAVAILABLE, "; ".join(problems) or f"exited {result.returncode}")
+    if not problems:
+        return Facts(ibstat=adapters, sources=(SourceStatus(name=NAME, ok=True, message=command),))
+    message = f"{command}: {'; '.join(problems)}"
+    log.warning("%s: partly readable: %s", command, message, extra={"source": NAME, "path": command})
+    return Facts(
+        ibstat=adapters,
+        sources=(SourceStatus(name=NAME, ok=True, message=f"Degraded: {message}"),),
+        conditions=(condition(NAME, ConditionReason.DEGRADED, message),),
+    )
+
+
+def read_facts(runner: CommandRunner, *, timeout: float) -> Facts:
+    """``ibstat``, or ``ibv_devinfo`` where only rdma-core is installed; neither -> Unavailable."""
+    facts = _run(runner, IBSTAT_ARGV, timeout, _read_ibstat)
+    if facts is None:
+        facts = _run(runner, IBV_DEVINFO_ARGV, timeout, _read_ibv_devinfo)
+    if facts is None:
+        message = "ibstat is not installed, nor ibv_devinfo (normal on nodes without InfiniBand/RDMA tools)"
+        log.info("%s: %s", NAME, message, extra={"source": NAME})
+        return Facts(
+            sources=(SourceStatus(name=NAME, ok=False, message=f"Unavailable: {message}"),),
+            conditions=(condition(NAME, ConditionReason.UNAVAILABLE, message),),
+        )
+    return facts
+
+
+def collect(ctx: Context) -> SourceResult:
+    """The ibstat source: channel adapters and ports, through ``ctx.runner``."""
+    return guarded(NAME, lambda: read_facts(ctx.runner, timeout=ctx.command_timeout_s))

@@ -27,15 +27,15 @@ _CLASS_NAMES = {
     0x0302: "3D",
     0x0380: "Display",
     0x0680: "Bridge (other)",
-    0x0b40: "Co-processor",
+    0x0B40: "Co-processor",
     0x1200: "Accelerator",
-    0x0c03: "USB",
-    0x0c05: "SMBus",
+    0x0C03: "USB",
+    0x0C05: "SMBus",
     0x0107: "SAS",
-    0x0c04: "Fibre Channel",
+    0x0C04: "Fibre Channel",
     0x0403: "Audio",
     0x0880: "System",
-    0x00ff: "Virtio",
+    0x00FF: "Virtio",
 }
 
 
@@ -97,7 +97,8 @@ def render_table(topology: Topology, node_name: str | None = None) -> str:
             shape = "fully connected" if i.fully_connected else "partially connected"
             via = ", via NVSwitch" if i.nvswitch else ""
             gpus = format_cpulist(i.gpus)
-            out.append(f"  island {i.id}: GPUs {gpus} ({len(i.gpus)}), ≥{i.links_per_pair} links per pair, {shape}{via}")
+            links = f"≥{i.links_per_pair} links per pair"
+            out.append(f"  island {i.id}: GPUs {gpus} ({len(i.gpus)}), {links}, {shape}{via}")
 
     if topology.gpus:
         out += ["", "GPUs"]
@@ -191,7 +192,7 @@ def _roots(topology: Topology) -> list[tuple[str, list[str]]]:
     by_root: dict[str, list[PciDevice]] = defaultdict(list)
     for d in topology.pci_devices:
         if not d.is_bridge:
-            by_root[d.root].append(d)
+            by_root[d.root or "(unknown root)"].append(d)
     result: list[tuple[str, list[str]]] = []
     for root in sorted(by_root):
         devices = by_root[root]
@@ -200,9 +201,15 @@ def _roots(topology: Topology) -> list[tuple[str, list[str]]]:
         lines = []
         for d in devices:
             names = [gpu_at[d.address]] if d.address in gpu_at else nic_at.get(d.address, [])
-            kind = _CLASS_NAMES.get(d.class_code >> 8, f"class {d.class_code >> 8:04x}")
+            kind = (
+                "NVSwitch"
+                if d.is_nvswitch
+                else _CLASS_NAMES.get(d.class_code >> 8, f"class {d.class_code >> 8:04x}")
+            )
             what = f"{', '.join(names)} " if names else ""
-            bridges = f"  via {len(d.upstream)} bridge{'s' if len(d.upstream) != 1 else ''}" if d.upstream else ""
+            bridges = (
+                f"  via {len(d.upstream)} bridge{'s' if len(d.upstream) != 1 else ''}" if d.upstream else ""
+            )
             lines.append(f"{d.address}  {what}[{kind}] {d.vendor:04x}:{d.device:04x}{bridges}")
         result.append((label, lines))
     return result

@@ -243,7 +243,8 @@ def _run(
     command = " ".join(argv)
 
     def failed(reason: ConditionReason, message: str) -> Facts:
-        log.warning("%s: %s: %s", command, reason.value, message, extra={"source": NAME, "path": command})
+        level = logging.INFO if reason is ConditionReason.UNAVAILABLE else logging.WARNING
+        log.log(level, "%s: %s: %s", command, reason.value, message, extra={"source": NAME, "path": command})
         return Facts(
             sources=(SourceStatus(name=NAME, ok=False, message=f"{reason.value}: {message}"),),
             conditions=(condition(NAME, reason, f"{command}: {message}"),),

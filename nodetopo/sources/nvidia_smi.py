@@ -738,7 +738,8 @@ def _first_line(text: str) -> str:
 
 
 def _failed(command: str, reason: ConditionReason, message: str) -> _Outcome[_T]:
-    log.warning("%s: %s: %s", command, reason.value, message, extra={"source": NAME, "path": command})
+    level = logging.INFO if reason is ConditionReason.UNAVAILABLE else logging.WARNING
+    log.log(level, "%s: %s: %s", command, reason.value, message, extra={"source": NAME, "path": command})
     return _Outcome(
         None,
         SourceStatus(name=command, ok=False, message=f"{reason.value}: {message}"),

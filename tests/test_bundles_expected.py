@@ -1,0 +1,70 @@
+"""nodetopo's output on every fixture bundle against that bundle's hand-written ``expected.yaml``.
+
+The expectations were written by a person reading the machine's layout (not generated), so these
+tests hold nodetopo to what a correct tool must conclude: GPUs, islands, nearest NICs and their
+class, NUMA placement, NIC facts, MIG parents.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nodetopo.crd import to_nodetopology
+from nodetopo.discover import bundle_context, scan
+from nodetopo.labels import to_labels
+
+BUNDLES = sorted(p for p in (Path(__file__).parent / "fixtures" / "bundles").glob("*") if p.is_dir())
+
+
+def _discover(bundle: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    topology = scan(bundle_context(bundle)).topology
+    return to_nodetopology(topology, bundle.name)["status"], to_labels(topology)
+
+
+def _subset(actual: dict[str, Any], expected: dict[str, Any], what: str) -> None:
+    for key, value in expected.items():
+        assert actual.get(key) == value, f"{what}: {key} is {actual.get(key)!r}, expected {value!r}"
+
+
+@pytest.mark.parametrize("bundle", BUNDLES, ids=[b.name for b in BUNDLES])
+def test_bundle_matches_expectations(bundle: Path) -> None:
+    expected = yaml.safe_load((bundle / "expected.yaml").read_text())
+    status, labels = _discover(bundle)
+
+    sysfs_only = expected.get("sysfsOnlyGPUs", [])
+    driver_gpus = [g for g in status["gpus"] if g["uuid"] is not None or not sysfs_only]
+    assert len(driver_gpus) == len(expected["gpus"])
+    by_index = {g["index"]: g for g in status["gpus"]}
+    for gpu in expected["gpus"]:
+        _subset(by_index[gpu["index"]], gpu, f"GPU{gpu['index']}")
+
+    islands = [{k: v for k, v in i.items() if k != "id"} for i in status["nvlinkIslands"]]
+    assert islands == expected["nvlinkIslands"]
+
+    by_name = {n["name"]: n for n in status["nics"]}
+    for nic in expected.get("nics") or []:
+        assert nic["name"] in by_name, f"NIC {nic['name']} missing"
+        _subset(by_name[nic["name"]], nic, nic["name"])
+
+    migs = {m["uuid"]: m for m in status["migDevices"]}
+    assert set(migs) == {m["uuid"] for m in expected["migDevices"]}
+    for mig in expected["migDevices"]:
+        _subset(migs[mig["uuid"]], mig, mig["uuid"])
+
+    if sysfs_only:
+        # GPUs the driver cannot see are still reported (by PCI address), never "0 GPUs".
+        assert sorted(g["pciBusID"] for g in status["gpus"] if g["uuid"] is None) == sysfs_only
+        assert labels["nodetopo.io/gpu.count"] == str(len(sysfs_only))
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "False"
+    if "clique" in expected:
+        assert labels["nodetopo.io/nvlink.clique"] == expected["clique"]
+        assert status["fabric"]["cliqueID"] == int(expected["clique"].rsplit(".", 1)[1])
+
+    # sysfs and nvidia-smi describe the same machine: their GPU–NIC classes agree.
+    consistent = next(c for c in status["conditions"] if c["type"] == "Consistent")
+    assert consistent["status"] == "True", consistent["message"]

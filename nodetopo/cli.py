@@ -121,13 +121,17 @@ def build_parser() -> argparse.ArgumentParser:
         "Sources that fail become conditions in the output; discovery itself does not fail.",
     )
     _add_input(p)
-    p.add_argument("-o", "--output", choices=["table", "yaml", "json"], default="table", help="default: table")
+    p.add_argument(
+        "-o", "--output", choices=["table", "yaml", "json"], default="table", help="default: table"
+    )
     p.add_argument(
         "--node-name",
         default=os.environ.get("NODE_NAME") or socket.gethostname(),
         help="name to put in the NodeTopology object (default: $NODE_NAME or the hostname)",
     )
-    p.add_argument("--strict", action="store_true", help="exit 3 when the result is not Ready (a source failed)")
+    p.add_argument(
+        "--strict", action="store_true", help="exit 3 when the result is not Ready (a source failed)"
+    )
     _add_common(p)
     p.set_defaults(func=cmd_discover)
 
@@ -151,9 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
         "the nodetopo.io/ labels of NODE, once. The agent does this in a loop.",
     )
     _add_input(p)
-    p.add_argument("--node-name", default=os.environ.get("NODE_NAME"), required=not os.environ.get("NODE_NAME"))
-    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: in-cluster, or $KUBECONFIG")
-    p.add_argument("--nfd", action="store_true", help="publish labels as an NFD NodeFeature instead of the Node")
+    p.add_argument(
+        "--node-name", default=os.environ.get("NODE_NAME"), required=not os.environ.get("NODE_NAME")
+    )
+    p.add_argument(
+        "--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: in-cluster, or $KUBECONFIG"
+    )
+    p.add_argument(
+        "--nfd", action="store_true", help="publish labels as an NFD NodeFeature instead of the Node"
+    )
     _add_common(p)
     p.set_defaults(func=cmd_publish)
 
@@ -241,7 +251,8 @@ def _capture_nvml(path: Path) -> str:
     except Exception as e:  # noqa: BLE001 - capture keeps going without NVML, and says why
         return f"nvml.json: not written ({type(e).__name__}: {e})"
     path.write_text(json.dumps(dump, indent=1, sort_keys=True) + "\n")
-    return f"nvml.json: {len(dump.get('devices', []))} GPUs"
+    devices = dump.get("devices")
+    return f"nvml.json: {len(devices) if isinstance(devices, list) else 0} GPUs"
 
 
 def cmd_publish(args: argparse.Namespace) -> int:

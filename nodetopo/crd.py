@@ -160,7 +160,9 @@ def _gpu(g: Gpu, topology: Topology) -> dict[str, Any]:
         "nearestNICs": list(g.nearest_nics),
         "nicDistance": g.nic_distance.name if g.nic_distance is not None else None,
         "nics": [
-            {"name": d.nic, "distance": d.distance.name} for d in topology.gpu_nic_distances if d.gpu == g.index
+            {"name": d.nic, "distance": d.distance.name}
+            for d in topology.gpu_nic_distances
+            if d.gpu == g.index
         ],
         "migEnabled": g.mig_enabled,
     }
@@ -240,7 +242,9 @@ def conditions(topology: Topology) -> list[dict[str, Any]]:
             {
                 "type": condition_type(s.name),
                 "status": "True" if s.ok else "False",
-                "reason": mine[0].reason.value if mine and not s.ok else ("Discovered" if s.ok else "Unavailable"),
+                "reason": mine[0].reason.value
+                if mine and not s.ok
+                else ("Discovered" if s.ok else "Unavailable"),
                 "message": _join(c.message for c in mine) if mine else (s.message or "ok"),
             }
         )

@@ -41,7 +41,6 @@ from nodetopo.model import (
     Nic,
     NumaNode,
     NvlinkIsland,
-    PciAddress,
     PciDevice,
     PreferredGpuSets,
     Topology,
@@ -69,8 +68,9 @@ def pci_numa_node(g: nx.Graph, device: PciDevice) -> int | None:
     on; else, on a single-node machine, that node (what hwloc does too). None when unknowable.
     """
     if device.numa_node is not None:
-        return device.numa_node
-    numa = [g.nodes[n]["node"] for n in nodes_of(g, "numa")]
+        known: int = device.numa_node
+        return known
+    numa: list[NumaNode] = [g.nodes[n]["node"] for n in nodes_of(g, "numa")]
     if device.local_cpus:
         matching = [n.id for n in numa if n.cpus and device.local_cpus <= n.cpus]
         if len(matching) == 1:
@@ -80,11 +80,13 @@ def pci_numa_node(g: nx.Graph, device: PciDevice) -> int | None:
         for _, data in g.nodes(data=True)
         if data["kind"] == "pci"
         and (d := data["device"]) is not None
+        and d.root is not None
         and d.root == device.root
         and d.numa_node is not None
     )
     if len(siblings) == 1:
-        return next(iter(siblings))
+        agreed: int = next(iter(siblings))
+        return agreed
     if len(numa) == 1:
         only: int = numa[0].id
         return only
@@ -94,13 +96,13 @@ def pci_numa_node(g: nx.Graph, device: PciDevice) -> int | None:
 def pcie_link_class(g: nx.Graph, a: PciDevice, b: PciDevice) -> LinkClass:
     """The nvidia-smi class of the path between two PCI functions, from the sysfs PCIe tree.
 
-    * different root complexes: ``NODE`` when both are on the same NUMA node, else ``SYS``;
+    * different (or unknown) root complexes: ``NODE`` when both are on the same NUMA node, else ``SYS``;
     * same root complex, no common bridge (they meet at the host bridge): ``PHB``;
     * below a common bridge: ``PIX`` when each is at most one bridge below the deepest common one
       (one switch: downstream port → upstream port → downstream port, or the two functions of one
       device), else ``PXB`` (several switches, still below the host bridge).
     """
-    if a.root != b.root:
+    if a.root is None or b.root is None or a.root != b.root:
         na, nb = pci_numa_node(g, a), pci_numa_node(g, b)
         return LinkClass.NODE if na is not None and na == nb else LinkClass.SYS
     common = 0
@@ -255,12 +257,20 @@ def nvlink_islands(g: nx.Graph) -> tuple[NvlinkIsland, ...]:
         switched = any(n.startswith("nvswitch:") for n in component)
         if switched:
             per_gpu = [
-                sum(sub.edges[gpu_id(i), s]["links"] for s in sub.neighbors(gpu_id(i)) if s.startswith("nvswitch:"))
+                sum(
+                    sub.edges[gpu_id(i), s]["links"]
+                    for s in sub.neighbors(gpu_id(i))
+                    if s.startswith("nvswitch:")
+                )
                 for i in gpus
             ]
             islands.append(
                 NvlinkIsland(
-                    id=island_id, gpus=tuple(gpus), links_per_pair=min(per_gpu), fully_connected=True, nvswitch=True
+                    id=island_id,
+                    gpus=tuple(gpus),
+                    links_per_pair=min(per_gpu),
+                    fully_connected=True,
+                    nvswitch=True,
                 )
             )
             continue
@@ -483,7 +493,3 @@ def _node_fabric(records: Sequence[GpuRecord]) -> FabricInfo | None:
     if not fabrics:
         return None
     return sorted(fabrics, key=lambda f: (f.cluster_uuid, f.clique_id))[0]
-
-
-def pci_address_of(gpu: Gpu) -> PciAddress | None:
-    return gpu.address

@@ -34,7 +34,9 @@ def collect(ctx: Context, selected: Sequence[Source] | None = None) -> tuple[Fac
     results: list[SourceResult] = []
     for source in selected if selected is not None else sources.ALL:
         result = source.collect(ctx)
-        log.debug("source %s: %.3fs ok=%s", source.NAME, result.duration_s, result.ok, extra={"source": source.NAME})
+        log.debug(
+            "source %s: %.3fs ok=%s", source.NAME, result.duration_s, result.ok, extra={"source": source.NAME}
+        )
         results.append(result)
         facts = facts.merge(result.facts)
     return facts, tuple(results)
@@ -47,7 +49,9 @@ def scan(ctx: Context, selected: Sequence[Source] | None = None) -> Scan:
     return Scan(facts=facts, results=results, topology=topology, duration_s=time.monotonic() - start)
 
 
-def host_context(root: str | Path = "/", runner: CommandRunner | None = None, timeout_s: float = 20.0) -> Context:
+def host_context(
+    root: str | Path = "/", runner: CommandRunner | None = None, timeout_s: float = 20.0
+) -> Context:
     """The seams for a live host (``root`` is ``/host`` in the DaemonSet)."""
     return Context(root=HostRoot(root), runner=runner or SubprocessRunner(), command_timeout_s=timeout_s)
 

@@ -22,9 +22,7 @@ class ParseError(NodetopoError):
     what was expected there.
     """
 
-    def __init__(
-        self, source: str, path: str, detail: str, *, line: int | None = None
-    ) -> None:
+    def __init__(self, source: str, path: str, detail: str, *, line: int | None = None) -> None:
         self.source = source
         self.path = path
         self.line = line

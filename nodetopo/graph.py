@@ -33,8 +33,8 @@ import networkx as nx
 from nodetopo.model import (
     Condition,
     ConditionReason,
-    Facts,
     FabricInfo,
+    Facts,
     LinkClass,
     MigDevice,
     PciAddress,
@@ -122,15 +122,19 @@ def _add_pci(g: nx.Graph, facts: Facts) -> None:
     for device in sorted(devices.values(), key=lambda d: d.address):
         node = pci_id(device.address)
         g.add_node(node, kind="pci", device=device)
-        root = f"root:{device.root}"
-        if root not in g:
-            g.add_node(root, kind="pcie-root", name=device.root)
-        parent = root if not device.upstream else pci_id(device.upstream[-1])
-        if parent.startswith("pci:") and parent not in g:
-            # A bridge that sysfs listed in the path but not under bus/pci/devices (seen in partial
-            # captures): keep the chain intact with a placeholder.
-            g.add_node(parent, kind="pci", device=None)
-        g.add_edge(node, parent, kind="pcie")
+        parent: str | None = None
+        if device.upstream:
+            parent = pci_id(device.upstream[-1])
+            if parent not in g:
+                # A bridge that sysfs listed in the path but not under bus/pci/devices (seen in
+                # partial captures): keep the chain intact with a placeholder.
+                g.add_node(parent, kind="pci", device=None)
+        elif device.root is not None:
+            parent = f"root:{device.root}"
+            if parent not in g:
+                g.add_node(parent, kind="pcie-root", name=device.root)
+        if parent is not None:
+            g.add_edge(node, parent, kind="pcie")
         if device.numa_node is not None and f"numa:{device.numa_node}" in g:
             g.add_edge(node, f"numa:{device.numa_node}", kind="numa")
 
@@ -371,14 +375,16 @@ def _add_nvlinks(g: nx.Graph, facts: Facts) -> None:
                 else:
                     continue
                 nvml_links = True
-        for (a, b), links in counts.items():
+        for (end_a, end_b), links in counts.items():
             # Each GPU reports its own end of a GPU–GPU link: count the better-reported direction.
-            links = max(links, counts.get((b, a), 0))
-            g.add_edge(a, b, kind="nvlink", links=links, source="nvml")
+            links = max(links, counts.get((end_b, end_a), 0))
+            g.add_edge(end_a, end_b, kind="nvlink", links=links, source="nvml")
     if not nvml_links and facts.topo_matrix is not None:
-        for (a, b), cell in facts.topo_matrix.gpu_gpu:
-            if cell.nvlinks > 0 and a != b:
-                g.add_edge(gpu_id(a), gpu_id(b), kind="nvlink", links=cell.nvlinks, source="nvidia-smi")
+        for (index_a, index_b), cell in facts.topo_matrix.gpu_gpu:
+            if cell.nvlinks > 0 and index_a != index_b:
+                g.add_edge(
+                    gpu_id(index_a), gpu_id(index_b), kind="nvlink", links=cell.nvlinks, source="nvidia-smi"
+                )
     for d in facts.pci_devices:
         if d.is_nvswitch:
             node = f"nvswitch:{d.address}"

@@ -15,7 +15,7 @@ import hashlib
 import logging
 import re
 
-from nodetopo.crd import islands_text, model_of, worst_nic_distance
+from nodetopo.crd import model_of, worst_nic_distance
 from nodetopo.graph import GRAPH_SOURCE
 from nodetopo.model import ConditionReason, Topology
 
@@ -31,7 +31,7 @@ GPU_SOURCES = ("nvml", "nvidia-smi")
 RDMA_SOURCES = ("sysfs.rdma", "ibstat", "nvidia-smi")
 NUMA_SOURCES = ("sysfs.numa",)
 KEYS: dict[str, tuple[str, ...]] = {
-    "gpu.count": GPU_SOURCES + ("sysfs.pci",),
+    "gpu.count": (*GPU_SOURCES, "sysfs.pci"),
     "gpu.model": GPU_SOURCES,
     "nvlink.island-count": GPU_SOURCES,
     "nvlink.island-size": GPU_SOURCES,
@@ -118,7 +118,11 @@ def uncertain_keys(topology: Topology) -> frozenset[str]:
     )
     uncertain: set[str] = set()
     for name, producers in KEYS.items():
-        if any(s == p or s.startswith(p + " ") or s.startswith(p + ".") for s in unreliable_sources for p in producers):
+        if any(
+            s == p or s.startswith(p + " ") or s.startswith(p + ".")
+            for s in unreliable_sources
+            for p in producers
+        ):
             uncertain.add(PREFIX + name)
         if gpus_hidden and set(producers) & set(GPU_SOURCES) and name != "gpu.count":
             uncertain.add(PREFIX + name)

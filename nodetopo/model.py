@@ -20,7 +20,6 @@ import enum
 import re
 from collections.abc import Iterable
 
-frozen = dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 
 # --------------------------------------------------------------------------------------------
 # Small value types
@@ -84,7 +83,7 @@ class ConditionReason(enum.StrEnum):
     STALE = "Stale"  #: facts kept from an earlier scan because this one failed
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Condition:
     """Something a platform engineer should know about one source's observation."""
 
@@ -93,7 +92,7 @@ class Condition:
     message: str
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SourceStatus:
     """Whether one source ran, and how it went (``status.sources[]``)."""
 
@@ -107,7 +106,7 @@ class SourceStatus:
 # --------------------------------------------------------------------------------------------
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class NumaNode:
     """A NUMA node from ``devices/system/node/nodeN``.
 
@@ -120,20 +119,21 @@ class NumaNode:
     distances: tuple[tuple[int, int], ...] = ()
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PciDevice:
     """One PCI function from ``bus/pci/devices``.
 
     ``upstream`` is the chain of bridges above the function, nearest the root complex first,
     resolved from the device's real sysfs path; ``root`` is the root complex directory name
-    (``pci0000:3a``, the DRA ``pcieRoot`` attribute).
+    (``pci0000:3a``, the DRA ``pcieRoot`` attribute), None when the device's sysfs entry is not a
+    link into ``devices/pci*`` (some trimmed captures) so that its place in the tree is unknown.
     """
 
     address: PciAddress
     vendor: int
     device: int
     class_code: int  #: the 24-bit class register, e.g. 0x030200 for a 3D controller
-    root: str
+    root: str | None
     upstream: tuple[PciAddress, ...] = ()
     numa_node: int | None = None  #: None when sysfs says -1 or nothing
     local_cpus: frozenset[int] | None = None
@@ -158,7 +158,7 @@ class PciDevice:
         return self.class_code >> 16 == 0x02
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RdmaPort:
     """One port of an RDMA device (``class/infiniband/<dev>/ports/<n>``, or ibstat)."""
 
@@ -172,7 +172,7 @@ class RdmaPort:
     port_guid: str | None = None
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RdmaDevice:
     """An RDMA device (HCA or RoCE NIC) from ``class/infiniband``."""
 
@@ -185,7 +185,7 @@ class RdmaDevice:
     ports: tuple[RdmaPort, ...] = ()
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class NetDevice:
     """A network interface from ``class/net`` that sits on a PCI function."""
 
@@ -196,7 +196,7 @@ class NetDevice:
     mac: str | None = None
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class IbstatCa:
     """One channel adapter as ``ibstat`` prints it."""
 
@@ -214,7 +214,7 @@ class IbstatCa:
 # --------------------------------------------------------------------------------------------
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class TopoLink:
     """One cell of ``nvidia-smi topo -m``: an NVLink bundle (``nvlinks`` > 0) or a PCIe class."""
 
@@ -222,7 +222,7 @@ class TopoLink:
     nvlinks: int = 0
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class TopoGpu:
     """A GPU row of ``nvidia-smi topo -m`` with its affinity columns (None where N/A or absent)."""
 
@@ -232,7 +232,7 @@ class TopoGpu:
     gpu_numa_id: int | None = None
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class TopoNic:
     """A NIC column of ``nvidia-smi topo -m``; ``name`` from the NIC Legend (or the header)."""
 
@@ -240,7 +240,7 @@ class TopoNic:
     name: str
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class TopoMatrix:
     """The parsed ``nvidia-smi topo -m`` matrix.
 
@@ -255,7 +255,7 @@ class TopoMatrix:
     nic_nic: tuple[tuple[tuple[int, int], TopoLink], ...] = ()
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class MigDevice:
     """A MIG instance and its parent GPU."""
 
@@ -268,7 +268,7 @@ class MigDevice:
     device_index: int | None = None  #: the ``Device N`` number under its parent in ``nvidia-smi -L``
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ListedGpu:
     """A GPU line of ``nvidia-smi -L`` with the MIG devices listed under it."""
 
@@ -278,7 +278,7 @@ class ListedGpu:
     migs: tuple[MigDevice, ...] = ()
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class QueriedGpu:
     """A GPU from ``nvidia-smi -q -x``."""
 
@@ -293,7 +293,7 @@ class QueriedGpu:
     driver_version: str | None = None
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class NvlinkStatus:
     """``nvidia-smi nvlink -s``: links of one GPU, (link number, GB/s or None when inactive)."""
 
@@ -314,7 +314,7 @@ class RemoteDeviceType(enum.StrEnum):
     UNKNOWN = "UNKNOWN"
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class NvmlLink:
     """One active NVLink of a GPU as NVML reports it."""
 
@@ -323,7 +323,7 @@ class NvmlLink:
     remote_type: RemoteDeviceType
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class FabricInfo:
     """Multi-node NVLink (GB200 NVL72 ...) membership from ``nvmlDeviceGetGpuFabricInfo``."""
 
@@ -333,7 +333,7 @@ class FabricInfo:
     health: str | None = None
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class NvmlGpu:
     """A GPU as NVML reports it."""
 
@@ -351,7 +351,7 @@ class NvmlGpu:
     migs: tuple[MigDevice, ...] = ()
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class NvmlSnapshot:
     driver_version: str | None
     gpus: tuple[NvmlGpu, ...]
@@ -364,7 +364,7 @@ class NvmlSnapshot:
 # --------------------------------------------------------------------------------------------
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Facts:
     """The union of what every source observed this round, plus how each source fared."""
 
@@ -404,7 +404,7 @@ class Facts:
 # --------------------------------------------------------------------------------------------
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Gpu:
     index: int
     uuid: str | None
@@ -422,7 +422,7 @@ class Gpu:
     memory_bytes: int | None = None
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Nic:
     name: str
     netdev: str | None
@@ -435,7 +435,7 @@ class Nic:
     rdma: bool
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class NvlinkIsland:
     id: int
     gpus: tuple[int, ...]  #: GPU indices, sorted; an island has at least two GPUs
@@ -444,20 +444,20 @@ class NvlinkIsland:
     nvswitch: bool
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PreferredGpuSets:
     size: int
     sets: tuple[tuple[int, ...], ...]  #: best first
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class GpuNicDistance:
     gpu: int
     nic: str
     distance: LinkClass
 
 
-@frozen
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Topology:
     """The derived, joined view of a node. The only value that crosses into projections."""
 

@@ -20,7 +20,9 @@ from nodetopo.model import Topology
 PIX, PXB, PHB, NODE, SYS = "PIX", "PXB", "PHB", "NODE", "SYS"
 
 
-def _nearest(groups: dict[tuple[int, ...], tuple[tuple[str, ...], str]]) -> dict[int, tuple[tuple[str, ...], str]]:
+def _nearest(
+    groups: dict[tuple[int, ...], tuple[tuple[str, ...], str]],
+) -> dict[int, tuple[tuple[str, ...], str]]:
     return {gpu: value for gpus, value in groups.items() for gpu in gpus}
 
 
@@ -187,12 +189,13 @@ def test_every_corpus_matrix_has_expectations(corpus: Path) -> None:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_topo_m_only_bundle(tmp_path: Path, corpus: Path, name: str) -> None:
     expected = CASES[name]
-    topology, body = _discover(tmp_path, corpus / "topo-m" / name)
+    _topology, body = _discover(tmp_path, corpus / "topo-m" / name)
     status = body["status"]
 
     assert len(status["gpus"]) == expected["gpus"]
     islands = [
-        (tuple(i["gpus"]), i["linksPerPair"], i["fullyConnected"], i["nvswitch"]) for i in status["nvlinkIslands"]
+        (tuple(i["gpus"]), i["linksPerPair"], i["fullyConnected"], i["nvswitch"])
+        for i in status["nvlinkIslands"]
     ]
     assert islands == expected["islands"]
     for gpu in status["gpus"]:

@@ -1,0 +1,199 @@
+"""Capture a node into a bundle directory (design.md §2): the sysfs part, and the hook for the rest.
+
+``capture_sysfs`` copies into ``DEST/sys`` exactly the subset of ``/sys`` that the sysfs sources
+(``sources.numa``, ``sources.pci``, ``sources.rdma``) read, so that reading the copy gives the same
+facts as reading the host. It works like ``cp -P`` / hwloc-gather-topology:
+
+* symlinks are recreated as symlinks with the same target text (sysfs links are relative, so they
+  keep working inside the bundle), and the real directories they lead to are created, so that the
+  PCIe tree (``devices/pci*/...``) is there for ``HostRoot.resolve``;
+* attribute files are copied by reading them (sysfs reports a size of 4096 for every attribute, so
+  size-based copying is wrong) and writing the bytes;
+* only the attributes the sources read are copied (the lists live in the source modules:
+  ``numa.NODE_FILES``, ``pci.ATTRIBUTES``/``pci.LINKS``, ``rdma.*_ATTRIBUTES``), never counters or
+  binary files such as ``config``;
+* an attribute that cannot be read is skipped and its host path returned as a warning, except for
+  the "no value now" answers (EINVAL/ENODATA: the speed of a link that is down), which the sources
+  read as absent anyway.
+
+``capture_bundle`` is the whole capture: it runs ``capture_sysfs`` and then every further step
+given to it (command outputs into ``DEST/cmd``, the NVML dump into ``DEST/nvml.json``: written by
+other modules, wired by the CLI), collecting their warnings.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path, PurePosixPath
+
+from nodetopo.host import HostRoot
+from nodetopo.sources import _sysfs, numa, pci, rdma
+
+log = logging.getLogger(__name__)
+
+#: a further capture step: writes into the bundle directory, returns warnings
+CaptureStep = Callable[[Path], list[str]]
+
+_MAX_LINKS = 40
+_NO_VALUE_ERRNOS = frozenset({errno.EINVAL, errno.ENODATA, errno.EOPNOTSUPP})
+
+
+def capture_bundle(root: HostRoot, dest: Path, steps: Sequence[CaptureStep] = ()) -> list[str]:
+    """Write a capture bundle of ``root`` into ``dest``: sysfs first, then each of ``steps``.
+
+    The command outputs (``cmd/*``, see ``bundle.COMMANDS``) and the NVML dump (``nvml.json``) are
+    such steps; a step that raises is reported as a warning and the others still run.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    warnings = capture_sysfs(root, dest)
+    for step in steps:
+        try:
+            warnings.extend(step(dest))
+        except Exception as e:  # one failed part must not lose the rest of the bundle
+            log.exception("capture step %s failed", getattr(step, "__name__", step))
+            warnings.append(f"{getattr(step, '__name__', step)}: failed: {type(e).__name__}: {e}")
+    return warnings
+
+
+def capture_sysfs(root: HostRoot, dest: Path) -> list[str]:
+    """Copy the sysfs subset the sysfs sources read from ``root`` into ``dest/sys``.
+
+    Returns warnings: host paths that could not be copied, and why. Raises nothing for a missing or
+    odd host tree (a part that is not there is simply not in the copy).
+    """
+    copier = _Copier(root, dest)
+    for path in _sysfs_paths(root):
+        copier.copy(path.relative_to(root.path), follow=path.name not in _KEEP_AS_LINK)
+    return copier.warnings
+
+
+# The names that the sources read as links, not through them (``driver``: only its basename).
+_KEEP_AS_LINK = frozenset(pci.LINKS)
+
+
+def _sysfs_paths(root: HostRoot) -> Iterable[Path]:
+    """Every path the sysfs sources read (or list) under ``root``, in a stable order."""
+    yield root.sys(numa.CPU_ONLINE)
+    yield root.sys(numa.NODE_ONLINE)
+    node_dir = root.sys(numa.NODE_DIR)
+    for _, directory in _sysfs.numbered_entries(node_dir, "node"):
+        yield directory
+        for name in numa.NODE_FILES:
+            yield directory / name
+
+    pci_dir = root.sys(pci.DEVICES_DIR)
+    yield pci_dir
+    for name in _sysfs.list_directory(pci_dir):
+        entry = pci_dir / name
+        yield entry
+        for attribute in (*pci.ATTRIBUTES, *pci.LINKS):
+            yield entry / attribute
+
+    ib_dir = root.sys(rdma.INFINIBAND_DIR)
+    yield ib_dir
+    for name in _sysfs.list_directory(ib_dir):
+        entry = ib_dir / name
+        yield entry
+        for attribute in rdma.DEVICE_ATTRIBUTES:
+            yield entry / attribute
+        yield entry / "device"
+        for _, port in _sysfs.numbered_entries(entry / "ports", ""):
+            yield port
+            for attribute in rdma.PORT_ATTRIBUTES:
+                yield port / attribute
+        net_dir = entry / "device" / "net"
+        for netdev in _sysfs.list_directory(net_dir):
+            yield net_dir / netdev
+            for attribute in rdma.NET_ATTRIBUTES:
+                yield net_dir / netdev / attribute
+
+    net_dir = root.sys(rdma.NET_DIR)
+    yield net_dir
+    for name in _sysfs.list_directory(net_dir):
+        entry = net_dir / name
+        yield entry
+        yield entry / "device"
+        for attribute in rdma.NET_ATTRIBUTES:
+            yield entry / attribute
+
+
+class _Copier:
+    """Replicates paths of a source root under a destination, walking symlinks like realpath."""
+
+    def __init__(self, root: HostRoot, dest: Path) -> None:
+        self.source = root.path
+        self.root = root
+        self.dest = dest
+        self.warnings: list[str] = []
+        self._done: set[tuple[PurePosixPath, bool]] = set()
+
+    def copy(self, relative: Path, *, follow: bool = True) -> None:
+        """Make ``relative`` (a path under the source root) readable the same way under dest.
+
+        Every symlink met on the way is recreated, every directory is created at its physical
+        place, and the final file's bytes are copied. With ``follow`` False a final symlink is
+        recreated but not followed.
+        """
+        key = (PurePosixPath(relative), follow)
+        if key in self._done:
+            return
+        self._done.add(key)
+        physical: list[str] = []  # the resolved path so far: no symlinks in it
+        pending = list(PurePosixPath(relative).parts)
+        links = 0
+        while pending:
+            part = pending.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if physical:
+                    physical.pop()
+                continue
+            here = [*physical, part]
+            src = self.source.joinpath(*here)
+            dst = self.dest.joinpath(*here)
+            is_last = not pending
+            if src.is_symlink():
+                target = os.readlink(src)
+                self._make_link(dst, target)
+                if is_last and not follow:
+                    return
+                links += 1
+                if links > _MAX_LINKS:
+                    self.warnings.append(f"{self.root.relative(src)}: too many levels of symlinks")
+                    return
+                target_parts = list(PurePosixPath(target).parts)
+                if target.startswith("/"):
+                    physical = []
+                    target_parts = target_parts[1:]
+                pending = target_parts + pending
+                continue
+            if src.is_dir():
+                dst.mkdir(parents=True, exist_ok=True)
+                physical = here
+                continue
+            if not src.exists():
+                return  # absent (or dangling further on): absent in the copy too
+            if not is_last:
+                return  # a file in the middle of a path: nothing below it to copy
+            self._copy_file(src, dst)
+            return
+
+    def _make_link(self, dst: Path, target: str) -> None:
+        if dst.is_symlink():
+            return
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, dst)
+
+    def _copy_file(self, src: Path, dst: Path) -> None:
+        try:
+            data = src.read_bytes()
+        except OSError as e:
+            if e.errno not in _NO_VALUE_ERRNOS:
+                self.warnings.append(f"{self.root.relative(src)}: not copied: {e.strerror or e}")
+            return
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(data)

@@ -1,0 +1,110 @@
+"""Reading sysfs attribute files, shared by the sysfs sources (numa, pci, rdma) and ``capture``.
+
+sysfs has three ways of not answering, and the sources treat them differently:
+
+* the attribute is **absent** (older kernel, driver without it, a capture that left it out):
+  ``read_attribute`` returns None and the caller uses its default, without a condition;
+* it is there but **cannot be read** (permission denied, a directory where a file belongs, a
+  dangling symlink, an I/O error): ``read_attribute`` raises ``Unreadable``, which the ``read_*``
+  functions turn into an ``Unavailable`` condition;
+* the kernel answers ``EINVAL``/``ENODATA`` for "no value now" (``class/net/*/speed`` of a link that
+  is down, ``ports/*/rate`` on some drivers): ``Unreadable.no_value`` is True, and the callers for
+  which that is documented kernel behaviour treat it as absent.
+
+Nothing here parses: the parsers are pure functions in each source module.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from pathlib import Path
+
+from nodetopo.errors import ParseError
+from nodetopo.host import HostRoot
+from nodetopo.model import Condition, ConditionReason
+
+#: errno values with which sysfs says "this attribute has no value right now"
+_NO_VALUE_ERRNOS = frozenset({errno.EINVAL, errno.ENODATA, errno.EOPNOTSUPP})
+
+#: digits of a ``nodeN`` / ``cpuN`` / port directory name
+_NUMBERED = re.compile(r"^(?P<prefix>[a-z_]*)(?P<number>\d+)$")
+
+
+class Unreadable(Exception):
+    """An attribute that exists but could not be read; ``str()`` says why, with the host path."""
+
+    def __init__(self, host_path: str, why: str, *, no_value: bool = False) -> None:
+        super().__init__(f"{host_path}: cannot read: {why}")
+        self.host_path = host_path
+        self.no_value = no_value
+
+
+def read_attribute(root: HostRoot, path: Path) -> str | None:
+    """The text of one sysfs attribute, None when it does not exist.
+
+    Raises ``Unreadable`` when it exists but cannot be read (see the module docstring). Bytes that
+    are not UTF-8 are replaced rather than rejected: the parsers then report garbage precisely.
+    """
+    host_path = root.relative(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        if path.is_symlink():
+            raise Unreadable(host_path, f"dangling symlink to {os.readlink(path)}") from None
+        return None
+    except IsADirectoryError:
+        raise Unreadable(host_path, "a directory where a file was expected") from None
+    except PermissionError as e:
+        raise Unreadable(host_path, e.strerror or "permission denied") from None
+    except OSError as e:
+        raise Unreadable(
+            host_path, e.strerror or type(e).__name__, no_value=e.errno in _NO_VALUE_ERRNOS
+        ) from None
+    return data.decode("utf-8", errors="replace")
+
+
+def numbered_entries(directory: Path, prefix: str) -> list[tuple[int, Path]]:
+    """``(number, path)`` of the entries named ``<prefix><digits>``, in numeric order.
+
+    Numeric, not lexical: ``node8`` comes before ``node250``. A directory that cannot be listed
+    gives no entries (the caller has already checked that it exists).
+    """
+    found: list[tuple[int, Path]] = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    for name in names:
+        match = _NUMBERED.match(name)
+        if match is not None and match["prefix"] == prefix:
+            found.append((int(match["number"]), directory / name))
+    found.sort()
+    return found
+
+
+def list_directory(directory: Path) -> list[str]:
+    """Sorted entry names of a directory; empty when it is absent or cannot be listed."""
+    try:
+        return sorted(os.listdir(directory))
+    except OSError:
+        return []
+
+
+def is_dangling(path: Path) -> bool:
+    return path.is_symlink() and not path.exists()
+
+
+def unavailable(source: str, message: str) -> Condition:
+    return Condition(source=source, reason=ConditionReason.UNAVAILABLE, message=message)
+
+
+def parse_error(source: str, message: str) -> Condition:
+    return Condition(source=source, reason=ConditionReason.PARSE_ERROR, message=message)
+
+
+def from_parse_error(error: ParseError) -> Condition:
+    """The condition for a ParseError caught at the source boundary (message without the source)."""
+    where = f"{error.path}:{error.line}" if error.line is not None else error.path
+    return parse_error(error.source, f"{where}: {error.detail}")

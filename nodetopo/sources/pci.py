@@ -1,0 +1,281 @@
+"""PCI functions from sysfs: every ``bus/pci/devices/*`` entry as a ``PciDevice``.
+
+Each entry is a relative symlink into the device tree, e.g.
+``bus/pci/devices/0000:82:00.0 -> ../../../devices/pci0000:80/0000:80:02.2/0000:82:00.0``. The
+resolved path gives the device's place in the PCIe tree:
+
+* ``root``: the outermost ``pciDDDD:BB`` component (the root complex, the DRA ``pcieRoot``); 32-bit
+  domains (``pci10000:00``, Intel VMD) are kept as written;
+* ``upstream``: every PCI function directory between the root and the device, nearest the root first
+  (root ports, switch ports, and under VMD the VMD endpoint itself).
+
+An entry that is a plain directory rather than a link (trimmed captures such as hwloc's POWER9 test
+tree) still yields a device, with ``root`` None and no upstream, and an ``Unavailable`` condition.
+
+Attributes: ``class``, ``vendor``, ``device`` are expected; when one is missing, unreadable or not a
+hex value the device is still reported (its address and place in the tree are facts) with 0 in
+that field, as hwloc does, and a condition says so. ``subsystem_vendor``, ``subsystem_device``,
+``numa_node`` (``-1`` means "no NUMA information" and becomes None), ``local_cpulist`` (falling back
+to the ``local_cpus`` hex mask) and the ``driver`` link are optional: absent gives None silently,
+unreadable or garbage gives None plus a condition. When ``local_cpulist`` and ``local_cpus`` both exist
+and disagree (seen in a real capture), ``local_cpulist`` wins and an ``Inconsistent`` condition says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from nodetopo.errors import ParseError
+from nodetopo.host import HostRoot
+from nodetopo.model import (
+    Condition,
+    ConditionReason,
+    Facts,
+    PciAddress,
+    PciDevice,
+    SourceStatus,
+    format_cpulist,
+)
+from nodetopo.sources import _sysfs
+from nodetopo.sources.base import Context, SourceResult, failed, guarded
+from nodetopo.sources.numa import parse_cpulist_text
+
+log = logging.getLogger(__name__)
+
+NAME = "sysfs.pci"
+
+_T = TypeVar("_T")
+
+#: where the devices are listed, relative to ``<root>/sys``
+DEVICES_DIR = "bus/pci/devices"
+#: the attribute files read in each device directory (``capture`` copies exactly these)
+ATTRIBUTES = (
+    "class",
+    "vendor",
+    "device",
+    "subsystem_vendor",
+    "subsystem_device",
+    "numa_node",
+    "local_cpulist",
+    "local_cpus",
+)
+#: the links read in each device directory (copied as links)
+LINKS = ("driver",)
+
+_REQUIRED = {"class": 24, "vendor": 16, "device": 16}
+_OPTIONAL_IDS = {"subsystem_vendor": 16, "subsystem_device": 16}
+
+_HEX = re.compile(r"^(?:0[xX])?(?P<digits>[0-9a-fA-F]{1,8})$")
+_INTEGER = re.compile(r"^[+-]?\d+$")
+_MASK_WORD = re.compile(r"^[0-9a-fA-F]{1,8}$")
+_ROOT_COMPONENT = re.compile(r"^pci[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}$")
+_FUNCTION_COMPONENT = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+
+
+def parse_hex_id(text: str, path: str, *, bits: int) -> int:
+    """A hex register value as sysfs prints it (``0x15b3``, ``0x030200``), at most ``bits`` wide."""
+    value_text = text.replace("\x00", "").strip()
+    match = _HEX.match(value_text)
+    if match is None:
+        raise ParseError(NAME, path, f"expected a hex value like 0x15b3, got {value_text!r}")
+    value = int(match["digits"], 16)
+    if value >= 1 << bits:
+        raise ParseError(NAME, path, f"expected at most {bits} bits, got {value_text!r}")
+    return value
+
+
+def parse_numa_node(text: str, path: str) -> int | None:
+    """``numa_node``: the node id, or None for ``-1`` (the kernel's "no NUMA information")."""
+    value_text = text.replace("\x00", "").strip()
+    if not _INTEGER.match(value_text):
+        raise ParseError(NAME, path, f"expected a NUMA node id or -1, got {value_text!r}")
+    value = int(value_text)
+    return value if value >= 0 else None
+
+
+def parse_cpumask(text: str, path: str) -> frozenset[int]:
+    """A kernel CPU mask (``local_cpus``): comma-separated 32-bit hex words, most significant first.
+
+    ``0000,00000000,0000ffff`` is CPUs 0-15.
+    """
+    value_text = text.replace("\x00", "").strip()
+    words = value_text.split(",")
+    if not value_text or not all(_MASK_WORD.match(word) for word in words):
+        raise ParseError(NAME, path, f"expected a CPU mask like 00000000,0000ffff, got {value_text!r}")
+    cpus: set[int] = set()
+    for position, word in enumerate(reversed(words)):
+        bits = int(word, 16)
+        base = 32 * position
+        while bits:
+            low = bits & -bits
+            cpus.add(base + low.bit_length() - 1)
+            bits ^= low
+    return frozenset(cpus)
+
+
+def parse_device_location(parts: Sequence[str]) -> tuple[str | None, tuple[PciAddress, ...]]:
+    """The root complex and the upstream PCI functions of a resolved device path.
+
+    ``parts`` are the path components of the device's real directory (below the host root), e.g.
+    ``("sys", "devices", "pci0000:80", "0000:80:02.2", "0000:82:00.0")`` gives
+    ``("pci0000:80", (0000:80:02.2,))``. Without a ``pciDDDD:BB`` component: ``(None, ())``.
+    """
+    for index, part in enumerate(parts):
+        if _ROOT_COMPONENT.match(part):
+            below = parts[index + 1 : -1]
+            upstream = tuple(PciAddress.parse(p) for p in below if _FUNCTION_COMPONENT.match(p))
+            return part, upstream
+    return None, ()
+
+
+def read_pci_devices(root: HostRoot) -> tuple[tuple[PciDevice, ...], tuple[Condition, ...]]:
+    """Every PCI function under ``root``, sorted by address, plus per-device problems as conditions.
+
+    Returns no devices and one ``Unavailable`` condition when ``bus/pci/devices`` is absent.
+    """
+    base = root.sys(DEVICES_DIR)
+    if not base.is_dir():
+        return (), (_sysfs.unavailable(NAME, f"{root.relative(base)}: missing: no PCI bus in sysfs"),)
+    devices: list[PciDevice] = []
+    conditions: list[Condition] = []
+    for name in _sysfs.list_directory(base):
+        device = _read_device(root, base / name, conditions)
+        if device is not None:
+            devices.append(device)
+    devices.sort(key=lambda d: d.address)
+    return tuple(devices), tuple(conditions)
+
+
+def _read_device(root: HostRoot, entry: Path, conditions: list[Condition]) -> PciDevice | None:
+    host_path = root.relative(entry)
+    try:
+        address = PciAddress.parse(entry.name)
+    except ValueError:
+        conditions.append(_sysfs.parse_error(NAME, f"{host_path}: expected a PCI address as the entry name"))
+        return None
+    try:
+        real = root.resolve(entry)
+    except FileNotFoundError:
+        target = os.readlink(entry) if entry.is_symlink() else "?"
+        conditions.append(_sysfs.unavailable(NAME, f"{host_path}: dangling symlink to {target}: left out"))
+        return None
+    except (ValueError, OSError, RuntimeError) as e:  # RuntimeError: a symlink loop (Python 3.11)
+        conditions.append(_sysfs.unavailable(NAME, f"{host_path}: cannot resolve: {e}: left out"))
+        return None
+    if not real.is_dir():
+        conditions.append(_sysfs.unavailable(NAME, f"{host_path}: not a device directory: left out"))
+        return None
+
+    pcie_root, upstream = parse_device_location(real.relative_to(root.path.resolve()).parts)
+    if pcie_root is None:
+        conditions.append(
+            _sysfs.unavailable(
+                NAME, f"{host_path}: not a link into /sys/devices/pci*: PCIe root and bridges unknown"
+            )
+        )
+
+    texts: dict[str, str | None] = {}
+    for name in ATTRIBUTES:
+        try:
+            texts[name] = _sysfs.read_attribute(root, entry / name)
+        except _sysfs.Unreadable as e:
+            conditions.append(_sysfs.unavailable(NAME, str(e)))
+            texts[name] = None
+
+    required: dict[str, int] = {}
+    for name, bits in _REQUIRED.items():
+        value = _optional(texts[name], _hex_parser(bits), f"{host_path}/{name}", conditions)
+        if value is None and texts[name] is None and not _exists(entry / name):
+            conditions.append(_sysfs.unavailable(NAME, f"{host_path}/{name}: missing: reported as 0"))
+        required[name] = value if value is not None else 0
+
+    optional: dict[str, int | None] = {}
+    for name, bits in _OPTIONAL_IDS.items():
+        optional[name] = _optional(texts[name], _hex_parser(bits), f"{host_path}/{name}", conditions)
+    numa_node = _optional(texts["numa_node"], parse_numa_node, f"{host_path}/numa_node", conditions)
+    local_cpus = _optional(
+        texts["local_cpulist"], parse_cpulist_text, f"{host_path}/local_cpulist", conditions
+    )
+    mask_cpus = _optional(texts["local_cpus"], parse_cpumask, f"{host_path}/local_cpus", conditions)
+    if local_cpus is None:
+        local_cpus = mask_cpus
+    elif mask_cpus is not None and mask_cpus != local_cpus:
+        conditions.append(
+            Condition(
+                source=NAME,
+                reason=ConditionReason.INCONSISTENT,
+                message=(
+                    f"{host_path}: local_cpulist says {format_cpulist(local_cpus)} but local_cpus says "
+                    f"{format_cpulist(mask_cpus)}: using local_cpulist (hwloc uses local_cpus)"
+                ),
+            )
+        )
+
+    return PciDevice(
+        address=address,
+        vendor=required["vendor"],
+        device=required["device"],
+        class_code=required["class"],
+        root=pcie_root,
+        upstream=upstream,
+        numa_node=numa_node,
+        local_cpus=local_cpus,
+        driver=_driver(entry),
+        subsystem_vendor=optional["subsystem_vendor"],
+        subsystem_device=optional["subsystem_device"],
+    )
+
+
+def _hex_parser(bits: int) -> Callable[[str, str], int]:
+    def parse(text: str, path: str) -> int:
+        return parse_hex_id(text, path, bits=bits)
+
+    return parse
+
+
+def _optional(
+    text: str | None, parser: Callable[[str, str], _T], path: str, conditions: list[Condition]
+) -> _T | None:
+    """Parse an optional attribute: None when absent, None plus a condition when garbage."""
+    if text is None:
+        return None
+    try:
+        return parser(text, path)
+    except ParseError as e:
+        conditions.append(_sysfs.from_parse_error(e))
+        return None
+
+
+def _exists(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
+def _driver(entry: Path) -> str | None:
+    """The bound driver: the basename of the ``driver`` link (it may dangle in a capture)."""
+    link = entry / "driver"
+    if not link.is_symlink():
+        return None
+    return os.path.basename(os.readlink(link).rstrip("/")) or None
+
+
+def _collect(root: HostRoot) -> Facts:
+    devices, conditions = read_pci_devices(root)
+    if not devices and conditions:
+        facts = failed(NAME, conditions[0].reason, "; ".join(c.message for c in conditions[:3]))
+        return Facts(sources=facts.sources, conditions=conditions)
+    message = f"{len(devices)} PCI function(s)" + (f", {len(conditions)} problem(s)" if conditions else "")
+    return Facts(
+        pci_devices=devices,
+        sources=(SourceStatus(name=NAME, ok=True, message=message),),
+        conditions=conditions,
+    )
+
+
+def collect(ctx: Context) -> SourceResult:
+    """The PCI source: ``read_pci_devices(ctx.root)`` behind the source boundary."""
+    return guarded(NAME, lambda: _collect(ctx.root))

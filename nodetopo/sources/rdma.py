@@ -1,0 +1,316 @@
+"""RDMA devices (``class/infiniband``) and PCI network interfaces (``class/net``) from sysfs.
+
+RDMA: for each ``class/infiniband/<dev>``: ``hca_type``, ``fw_ver``, ``board_id``, ``node_guid`` and
+``ports/<n>/{state,phys_state,rate,link_layer,lid,gids/0}``; the ``device`` link gives the PCI
+address, and the network interfaces under ``device/net/*`` are attached to the port they belong to
+(``dev_port`` + 1, else ``dev_id`` + 1, else port 1 on a single-port device). A device without a
+``device`` link (soft RoCE, a snapshot of ``class/infiniband`` alone) is still reported, without an
+address. Values are normalised to what ``ibstat`` prints: state ``4: ACTIVE`` -> ``ACTIVE``,
+phys_state ``5: LinkUp`` -> ``LinkUp``, rate ``400 Gb/sec (4X NDR)`` -> 400.0, GUIDs
+``0002:c903:00f9:bfa0`` -> ``0x0002c90300f9bfa0``.
+
+Net: each ``class/net/<if>`` whose ``device`` link resolves to a PCI function (directly, or through a
+virtio device whose parent is the PCI function) gives a ``NetDevice`` with ``operstate``, ``speed``
+(Mb/s; ``-1``, empty, or EINVAL from a link that is down -> None) and ``address`` (the MAC, or the
+20-byte IPoIB hardware address). Interfaces without a ``device`` link (lo, veth, bridges, bonds) are
+virtual and skipped, also when the capture left their ``devices/virtual`` target out.
+
+A missing ``class/infiniband`` is a machine without an RDMA stack: no devices, no condition.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from nodetopo.errors import ParseError
+from nodetopo.host import HostRoot
+from nodetopo.model import Condition, Facts, NetDevice, PciAddress, RdmaDevice, RdmaPort, SourceStatus
+from nodetopo.sources import _sysfs
+from nodetopo.sources.base import Context, SourceResult, guarded
+
+log = logging.getLogger(__name__)
+
+NAME = "sysfs.rdma"
+
+_T = TypeVar("_T")
+
+INFINIBAND_DIR = "class/infiniband"
+NET_DIR = "class/net"
+#: files read in ``class/infiniband/<dev>`` (``capture`` copies exactly these)
+DEVICE_ATTRIBUTES = ("hca_type", "fw_ver", "board_id", "node_guid")
+#: files read in ``class/infiniband/<dev>/ports/<n>``
+PORT_ATTRIBUTES = ("state", "phys_state", "rate", "link_layer", "lid", "gids/0")
+#: files read in a network interface directory (``class/net/<if>``, ``<pci dev>/net/<if>``)
+NET_ATTRIBUTES = ("operstate", "speed", "address", "dev_port", "dev_id")
+
+_STATE = re.compile(r"^(?:(?P<number>\d+)\s*:\s*)?(?P<name>[A-Za-z][A-Za-z_ ]*)$")
+_RATE = re.compile(r"^(?P<gbps>\d+(?:\.\d+)?)\s*Gb/sec\b")
+_GUID = re.compile(r"^[0-9a-fA-F]{4}(?::[0-9a-fA-F]{4}){3}$")
+_GID = re.compile(r"^[0-9a-fA-F]{4}(?::[0-9a-fA-F]{4}){7}$")
+_PCI_FUNCTION = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+
+
+def _clean(text: str) -> str:
+    return text.replace("\x00", "").strip()
+
+
+def _value_or_none(text: str | None) -> str | None:
+    """An attribute's text without whitespace and NULs; None when absent or empty."""
+    return (_clean(text) or None) if text is not None else None
+
+
+def parse_port_state(text: str, path: str) -> str:
+    """``4: ACTIVE`` -> ``ACTIVE`` (upper case, no numeric prefix; ``ACTIVE`` alone is accepted)."""
+    match = _STATE.match(_clean(text))
+    if match is None:
+        raise ParseError(NAME, path, f"expected a port state like '4: ACTIVE', got {_clean(text)!r}")
+    return match["name"].strip().upper()
+
+
+def parse_phys_state(text: str, path: str) -> str:
+    """``5: LinkUp`` -> ``LinkUp`` (kept as the kernel spells it)."""
+    match = _STATE.match(_clean(text))
+    if match is None:
+        raise ParseError(NAME, path, f"expected a physical state like '5: LinkUp', got {_clean(text)!r}")
+    return match["name"].strip()
+
+
+def parse_rate(text: str, path: str) -> float:
+    """``400 Gb/sec (4X NDR)`` -> 400.0; ``2.5 Gb/sec (1X SDR)`` -> 2.5."""
+    match = _RATE.match(_clean(text))
+    if match is None:
+        raise ParseError(NAME, path, f"expected a rate like '400 Gb/sec (4X NDR)', got {_clean(text)!r}")
+    return float(match["gbps"])
+
+
+def parse_lid(text: str, path: str) -> int:
+    """``0x3a4`` -> 932."""
+    value = _clean(text)
+    try:
+        return int(value, 16)
+    except ValueError:
+        raise ParseError(NAME, path, f"expected a hex LID like 0x3a4, got {value!r}") from None
+
+
+def parse_guid(text: str, path: str) -> str:
+    """``0002:c903:00f9:bfa0`` (sysfs) -> ``0x0002c90300f9bfa0`` (as ibstat prints it)."""
+    value = _clean(text)
+    if not _GUID.match(value):
+        raise ParseError(NAME, path, f"expected a GUID like 0002:c903:00f9:bfa0, got {value!r}")
+    return "0x" + value.replace(":", "").lower()
+
+
+def parse_port_guid(text: str, path: str) -> str:
+    """The port GUID: the low 64 bits of GID 0 (``fe80:0000:0000:0000:0002:c903:00f9:bfa1``)."""
+    value = _clean(text)
+    if not _GID.match(value):
+        raise ParseError(NAME, path, f"expected a GID like fe80:0000:...:bfa1, got {value!r}")
+    return "0x" + "".join(value.split(":")[4:]).lower()
+
+
+def parse_speed(text: str, path: str) -> int | None:
+    """``class/net/*/speed`` in Mb/s; ``-1``, empty or 4294967295 ("unknown") -> None."""
+    value = _clean(text)
+    if not value:
+        return None
+    if not re.fullmatch(r"-?\d+", value):
+        raise ParseError(NAME, path, f"expected a speed in Mb/s like 100000, got {value!r}")
+    speed = int(value)
+    return speed if 0 <= speed < 0xFFFFFFFF else None
+
+
+def parse_dev_port(text: str, path: str, *, hex_value: bool = False) -> int:
+    """``dev_port`` (decimal) or ``dev_id`` (hex, ``hex_value``): the 0-based port index."""
+    value = _clean(text)
+    try:
+        return int(value, 16 if hex_value else 10)
+    except ValueError:
+        raise ParseError(NAME, path, f"expected a port index, got {value!r}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------------------------
+
+
+class _Reader:
+    """Reads attributes under one root, turning problems into conditions."""
+
+    def __init__(self, root: HostRoot) -> None:
+        self.root = root
+        self.conditions: list[Condition] = []
+
+    def text(self, path: Path, *, no_value_is_absent: bool = False) -> str | None:
+        try:
+            return _sysfs.read_attribute(self.root, path)
+        except _sysfs.Unreadable as e:
+            if not (no_value_is_absent and e.no_value):
+                self.conditions.append(_sysfs.unavailable(NAME, str(e)))
+            return None
+
+    def value(
+        self, path: Path, parser: Callable[[str, str], _T], *, no_value_is_absent: bool = False
+    ) -> _T | None:
+        text = self.text(path, no_value_is_absent=no_value_is_absent)
+        if text is None:
+            return None
+        try:
+            return parser(text, self.root.relative(path))
+        except ParseError as e:
+            self.conditions.append(_sysfs.from_parse_error(e))
+            return None
+
+    def pci_function(self, link: Path) -> PciAddress | None:
+        """The PCI address a ``device`` link resolves to (virtio: its parent), None if not PCI."""
+        if not link.is_symlink() and not link.exists():
+            return None
+        try:
+            real = self.root.resolve(link)
+        except FileNotFoundError:
+            self.conditions.append(_sysfs.unavailable(NAME, f"{self.root.relative(link)}: dangling symlink"))
+            return None
+        except (ValueError, OSError, RuntimeError) as e:  # RuntimeError: a symlink loop (Python 3.11)
+            self.conditions.append(_sysfs.unavailable(NAME, f"{self.root.relative(link)}: {e}"))
+            return None
+        for candidate in (real.name, real.parent.name):
+            if _PCI_FUNCTION.match(candidate):
+                return PciAddress.parse(candidate)
+        return None
+
+
+def read_rdma_devices(root: HostRoot) -> tuple[tuple[RdmaDevice, ...], tuple[Condition, ...]]:
+    """Every ``class/infiniband`` device, sorted by name, plus per-file problems as conditions."""
+    reader = _Reader(root)
+    base = root.sys(INFINIBAND_DIR)
+    devices: list[RdmaDevice] = []
+    for name in _sysfs.list_directory(base):
+        entry = base / name
+        if _sysfs.is_dangling(entry):
+            reader.conditions.append(
+                _sysfs.unavailable(NAME, f"{root.relative(entry)}: dangling symlink: left out")
+            )
+            continue
+        if not entry.is_dir():
+            continue
+        devices.append(_read_rdma_device(reader, entry))
+    return tuple(devices), tuple(reader.conditions)
+
+
+def _read_rdma_device(reader: _Reader, entry: Path) -> RdmaDevice:
+    address = reader.pci_function(entry / "device")
+    ports_dir = entry / "ports"
+    port_numbers = [number for number, _ in _sysfs.numbered_entries(ports_dir, "")]
+    netdevs = _port_netdevs(reader, entry / "device" / "net", port_numbers) if address else {}
+    ports = tuple(
+        _read_port(reader, ports_dir / str(number), number, tuple(sorted(netdevs.get(number, ()))))
+        for number in port_numbers
+    )
+    return RdmaDevice(
+        name=entry.name,
+        address=address,
+        hca_type=_value_or_none(reader.text(entry / "hca_type")),
+        firmware=_value_or_none(reader.text(entry / "fw_ver")),
+        board_id=_value_or_none(reader.text(entry / "board_id")),
+        node_guid=reader.value(entry / "node_guid", parse_guid),
+        ports=ports,
+    )
+
+
+def _read_port(reader: _Reader, directory: Path, number: int, netdevs: tuple[str, ...]) -> RdmaPort:
+    return RdmaPort(
+        number=number,
+        state=reader.value(directory / "state", parse_port_state),
+        phys_state=reader.value(directory / "phys_state", parse_phys_state),
+        rate_gbps=reader.value(directory / "rate", parse_rate, no_value_is_absent=True),
+        link_layer=_value_or_none(reader.text(directory / "link_layer")),
+        netdevs=netdevs,
+        lid=reader.value(directory / "lid", parse_lid),
+        port_guid=reader.value(directory / "gids" / "0", parse_port_guid, no_value_is_absent=True),
+    )
+
+
+def _port_netdevs(reader: _Reader, net_dir: Path, port_numbers: list[int]) -> dict[int, list[str]]:
+    """Network interfaces of an RDMA device's PCI function, by the port number they sit on."""
+    by_port: dict[int, list[str]] = {}
+    for name in _sysfs.list_directory(net_dir):
+        directory = net_dir / name
+        index = reader.value(directory / "dev_port", parse_dev_port)
+        if index is None:
+            index = reader.value(directory / "dev_id", _parse_dev_id)
+        if index is not None and index + 1 in port_numbers:
+            port = index + 1
+        elif len(port_numbers) == 1:
+            port = port_numbers[0]
+        else:
+            reader.conditions.append(
+                _sysfs.unavailable(
+                    NAME, f"{reader.root.relative(directory)}: which port it belongs to is unknown"
+                )
+            )
+            continue
+        by_port.setdefault(port, []).append(name)
+    return by_port
+
+
+def _parse_dev_id(text: str, path: str) -> int:
+    return parse_dev_port(text, path, hex_value=True)
+
+
+def read_net_devices(root: HostRoot) -> tuple[tuple[NetDevice, ...], tuple[Condition, ...]]:
+    """Every ``class/net`` interface that sits on a PCI function, sorted by name."""
+    reader = _Reader(root)
+    base = root.sys(NET_DIR)
+    if not base.is_dir():
+        return (), (_sysfs.unavailable(NAME, f"{root.relative(base)}: missing: network interfaces unknown"),)
+    devices: list[NetDevice] = []
+    for name in _sysfs.list_directory(base):
+        entry = base / name
+        if _sysfs.is_dangling(entry):
+            if "/devices/virtual/" not in "/" + os.readlink(entry):
+                reader.conditions.append(
+                    _sysfs.unavailable(NAME, f"{root.relative(entry)}: dangling symlink: left out")
+                )
+            continue
+        link = entry / "device"
+        if not link.is_symlink() and not link.exists():
+            continue  # virtual: lo, veth, bridges, bonds
+        address = reader.pci_function(link)
+        if address is None:
+            continue
+        devices.append(
+            NetDevice(
+                name=name,
+                address=address,
+                operstate=_value_or_none(reader.text(entry / "operstate")),
+                speed_mbps=reader.value(entry / "speed", parse_speed, no_value_is_absent=True),
+                mac=_value_or_none(reader.text(entry / "address")),
+            )
+        )
+    return tuple(devices), tuple(reader.conditions)
+
+
+def _collect(root: HostRoot) -> Facts:
+    rdma, rdma_conditions = read_rdma_devices(root)
+    net, net_conditions = read_net_devices(root)
+    conditions = rdma_conditions + net_conditions
+    message = f"{len(rdma)} RDMA device(s), {len(net)} PCI network interface(s)"
+    if not root.sys(INFINIBAND_DIR).is_dir():
+        message += f" (no {root.relative(root.sys(INFINIBAND_DIR))})"
+    if conditions:
+        message += f", {len(conditions)} problem(s)"
+    return Facts(
+        rdma_devices=rdma,
+        net_devices=net,
+        sources=(SourceStatus(name=NAME, ok=True, message=message),),
+        conditions=conditions,
+    )
+
+
+def collect(ctx: Context) -> SourceResult:
+    """The RDMA/net source: ``read_rdma_devices`` and ``read_net_devices`` behind the boundary."""
+    return guarded(NAME, lambda: _collect(ctx.root))

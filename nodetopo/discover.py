@@ -50,10 +50,21 @@ def scan(ctx: Context, selected: Sequence[Source] | None = None) -> Scan:
 
 
 def host_context(
-    root: str | Path = "/", runner: CommandRunner | None = None, timeout_s: float = 20.0
+    root: str | Path = "/",
+    runner: CommandRunner | None = None,
+    timeout_s: float = 20.0,
+    nvml: str = "auto",
 ) -> Context:
-    """The seams for a live host (``root`` is ``/host`` in the DaemonSet)."""
-    return Context(root=HostRoot(root), runner=runner or SubprocessRunner(), command_timeout_s=timeout_s)
+    """The seams for a live host (``root`` is ``/host`` in the DaemonSet).
+
+    ``nvml``: ``auto`` uses the live NVML library only when ``root`` is ``/``; ``on`` also under
+    another root (a container that reads the host's sysfs at /host and sees its GPUs through the
+    NVIDIA container runtime); ``off`` never.
+    """
+    live = {"auto": None, "on": True, "off": False}[nvml]
+    return Context(
+        root=HostRoot(root), runner=runner or SubprocessRunner(), command_timeout_s=timeout_s, live_nvml=live
+    )
 
 
 def bundle_context(path: str | Path) -> Context:

@@ -8,6 +8,6 @@ from __future__ import annotations
 from nodetopo.sources import ibstat, numa, nvidia_smi, nvml, pci, rdma
 from nodetopo.sources.base import Source
 
-ALL: tuple[Source, ...] = (numa, pci, rdma, ibstat, nvidia_smi, nvml)  # type: ignore[assignment]
+ALL: tuple[Source, ...] = (numa, pci, rdma, ibstat, nvidia_smi, nvml)
 
 __all__ = ["ALL", "ibstat", "numa", "nvidia_smi", "nvml", "pci", "rdma"]

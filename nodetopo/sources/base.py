@@ -34,7 +34,11 @@ class Context:
 
     root: HostRoot
     runner: CommandRunner
+    #: an ``NvmlApi``, or the path of an ``nvml.json`` dump, or None for the live library
     nvml: object | None = None
+    #: use the live NVML library: None = only when ``root`` is this system's ``/``. The DaemonSet
+    #: reads sysfs under ``/host`` but sees the host's GPUs through the NVIDIA runtime: it sets True.
+    live_nvml: bool | None = None
     command_timeout_s: float = 20.0
 
 

@@ -1,0 +1,98 @@
+"""Publishing: the NodeTopology resource and nodetopo's Node labels (or an NFD NodeFeature).
+
+The only package (with the consumers) that imports the Kubernetes client; its exceptions are
+translated into ``nodetopo.errors`` in ``publish.client``.
+
+* ``Publisher``: long-lived, for the agent. Skips unchanged NodeTopology bodies and label sets
+  without any request; a label key goes after 2 consecutive clean scans.
+* ``run_publish``: one shot, for ``nodetopo publish``. With no history to count scans, a one-shot
+  run treats its labels as one clean, final scan: keys it lacks are removed at once, except
+  ``uncertain_keys`` / keys under ``uncertain_prefixes`` (sources that failed in the bundle:
+  ``nodetopo.labels.uncertain_keys(topology)``), which keep their value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from nodetopo.publish.client import ApiSession, load_api_client
+from nodetopo.publish.nfd import DEFAULT_NAMESPACE, NodeFeaturePublisher
+from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelOutcome, NodeLabelPublisher
+from nodetopo.publish.nodetopology import ApplyOutcome, NodeTopologyPublisher
+
+__all__ = ["PublishOutcome", "Publisher", "run_publish"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PublishOutcome:
+    topology: ApplyOutcome
+    labels: LabelOutcome
+
+
+class Publisher:
+    """NodeTopology + labels for one node, through one API session (field manager
+    ``nodetopo-agent``). Raises ``nodetopo.errors.PublishError`` subclasses; ``retryable`` says
+    whether to back off and retry."""
+
+    def __init__(
+        self,
+        session: ApiSession,
+        node_name: str,
+        *,
+        nfd: bool = False,
+        nfd_namespace: str = DEFAULT_NAMESPACE,
+        scans_to_remove: int = SCANS_TO_REMOVE,
+    ) -> None:
+        self.node_name = node_name
+        self.topology = NodeTopologyPublisher(session)
+        self.labels: NodeLabelPublisher | NodeFeaturePublisher
+        if nfd:
+            self.labels = NodeFeaturePublisher(
+                session, node_name, namespace=nfd_namespace, scans_to_remove=scans_to_remove
+            )
+        else:
+            self.labels = NodeLabelPublisher(session, node_name, scans_to_remove=scans_to_remove)
+
+    def publish(
+        self,
+        body: Mapping[str, Any],
+        labels: Mapping[str, str | None],
+        *,
+        uncertain_keys: Iterable[str] = (),
+        uncertain_prefixes: Iterable[str] = (),
+    ) -> PublishOutcome:
+        """Write the NodeTopology, then the labels (see ``node_labels`` for the label input)."""
+        topology = self.topology.apply(body, node_name=self.node_name)
+        applied = self.labels.publish(
+            labels, uncertain_keys=uncertain_keys, uncertain_prefixes=uncertain_prefixes
+        )
+        return PublishOutcome(topology=topology, labels=applied)
+
+
+def run_publish(
+    body: dict[str, Any],
+    labels: dict[str, str],
+    *,
+    node_name: str,
+    kubeconfig: str | None,
+    nfd: bool,
+    nfd_namespace: str = DEFAULT_NAMESPACE,
+    uncertain_keys: Iterable[str] = (),
+    uncertain_prefixes: Iterable[str] = (),
+) -> PublishOutcome:
+    """One-shot publish (``nodetopo publish``): client from ``kubeconfig`` or in-cluster config."""
+    api_client = load_api_client(kubeconfig)
+    try:
+        publisher = Publisher(
+            ApiSession(api_client), node_name, nfd=nfd, nfd_namespace=nfd_namespace, scans_to_remove=1
+        )
+        return publisher.publish(
+            body, labels, uncertain_keys=uncertain_keys, uncertain_prefixes=uncertain_prefixes
+        )
+    finally:
+        api_client.close()

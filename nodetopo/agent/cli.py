@@ -1,0 +1,209 @@
+"""``nodetopo agent``: flags, the composition root, signals. Registered by ``nodetopo.cli``.
+
+Settings come from flags > environment > config file > defaults (``nodetopo.agent.config``). A
+flag is "given" only when it is on the command line: this module replaces the defaults of the
+shared flags (``--log-level``, ``--host-root`` ...) with markers so that an environment variable or
+the config file can still supply them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from nodetopo.agent import config as agent_config
+from nodetopo.agent.health import Health, HealthServer
+from nodetopo.agent.loop import Agent
+from nodetopo.agent.metrics import AgentStats, make_registry
+from nodetopo.agent.publisher import AgentPublisher, ApiPublisher, DryRunPublisher
+from nodetopo.agent.throttle import RateLimitedSession, TokenBucket
+from nodetopo.agent.udev import EventSource, NoEvents, UdevEventSource
+
+log = logging.getLogger(__name__)
+
+HELP = "run the long-running agent: discover, publish on change, serve /healthz /readyz /metrics"
+DESCRIPTION = """\
+Discover this node's topology after a random start delay, then on a jittered interval and on
+hot-plug (udev) events, and server-side-apply the NodeTopology resource and the nodetopo.io/ labels
+of the node when they change. Serves /healthz, /readyz and /metrics on one port.
+
+Every setting can come from a flag, an environment variable NODETOPO_<SETTING> (NODE_NAME for
+the node name) or a YAML config file (--config / NODETOPO_CONFIG) with the settings as keys.
+Precedence: flag > environment > config file > default.
+"""
+
+
+class _Unset(str):
+    """A default that was not given on the command line (still a usable str for cli.main)."""
+
+    __slots__ = ()
+
+
+#: flag dest → config field, for the flags shared with other subcommands
+_SHARED = {
+    "host_root": "host_root",
+    "bundle": "bundle",
+    "command_timeout": "command_timeout_seconds",
+    "nvml": "nvml",
+}
+
+#: (flag, config field, type, help)
+_NUMERIC: tuple[tuple[str, str, type, str], ...] = (
+    ("--interval-seconds", "interval_seconds", float, "rediscover this often (default 60)"),
+    ("--jitter", "jitter", float, "vary the interval by ± this fraction (default 0.1)"),
+    ("--start-delay-max-seconds", "start_delay_max_seconds", float, "random start delay bound (default 30)"),
+    ("--debounce-seconds", "debounce_seconds", float, "quiet time that ends a udev burst (default 2)"),
+    ("--resync-seconds", "resync_seconds", float, "at most one forced resync per this (default 3600)"),
+    ("--qps", "qps", float, "client-side API rate limit, requests/s (default 1)"),
+    ("--burst", "burst", int, "API requests allowed at once (default 5)"),
+    ("--backoff-initial-seconds", "backoff_initial_seconds", float, "first retry delay (default 1)"),
+    ("--backoff-max-seconds", "backoff_max_seconds", float, "longest retry delay (default 60)"),
+)
+
+
+def register(sub: Any, add_common: Callable[..., None], add_input: Callable[..., None]) -> None:
+    p = sub.add_parser(
+        "agent", help=HELP, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_input(p)
+    p.add_argument("--config", metavar="FILE", help="YAML config file (env NODETOPO_CONFIG)")
+    p.add_argument("--node-name", default=None, help="this node (env NODE_NAME, from the downward API)")
+    p.add_argument("--kubeconfig", default=None, help="default: the in-cluster service account")
+    p.add_argument("--once", action="store_true", default=None, help="discover and publish once, then exit")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        default=None,
+        help="print the NodeTopology and the label patch that would be applied; no API calls",
+    )
+    p.add_argument("--listen", default=None, metavar="[ADDR]:PORT", help="health/metrics (default :8080)")
+    p.add_argument(
+        "--udev",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="rediscover on pci/infiniband/net/nvidia uevents (default on)",
+    )
+    p.add_argument("--nfd", action="store_true", default=None, help="labels via an NFD NodeFeature")
+    for flag, _field, kind, text in _NUMERIC:
+        p.add_argument(flag, type=kind, default=None, help=text)
+    add_common(p)
+    # Shared flags: not given unless on the command line (env and the config file come later).
+    p.set_defaults(
+        func=cmd_agent,
+        log_level=_Unset("info"),
+        log_format=_Unset(os.environ.get("NODETOPO_LOG_FORMAT", "text")),
+        host_root=None,
+        bundle=None,
+        command_timeout=None,
+    )
+
+
+def given_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given on the command line, as config field names."""
+    flags: dict[str, Any] = {}
+    for dest, value in vars(args).items():
+        if value is None or isinstance(value, _Unset) or dest in ("func", "command", "config"):
+            continue
+        name = _SHARED.get(dest, dest)
+        if name in agent_config.FIELDS:
+            flags[name] = value
+    return flags
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def _apply_logging(level: str, fmt: str) -> None:
+    """Re-apply the resolved log settings (``cli.main`` configured logging from flags/env only)."""
+    root = logging.getLogger()
+    root.setLevel(level.upper())
+    for handler in root.handlers:
+        is_json = type(handler.formatter).__name__ == "_JsonFormatter"
+        if fmt == "json" and not is_json:
+            handler.setFormatter(_JsonFormatter())
+        elif fmt == "text" and is_json:
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+
+
+def build_agent(
+    config: agent_config.AgentConfig,
+    *,
+    publisher: AgentPublisher | None = None,
+    events: EventSource | None = None,
+) -> Agent:
+    """The production wiring: host (or bundle) seams, API publisher (or dry run), udev events."""
+    from nodetopo.discover import bundle_context, host_context, scan
+
+    ctx = (
+        bundle_context(config.bundle)
+        if config.bundle
+        else host_context(config.host_root, timeout_s=config.command_timeout_seconds, nvml=config.nvml)
+    )
+    node_name = config.node_name
+    if publisher is None:
+        if config.dry_run:
+            publisher = DryRunPublisher(node_name, sys.stdout)
+        else:
+            from nodetopo.publish.client import load_api_client
+
+            bucket = TokenBucket(config.qps, config.burst, clock=time.monotonic, sleep=time.sleep)
+            session = RateLimitedSession(load_api_client(config.kubeconfig), bucket)
+            publisher = ApiPublisher(session, node_name, nfd=config.nfd)
+    if events is None:
+        events = UdevEventSource(config.udev_source) if config.udev else NoEvents()
+    return Agent(config, scan=lambda: scan(ctx), publisher=publisher, events=events)
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    try:
+        config = agent_config.load(given_flags(args), os.environ, config_path=args.config)
+    except agent_config.ConfigError as e:
+        print(f"nodetopo agent: {e}", file=sys.stderr)
+        return 2
+    if not config.node_name:  # --dry-run without a node name: the hostname
+        config = agent_config.AgentConfig(
+            **{**{f: getattr(config, f) for f in agent_config.FIELDS}, "node_name": socket.gethostname()}
+        )
+    _apply_logging(config.log_level, config.log_format)
+    agent = build_agent(config)
+    server = None
+    address = agent_config.listen_address(config.listen)
+    if address is not None and not config.once:
+        health: Health = agent.health
+        server = HealthServer(address, health, make_registry(agent.stats)).start()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("%s: finishing the current write, then exiting", signal.Signals(signum).name)
+        agent.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info(
+        "nodetopo agent for node %s (%s)", config.node_name, "dry run" if config.dry_run else "publishing"
+    )
+    try:
+        return agent.run()
+    finally:
+        if server is not None:
+            server.stop()
+
+
+__all__ = ["AgentStats", "build_agent", "cmd_agent", "given_flags", "register"]

@@ -1,0 +1,198 @@
+"""The agent's settings, and the one rule that says where each comes from.
+
+Precedence, for every setting: **command-line flag > environment variable > config file > default.**
+
+* Config file: YAML mapping (``--config FILE`` or ``NODETOPO_CONFIG``), keys as in ``AgentConfig``
+  (``interval_seconds: 120``); dashes are accepted for underscores. An unknown key is an error.
+* Environment: ``NODETOPO_`` + the key in upper case (``NODETOPO_INTERVAL_SECONDS=120``).
+  ``node_name`` also reads ``NODE_NAME`` (the downward API), after ``NODETOPO_NODE_NAME``.
+* Flags: ``--interval-seconds 120`` etc. (see ``nodetopo agent --help``).
+
+``resolve`` is pure: it takes the flags that were given, an environment mapping and the file's
+mapping, so tests need no real environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+log = logging.getLogger(__name__)
+
+ENV_PREFIX = "NODETOPO_"
+
+
+class ConfigError(ValueError):
+    """A setting with a value that cannot be used (bad type, out of range, unknown key)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AgentConfig:
+    """Every setting of ``nodetopo agent``. Durations are seconds."""
+
+    node_name: str = ""
+    host_root: str = "/"
+    nvml: str = "auto"  #: live NVML: auto (only when host_root is /), on, off
+    bundle: str | None = None  #: replay a capture bundle instead of the host (tests, demos)
+    kubeconfig: str | None = None  #: default: in-cluster service account
+    command_timeout_seconds: float = 20.0
+    interval_seconds: float = 60.0
+    jitter: float = 0.1  #: the interval varies by ± this fraction
+    start_delay_max_seconds: float = 30.0  #: first discovery after uniform(0, this)
+    debounce_seconds: float = 2.0  #: a udev burst ends after this long without an event
+    debounce_max_seconds: float = 10.0  #: ... or this long after its first event
+    resync_seconds: float = 3600.0  #: at most one forced resync (re-read and compare) per this
+    qps: float = 1.0  #: client-side API rate limit
+    burst: int = 5
+    backoff_initial_seconds: float = 1.0
+    backoff_max_seconds: float = 60.0
+    once_attempts: int = 5  #: ``--once``: publish attempts before giving up
+    listen: str = ":8080"  #: ``[address]:port`` for /healthz, /readyz, /metrics; ``""`` = off
+    udev: bool = True
+    udev_source: str = "kernel"  #: ``kernel`` (no udevd needed) or ``udev``
+    nfd: bool = False  #: publish labels through an NFD NodeFeature instead of the Node
+    once: bool = False
+    dry_run: bool = False
+    log_level: str = "info"
+    log_format: str = "text"
+
+    def validate(self) -> AgentConfig:
+        if not self.node_name and not self.dry_run:
+            raise ConfigError("node_name is required (--node-name, NODE_NAME or the config file)")
+        positive = ("interval_seconds", "command_timeout_seconds", "qps", "backoff_initial_seconds")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0, not {getattr(self, name)}")
+        non_negative = (
+            "start_delay_max_seconds",
+            "debounce_seconds",
+            "debounce_max_seconds",
+            "resync_seconds",
+        )
+        for name in non_negative:
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, not {getattr(self, name)}")
+        if not 0 <= self.jitter < 1:
+            raise ConfigError(f"jitter must be in [0, 1), not {self.jitter}")
+        if self.burst < 1 or self.once_attempts < 1:
+            raise ConfigError("burst and once_attempts must be >= 1")
+        if self.backoff_max_seconds < self.backoff_initial_seconds:
+            raise ConfigError("backoff_max_seconds must be >= backoff_initial_seconds")
+        if self.log_format not in ("text", "json"):
+            raise ConfigError(f"log_format must be text or json, not {self.log_format!r}")
+        if self.log_level not in ("debug", "info", "warning", "error"):
+            raise ConfigError(f"log_level must be debug, info, warning or error, not {self.log_level!r}")
+        if self.nvml not in ("auto", "on", "off"):
+            raise ConfigError(f"nvml must be auto, on or off, not {self.nvml!r}")
+        if self.udev_source not in ("kernel", "udev"):
+            raise ConfigError(f"udev_source must be kernel or udev, not {self.udev_source!r}")
+        listen_address(self.listen)
+        return self
+
+
+FIELDS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(AgentConfig)}
+
+#: extra environment names, tried after ``NODETOPO_<KEY>``
+ENV_ALIASES: dict[str, tuple[str, ...]] = {"node_name": ("NODE_NAME",), "kubeconfig": ("KUBECONFIG",)}
+
+
+def listen_address(listen: str) -> tuple[str, int] | None:
+    """``":8080"`` → ``("0.0.0.0", 8080)``; ``"127.0.0.1:0"`` → any free port; ``""`` → None (off)."""
+    if not listen:
+        return None
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"listen must be [address]:port, not {listen!r}")
+    return (host.strip("[]") or "0.0.0.0", int(port))
+
+
+def _convert(name: str, value: Any, where: str) -> Any:
+    """``value`` (a YAML value or an environment string) as the type of field ``name``."""
+    kind = FIELDS[name].type
+    try:
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(f"not a boolean: {value!r}")
+        if kind == "int":
+            if isinstance(value, bool):
+                raise ValueError(f"not an integer: {value!r}")
+            return int(value)
+        if kind == "float":
+            if isinstance(value, bool):
+                raise ValueError(f"not a number: {value!r}")
+            return float(value)
+        if value is None:
+            return None if "None" in str(kind) else ""
+        return str(value)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {name}: {e}") from e
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The config file as a mapping of field names (dashes → underscores); unknown keys are errors."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"config file {path}: {e}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path}: not YAML: {e}") from e
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a mapping of settings, got {type(data).__name__}")
+    result: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in FIELDS:
+            raise ConfigError(f"config file {path}: unknown setting {key!r} (known: {', '.join(FIELDS)})")
+        result[name] = _convert(name, value, f"config file {path}")
+    return result
+
+
+def from_environment(env: Mapping[str, str]) -> dict[str, Any]:
+    """Settings present in ``env`` (``NODETOPO_<KEY>``, then the aliases)."""
+    result: dict[str, Any] = {}
+    for name in FIELDS:
+        for var in (ENV_PREFIX + name.upper(), *ENV_ALIASES.get(name, ())):
+            if env.get(var):
+                result[name] = _convert(name, env[var], f"environment {var}")
+                break
+    return result
+
+
+def resolve(
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    file_settings: Mapping[str, Any] | None = None,
+) -> AgentConfig:
+    """Apply the precedence rule: ``flags`` (only those given) > ``env`` > file > defaults."""
+    merged: dict[str, Any] = {}
+    for layer in (file_settings or {}, from_environment(env), flags):
+        for name, value in layer.items():
+            if name not in FIELDS:
+                raise ConfigError(f"unknown setting {name!r}")
+            merged[name] = value
+    return AgentConfig(**merged).validate()
+
+
+def load(
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    *,
+    read_file: Callable[[str | Path], dict[str, Any]] = read_config_file,
+    config_path: str | None = None,
+) -> AgentConfig:
+    """``resolve`` with the config file named by ``config_path`` or ``NODETOPO_CONFIG`` (if any)."""
+    path = config_path or env.get(ENV_PREFIX + "CONFIG")
+    return resolve(flags, env, read_file(path) if path else {})

@@ -1,0 +1,108 @@
+"""Liveness, readiness and metrics over HTTP on one port.
+
+* ``/healthz``: 200 while the loop makes progress. The loop promises, each time it goes to sleep
+  or starts a scan, when it will next report (``Health.beat(expect_within)``); the check fails
+  once that promise is 3 intervals late (a hung scan or a stuck loop).
+* ``/readyz``: 200 once the first publish succeeded (written, or found unchanged on the server).
+* ``/metrics``: the Prometheus text format from the agent's registry.
+"""
+
+from __future__ import annotations
+
+import http.server
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+log = logging.getLogger(__name__)
+
+
+class Health:
+    """The loop's heartbeat and readiness, read by the HTTP handler (thread-safe)."""
+
+    def __init__(self, *, clock: Callable[[], float], interval_s: float) -> None:
+        self._clock = clock
+        self.grace_s = 3 * interval_s
+        self._deadline = clock() + self.grace_s
+        self._ready = False
+        self._lock = threading.Lock()
+
+    def beat(self, expect_within: float = 0.0) -> None:
+        """The loop is alive; it will beat again within ``expect_within`` seconds."""
+        with self._lock:
+            self._deadline = self._clock() + expect_within + self.grace_s
+
+    def mark_ready(self) -> None:
+        with self._lock:
+            self._ready = True
+
+    def alive(self) -> tuple[bool, str]:
+        with self._lock:
+            late = self._clock() - self._deadline
+        if late > 0:
+            return False, f"loop stuck: no progress for {late + self.grace_s:.0f}s beyond its schedule\n"
+        return True, "ok\n"
+
+    def ready(self) -> tuple[bool, str]:
+        with self._lock:
+            ready = self._ready
+        return (True, "ok\n") if ready else (False, "first publish not done yet\n")
+
+
+class HealthServer:
+    """A threading HTTP server for the three endpoints, started in a daemon thread."""
+
+    def __init__(self, address: tuple[str, int], health: Health, registry: CollectorRegistry) -> None:
+        handler = _make_handler(health, registry)
+        self._server = http.server.ThreadingHTTPServer(address, handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="nodetopo-http", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> HealthServer:
+        self._thread.start()
+        log.info("serving /healthz, /readyz and /metrics on port %d", self.port)
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _make_handler(health: Health, registry: CollectorRegistry) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        server_version = "nodetopo-agent"
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/healthz":
+                self._answer(*health.alive())
+            elif path == "/readyz":
+                self._answer(*health.ready())
+            elif path == "/metrics":
+                body = generate_latest(registry)
+                self._send(200, body, CONTENT_TYPE_LATEST)
+            else:
+                self._send(404, b"not found: try /healthz, /readyz or /metrics\n", "text/plain")
+
+        def _answer(self, ok: bool, text: str) -> None:
+            self._send(200 if ok else 503, text.encode(), "text/plain; charset=utf-8")
+
+        def _send(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("http: " + format, *args)
+
+    return Handler

@@ -1,0 +1,217 @@
+"""The agent's Prometheus metrics: a custom collector that builds fresh families from ``AgentStats``.
+
+The loop records what happened into ``AgentStats`` (thread-safe); every scrape builds new metric
+families from a consistent copy of it, so there are no global metric objects to keep in sync.
+
+Metric names (all prefixed ``nodetopo_``):
+
+==================================================  =========  ==================================
+``discovery_duration_seconds{source}``              histogram  time each source took per scan
+``discovery_cycles_total{trigger}``                 counter    scans by trigger (start, interval,
+                                                               udev, retry)
+``source_errors_total{source,reason}``              counter    source conditions by reason
+``source_stale{source}``                            gauge      1 while a source's facts are stale
+``publish_writes_total{object}``                    counter    writes (object: nodetopology, labels)
+``publish_failures_total{object,error}``            counter    failed writes by error class
+``last_successful_publish_timestamp_seconds``       gauge      Unix time of the last good publish
+``label_removals_total``                            counter    label keys the agent dropped
+``gpus`` / ``nvlink_islands`` / ``rdma_nics``       gauge      from the latest topology
+``agent_info{version,node}``                        gauge      always 1
+==================================================  =========  ==================================
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import dataclasses
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
+from prometheus_client.registry import CollectorRegistry
+
+from nodetopo import __version__
+from nodetopo.model import Topology
+from nodetopo.sources.base import SourceResult
+
+NAMESPACE = "nodetopo"
+DURATION_BUCKETS: tuple[float, ...] = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
+
+
+@dataclasses.dataclass(slots=True)
+class _Histogram:
+    counts: list[int]  #: per bucket (not cumulative), plus +Inf last
+    total: float = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(DURATION_BUCKETS, value)] += 1
+        self.total += value
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        result: list[tuple[str, float]] = []
+        running = 0
+        for bound, count in zip((*DURATION_BUCKETS, float("inf")), self.counts, strict=True):
+            running += count
+            result.append(("+Inf" if bound == float("inf") else repr(bound), float(running)))
+        return result
+
+
+@dataclasses.dataclass(slots=True)
+class _State:
+    durations: dict[str, _Histogram] = dataclasses.field(default_factory=dict)
+    cycles: dict[str, int] = dataclasses.field(default_factory=dict)
+    source_errors: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    stale: dict[str, int] = dataclasses.field(default_factory=dict)
+    writes: dict[str, int] = dataclasses.field(default_factory=lambda: {"nodetopology": 0, "labels": 0})
+    failures: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    last_success: float | None = None
+    label_removals: int = 0
+    gpus: int | None = None
+    islands: int | None = None
+    rdma_nics: int | None = None
+
+
+class AgentStats:
+    """What the agent has done so far. Written by the loop, read by the collector (and tests)."""
+
+    def __init__(self, node_name: str = "") -> None:
+        self.node_name = node_name
+        self._lock = threading.Lock()
+        self._state = _State()
+
+    def snapshot(self) -> _State:
+        with self._lock:
+            return copy.deepcopy(self._state)
+
+    def record_scan(
+        self,
+        trigger: str,
+        results: Sequence[SourceResult],
+        topology: Topology,
+        stale_sources: Sequence[str],
+    ) -> None:
+        with self._lock:
+            state = self._state
+            state.cycles[trigger] = state.cycles.get(trigger, 0) + 1
+            for result in results:
+                hist = state.durations.setdefault(result.name, _Histogram([0] * (len(DURATION_BUCKETS) + 1)))
+                hist.observe(result.duration_s)
+                state.stale[result.name] = 1 if result.name in stale_sources else 0
+                for cond in result.facts.conditions:
+                    key = (cond.source, cond.reason.value)
+                    state.source_errors[key] = state.source_errors.get(key, 0) + 1
+            state.gpus = len(topology.gpus)
+            state.islands = len(topology.nvlink_islands)
+            state.rdma_nics = sum(1 for n in topology.nics if n.rdma)
+
+    def record_write(self, obj: str) -> None:
+        with self._lock:
+            self._state.writes[obj] = self._state.writes.get(obj, 0) + 1
+
+    def record_failure(self, obj: str, error: str) -> None:
+        with self._lock:
+            key = (obj, error)
+            self._state.failures[key] = self._state.failures.get(key, 0) + 1
+
+    def record_success(self, when: float, removed_labels: int) -> None:
+        with self._lock:
+            self._state.last_success = when
+            self._state.label_removals += removed_labels
+
+
+class AgentCollector:
+    """A prometheus-client collector: ``collect()`` builds the families from ``stats``' snapshot."""
+
+    def __init__(self, stats: AgentStats) -> None:
+        self._stats = stats
+
+    def describe(self) -> list[Any]:
+        return []  # families vary with the sources seen; describe lazily
+
+    def collect(self) -> Iterator[Any]:
+        s = self._stats.snapshot()
+        ns = NAMESPACE
+        info = GaugeMetricFamily(
+            f"{ns}_agent_info", "nodetopo agent build and node", labels=["version", "node"]
+        )
+        info.add_metric([__version__, self._stats.node_name], 1.0)
+        yield info
+
+        hist = HistogramMetricFamily(
+            f"{ns}_discovery_duration_seconds", "Time each discovery source took per scan", labels=["source"]
+        )
+        for source, h in sorted(s.durations.items()):
+            hist.add_metric([source], h.cumulative(), h.total)
+        yield hist
+
+        yield _counter(f"{ns}_discovery_cycles", "Discovery scans, by trigger", ["trigger"], s.cycles)
+        errors = CounterMetricFamily(
+            f"{ns}_source_errors",
+            "Source conditions (not Discovered), by reason",
+            labels=["source", "reason"],
+        )
+        for (source, reason), count in sorted(s.source_errors.items()):
+            errors.add_metric([source, reason], float(count))
+        yield errors
+        stale = GaugeMetricFamily(
+            f"{ns}_source_stale", "1 while a source's facts are kept from an earlier scan", labels=["source"]
+        )
+        for source, value in sorted(s.stale.items()):
+            stale.add_metric([source], float(value))
+        yield stale
+
+        yield _counter(f"{ns}_publish_writes", "API writes made, by object", ["object"], s.writes)
+        failures = CounterMetricFamily(
+            f"{ns}_publish_failures",
+            "Failed publishes, by object and error class",
+            labels=["object", "error"],
+        )
+        for (obj, error), count in sorted(s.failures.items()):
+            failures.add_metric([obj, error], float(count))
+        yield failures
+        last = GaugeMetricFamily(
+            f"{ns}_last_successful_publish_timestamp_seconds",
+            "Unix time of the last publish that succeeded (written or verified unchanged)",
+        )
+        if s.last_success is not None:
+            last.add_metric([], s.last_success)
+        yield last
+        yield CounterMetricFamily(
+            f"{ns}_label_removals",
+            "nodetopo.io/ label keys removed from the Node",
+            value=float(s.label_removals),
+        )
+        gauges: tuple[tuple[str, str, int | None], ...] = (
+            ("gpus", "GPUs in the latest topology", s.gpus),
+            ("nvlink_islands", "NVLink islands in the latest topology", s.islands),
+            ("rdma_nics", "RDMA NICs in the latest topology", s.rdma_nics),
+        )
+        for name, doc, reading in gauges:
+            gauge = GaugeMetricFamily(f"{ns}_{name}", doc)
+            if reading is not None:
+                gauge.add_metric([], float(reading))
+            yield gauge
+
+
+def _counter(name: str, doc: str, labels: list[str], values: Mapping[str, int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=labels)
+    for key, count in sorted(values.items()):
+        family.add_metric([key], float(count))
+    return family
+
+
+def make_registry(stats: AgentStats, *, process: bool = True) -> CollectorRegistry:
+    """A registry with the agent collector (and the process collector: RSS, CPU, open fds)."""
+    from prometheus_client import ProcessCollector
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(AgentCollector(stats))
+    if process:
+        ProcessCollector(registry=registry)
+    return registry

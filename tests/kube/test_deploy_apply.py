@@ -1,0 +1,94 @@
+"""All of ``deploy/`` applies to the real API server: server-side dry run, then for real."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from agent.kube_support import DEPLOY, NAMESPACE, apply_deploy, kustomize_root
+
+pytestmark = pytest.mark.k8s
+
+
+def test_kustomize_builds_every_part(cluster: Any, tmp_path: Path) -> None:
+    root = kustomize_root(tmp_path)
+    done = cluster.kubectl("kustomize", str(root))
+    kinds = sorted({(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(done.stdout) if d})
+    assert kinds == [
+        ("ClusterRole", "nodetopo-agent"),
+        ("ClusterRoleBinding", "nodetopo-agent"),
+        ("CustomResourceDefinition", "nodetopologies.nodetopo.io"),
+        ("DaemonSet", "nodetopo-agent"),
+        ("Namespace", NAMESPACE),
+        ("ServiceAccount", "nodetopo-agent"),
+        ("ValidatingAdmissionPolicy", "nodetopo-agent-own-node"),
+        ("ValidatingAdmissionPolicyBinding", "nodetopo-agent-own-node"),
+    ]
+
+
+def test_server_side_dry_run_then_real_apply(cluster: Any, tmp_path: Path) -> None:
+    # a server-side dry run cannot create the namespace that the namespaced objects then need:
+    # create the namespace for real first, then dry-run everything.
+    cluster.kubectl("apply", "-f", str(DEPLOY / "namespace.yaml"))
+    dry = apply_deploy(cluster, tmp_path, "--dry-run=server")
+    assert "(server dry run)" in dry and "daemonset.apps/nodetopo-agent" in dry
+    out = apply_deploy(cluster, tmp_path)
+    assert "validatingadmissionpolicy.admissionregistration.k8s.io/nodetopo-agent-own-node" in out
+    ds = json.loads(cluster.kubectl("get", "ds", "-n", NAMESPACE, "nodetopo-agent", "-o", "json").stdout)
+    pod = ds["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert container["resources"]["requests"] == {"cpu": "10m", "memory": "64Mi"}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/host/sys"]["readOnly"] is True
+    assert {p["name"] for p in container["ports"]} == {"metrics"}
+    assert any(t.get("key") == "nvidia.com/gpu" for t in pod["tolerations"])
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+
+
+def test_admission_policy_type_checks_cleanly(cluster: Any, tmp_path: Path) -> None:
+    apply_deploy(cluster, tmp_path)
+    status, policy = cluster.request(
+        "GET", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/nodetopo-agent-own-node"
+    )
+    assert status == 200
+    import time
+
+    deadline = time.monotonic() + 30
+    while "typeChecking" not in policy.get("status", {}) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        _, policy = cluster.request(
+            "GET", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/nodetopo-agent-own-node"
+        )
+    warnings = policy["status"].get("typeChecking", {}).get("expressionWarnings", [])
+    assert warnings == [], warnings
+
+
+def test_rbac_grants_no_delete_and_no_list(cluster: Any, tmp_path: Path) -> None:
+    rules = yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text())
+    role = next(d for d in rules if d["kind"] == "ClusterRole")
+    verbs = {v for rule in role["rules"] for v in rule["verbs"]}
+    assert verbs == {"get", "patch", "create"}
+    apply_deploy(cluster, tmp_path)
+    user = "system:serviceaccount:nodetopo:nodetopo-agent"
+    for verb, resource, expected in [
+        ("patch", "nodes", "yes"),
+        ("get", "nodes", "yes"),
+        ("list", "nodes", "no"),
+        ("delete", "nodes", "no"),
+        ("create", "nodes", "no"),
+        ("patch", "nodetopologies.nodetopo.io", "yes"),
+        ("delete", "nodetopologies.nodetopo.io", "no"),
+        ("patch", "nodetopologies.nodetopo.io/status", "yes"),
+        ("list", "secrets", "no"),
+    ]:
+        done = cluster.kubectl("auth", "can-i", verb, resource, f"--as={user}", check=False)
+        assert done.stdout.strip() == expected, (verb, resource, done.stdout, done.stderr)

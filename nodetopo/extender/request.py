@@ -1,0 +1,157 @@
+"""What a pod asks of a node's topology: its GPU count and its ``nodetopo.io/`` annotations.
+
+Annotations (all optional; a pod without any is only checked for GPU capacity):
+
+``nodetopo.io/gpus-in-one-island: "true"``
+    every GPU of the pod within one NVLink island (always true for a single GPU).
+``nodetopo.io/max-nic-distance: PIX|PXB|PHB|NODE|SYS``
+    every GPU of the pod has a NIC at this PCIe class or closer (an RDMA NIC when
+    ``nodetopo.io/rdma: required``), as ``nvidia-smi topo -m`` names the classes.
+``nodetopo.io/numa-aligned: "true"``
+    every GPU of the pod on one NUMA node (GPUs whose NUMA node is unknown never qualify).
+``nodetopo.io/rdma: required``
+    the node has an RDMA NIC that is not DOWN; with ``max-nic-distance`` the distance is measured to one.
+``nodetopo.io/link-layer: InfiniBand|Ethernet``
+    a preference, not a filter: nodes whose RDMA NICs near the pod's GPUs use this link layer score higher.
+
+Values are case-insensitive. A malformed value is an ``AnnotationError``: the extender rejects every
+node for that pod with the error text, so the pod's events say which annotation is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from nodetopo.errors import NodetopoError
+from nodetopo.model import LinkClass
+
+PREFIX = "nodetopo.io/"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+ONE_ISLAND = PREFIX + "gpus-in-one-island"
+MAX_NIC_DISTANCE = PREFIX + "max-nic-distance"
+NUMA_ALIGNED = PREFIX + "numa-aligned"
+RDMA = PREFIX + "rdma"
+LINK_LAYER = PREFIX + "link-layer"
+
+#: Every annotation the extender reads, in the order the README documents them.
+ANNOTATIONS = (ONE_ISLAND, MAX_NIC_DISTANCE, NUMA_ALIGNED, RDMA, LINK_LAYER)
+
+_TRUE = frozenset({"true", "yes", "1"})
+_FALSE = frozenset({"false", "no", "0", ""})
+_LINK_LAYERS = {"infiniband": "InfiniBand", "ethernet": "Ethernet"}
+_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?\s*$")
+_SUFFIX = {
+    "": 1,
+    "m": 0.001,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
+
+
+class AnnotationError(NodetopoError):
+    """A ``nodetopo.io/`` annotation or the GPU request of a pod could not be read."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PodRequest:
+    """The topology needs of one pod. Hashable: the extender memoizes verdicts on it."""
+
+    gpus: int = 0
+    one_island: bool = False
+    max_nic_distance: LinkClass | None = None
+    numa_aligned: bool = False
+    rdma: bool = False
+    link_layer: str | None = None  #: preferred RDMA link layer (InfiniBand | Ethernet)
+
+    @property
+    def constrained(self) -> bool:
+        """True when the pod asks for anything beyond a GPU count."""
+        return self.one_island or self.max_nic_distance is not None or self.numa_aligned or self.rdma
+
+
+def parse_quantity(text: str) -> float:
+    """A Kubernetes resource quantity (``2``, ``500m``, ``1Ki``) as a number."""
+    match = _QUANTITY.match(str(text))
+    if not match:
+        raise AnnotationError(f"not a resource quantity: {text!r}")
+    return float(match.group(1)) * _SUFFIX[match.group(2) or ""]
+
+
+def _container_gpus(container: Mapping[str, Any]) -> int:
+    resources = container.get("resources") or {}
+    for kind in ("requests", "limits"):  # extended resources: requests == limits; limits alone imply requests
+        value = (resources.get(kind) or {}).get(GPU_RESOURCE)
+        if value is not None:
+            return math.ceil(parse_quantity(value))
+    return 0
+
+
+def pod_gpus(spec: Mapping[str, Any]) -> int:
+    """GPUs a pod spec requests: the larger of the containers' sum and the largest init container."""
+    main = sum(_container_gpus(c) for c in spec.get("containers") or [])
+    init = max((_container_gpus(c) for c in spec.get("initContainers") or []), default=0)
+    return max(main, init)
+
+
+def _flag(annotations: Mapping[str, str], key: str) -> bool:
+    value = str(annotations.get(key, "")).strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise AnnotationError(f'{key}: expected "true" or "false", got {annotations[key]!r}')
+
+
+def parse_pod_request(pod: Mapping[str, Any]) -> PodRequest:
+    """The ``PodRequest`` of a pod object (a dict as the API serves it)."""
+    metadata = pod.get("metadata") or {}
+    annotations: Mapping[str, str] = metadata.get("annotations") or {}
+    gpus = pod_gpus(pod.get("spec") or {})
+    distance = None
+    text = str(annotations.get(MAX_NIC_DISTANCE, "")).strip().upper()
+    if text:
+        try:
+            distance = LinkClass[text]
+        except KeyError:
+            choices = "|".join(c.name for c in LinkClass)
+            raise AnnotationError(
+                f"{MAX_NIC_DISTANCE}: expected one of {choices}, got {annotations[MAX_NIC_DISTANCE]!r}"
+            ) from None
+    rdma_text = str(annotations.get(RDMA, "")).strip().lower()
+    if rdma_text in ("required", "true"):
+        rdma = True
+    elif rdma_text in ("", "false", "optional"):
+        rdma = False
+    else:
+        raise AnnotationError(f'{RDMA}: expected "required", got {annotations[RDMA]!r}')
+    layer_text = str(annotations.get(LINK_LAYER, "")).strip().lower()
+    link_layer = None
+    if layer_text:
+        if layer_text not in _LINK_LAYERS:
+            raise AnnotationError(
+                f"{LINK_LAYER}: expected InfiniBand or Ethernet, got {annotations[LINK_LAYER]!r}"
+            )
+        link_layer = _LINK_LAYERS[layer_text]
+    return PodRequest(
+        gpus=gpus,
+        one_island=_flag(annotations, ONE_ISLAND),
+        max_nic_distance=distance,
+        numa_aligned=_flag(annotations, NUMA_ALIGNED),
+        rdma=rdma,
+        link_layer=link_layer,
+    )

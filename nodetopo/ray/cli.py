@@ -1,0 +1,168 @@
+"""``nodetopo ray``: write Ray node labels and resources for a node (registered by ``nodetopo.cli``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nodetopo.crd import GROUP, PLURAL, VERSION
+from nodetopo.errors import BundleError, NodetopoError
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Turn a node's NodeTopology into a Ray labels file (`ray start --labels-file`) and a custom resources
+JSON (`ray start --resources`), including ray.io/gpu-domain (the multi-node NVLink clique, else the
+node-local NVLink island). The NodeTopology comes from the API (--node-name), from a file written by
+`nodetopo discover -o json` (--nodetopology), or from a capture bundle (--from, discovered offline).
+"""
+
+EPILOG = """\
+examples:
+  nodetopo ray --node-name $NODE_NAME --labels-file /ray/labels.yaml --resources-file /ray/resources.json
+  ray start --labels-file /ray/labels.yaml --resources "$(cat /ray/resources.json)" ...
+  nodetopo ray --from /tmp/node-bundle             labels as YAML on stdout
+"""
+
+
+def register(
+    sub: Any,
+    add_common: Callable[[argparse.ArgumentParser], None],
+    add_input: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    p = sub.add_parser(
+        "ray",
+        help="write Ray node labels/resources (ray.io/gpu-domain, nodetopo.io/...) for a node",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--from", dest="bundle", metavar="BUNDLE", help="discover a capture bundle offline")
+    source.add_argument(
+        "--nodetopology", metavar="FILE", help="a NodeTopology object (JSON or YAML; `-` for stdin)"
+    )
+    p.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME"),
+        help="read NodeTopology/NODE from the API (default: $NODE_NAME)",
+    )
+    p.add_argument(
+        "--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: in-cluster, or $KUBECONFIG"
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for the NodeTopology to appear (the agent may not have published yet)",
+    )
+    p.add_argument(
+        "--gpus",
+        default=os.environ.get("NODETOPO_RAY_GPUS", "all"),
+        metavar="LIST",
+        help="GPU indices or UUIDs (comma-separated) the Ray node owns (env NODETOPO_RAY_GPUS; default: all)",
+    )
+    p.add_argument(
+        "--labels-file", default="-", metavar="PATH", help="where to write the labels YAML (default: stdout)"
+    )
+    p.add_argument("--resources-file", metavar="PATH", help="also write the --resources JSON here")
+    add_common(p)
+    p.set_defaults(func=cmd_ray)
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    data = yaml.safe_load(text)  # JSON is YAML
+    if not isinstance(data, dict) or data.get("kind") != "NodeTopology":
+        raise BundleError(f"{path}: not a NodeTopology object")
+    return data
+
+
+def _from_bundle(path: str, node_name: str | None) -> dict[str, Any]:
+    # Offline only: consumers otherwise never discover; the lead's import contract decides this seam.
+    from nodetopo.crd import to_nodetopology
+    from nodetopo.discover import bundle_context, scan
+
+    return to_nodetopology(scan(bundle_context(path)).topology, node_name or Path(path).name)
+
+
+def _from_api(node_name: str, kubeconfig: str | None, wait_s: float) -> dict[str, Any]:
+    import kubernetes
+
+    api: Any = kubernetes.client.CustomObjectsApi(_api_client(kubeconfig))
+    deadline = time.monotonic() + wait_s
+    delay = 1.0
+    while True:
+        try:
+            response = api.get_cluster_custom_object(
+                GROUP, VERSION, PLURAL, node_name, _preload_content=False, _request_timeout=30
+            )
+            data: dict[str, Any] = json.loads(response.data)
+            return data
+        except kubernetes.client.ApiException as e:
+            if e.status != 404 or time.monotonic() >= deadline:
+                raise NodetopoError(f"reading NodeTopology/{node_name}: HTTP {e.status}: {e.reason}") from e
+        log.info("NodeTopology/%s not published yet; waiting %.0fs", node_name, delay)
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 10.0)
+
+
+def _api_client(kubeconfig: str | None) -> Any:
+    import kubernetes
+
+    config: Any = kubernetes.config
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig, persist_config=False)
+    configuration = kubernetes.client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except config.ConfigException:
+        return config.new_client_from_config(persist_config=False)
+    return kubernetes.client.ApiClient(configuration)
+
+
+def _write(path: str, text: str) -> None:
+    if path == "-":
+        sys.stdout.write(text)
+        return
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(target)
+
+
+def cmd_ray(args: argparse.Namespace) -> int:
+    from nodetopo.ray.labels import labels_file_text, ray_labels, ray_resources, resources_json
+
+    if args.nodetopology:
+        body = _read_file(args.nodetopology)
+    elif args.bundle:
+        body = _from_bundle(args.bundle, args.node_name)
+    elif args.node_name:
+        body = _from_api(args.node_name, args.kubeconfig, args.wait)
+    else:
+        raise BundleError(
+            "nodetopo ray: give --node-name (or $NODE_NAME), --nodetopology FILE or --from BUNDLE"
+        )
+    gpus = [g.strip() for g in str(args.gpus).split(",") if g.strip()]
+    try:
+        labels = ray_labels(body, gpus)
+        resources = ray_resources(body, gpus)
+    except ValueError as e:
+        raise BundleError(str(e)) from e
+    _write(args.labels_file, labels_file_text(labels))
+    if args.resources_file:
+        _write(args.resources_file, resources_json(resources) + "\n")
+    log.info("%d Ray labels, %d resources for %s", len(labels), len(resources), body["metadata"]["name"])
+    return 0

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nodetopo.extender.request import AnnotationError, PodRequest, parse_pod_request, parse_quantity
+from nodetopo.model import LinkClass
+
+
+def pod(annotations: dict[str, str] | None = None, gpus: Any = 2, init_gpus: Any = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "a", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}
+    if init_gpus is not None:
+        spec["initContainers"] = [{"name": "i", "resources": {"requests": {"nvidia.com/gpu": init_gpus}}}]
+    return {"metadata": {"name": "p", "annotations": annotations or {}}, "spec": spec}
+
+
+def test_every_annotation_is_read() -> None:
+    request = parse_pod_request(
+        pod(
+            {
+                "nodetopo.io/gpus-in-one-island": "true",
+                "nodetopo.io/max-nic-distance": "pxb",
+                "nodetopo.io/numa-aligned": "True",
+                "nodetopo.io/rdma": "required",
+                "nodetopo.io/link-layer": "infiniband",
+            }
+        )
+    )
+    assert request == PodRequest(
+        gpus=2,
+        one_island=True,
+        max_nic_distance=LinkClass.PXB,
+        numa_aligned=True,
+        rdma=True,
+        link_layer="InfiniBand",
+    )
+    assert request.constrained
+
+
+def test_no_annotations_is_a_plain_gpu_request() -> None:
+    request = parse_pod_request(pod(gpus="4"))
+    assert request == PodRequest(gpus=4)
+    assert not request.constrained
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("nodetopo.io/max-nic-distance", "CLOSE"),
+        ("nodetopo.io/gpus-in-one-island", "yes please"),
+        ("nodetopo.io/rdma", "maybe"),
+        ("nodetopo.io/link-layer", "RoCE"),
+    ],
+)
+def test_bad_values_name_the_annotation(key: str, value: str) -> None:
+    with pytest.raises(AnnotationError, match=key):
+        parse_pod_request(pod({key: value}))
+
+
+def test_gpu_count_uses_the_larger_of_containers_and_init_containers() -> None:
+    assert parse_pod_request(pod(gpus=2, init_gpus=3)).gpus == 3
+    assert parse_pod_request(pod(gpus=2, init_gpus=1)).gpus == 2
+    two_containers = pod()
+    two_containers["spec"]["containers"].append(
+        {"name": "b", "resources": {"requests": {"nvidia.com/gpu": "1"}}}
+    )
+    assert parse_pod_request(two_containers).gpus == 3
+
+
+def test_quantities() -> None:
+    assert parse_quantity("2") == 2
+    assert parse_quantity("1k") == 1000
+    assert parse_quantity("1Ki") == 1024
+    with pytest.raises(AnnotationError):
+        parse_quantity("two")

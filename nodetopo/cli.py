@@ -102,6 +102,13 @@ def _add_input(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="kill nvidia-smi/ibstat after this long and report a Timeout condition (default: %(default)s)",
     )
+    p.add_argument(
+        "--nvml",
+        choices=["auto", "on", "off"],
+        default=os.environ.get("NODETOPO_NVML", "auto"),
+        help="use the live NVML library: auto = only when --host-root is / (NVML cannot see a fake root); "
+        "on = also under another root, as in the DaemonSet (env NODETOPO_NVML; default: %(default)s)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -191,7 +198,7 @@ def _context(args: argparse.Namespace) -> Any:
 
     if getattr(args, "bundle", None):
         return bundle_context(args.bundle)
-    return host_context(args.host_root, timeout_s=args.command_timeout)
+    return host_context(args.host_root, timeout_s=args.command_timeout, nvml=args.nvml)
 
 
 def cmd_discover(args: argparse.Namespace) -> int:
@@ -258,13 +265,20 @@ def _capture_nvml(path: Path) -> str:
 def cmd_publish(args: argparse.Namespace) -> int:
     from nodetopo.crd import to_nodetopology
     from nodetopo.discover import scan
-    from nodetopo.labels import to_labels
+    from nodetopo.labels import to_labels, uncertain_keys
     from nodetopo.publish import run_publish
 
     result = scan(_context(args))
     body = to_nodetopology(result.topology, args.node_name)
     labels = to_labels(result.topology)
-    run_publish(body, labels, node_name=args.node_name, kubeconfig=args.kubeconfig, nfd=args.nfd)
+    run_publish(
+        body,
+        labels,
+        node_name=args.node_name,
+        kubeconfig=args.kubeconfig,
+        nfd=args.nfd,
+        uncertain_keys=sorted(uncertain_keys(result.topology)),
+    )
     print(f"published NodeTopology/{args.node_name} and {len(labels)} labels")
     return 0
 

@@ -134,9 +134,11 @@ def summary(topology: Topology) -> dict[str, Any]:
         "gpuCount": len(topology.gpus),
         "gpuModel": model_of(topology),
         "islands": islands_text(topology),
+        "nvswitch": any(i.nvswitch for i in topology.nvlink_islands),
         "rdmaNICs": sum(1 for n in topology.nics if n.rdma),
         "worstNICDistance": worst.name if worst is not None else None,
         "migDevices": len(topology.mig_devices),
+        "numaNodes": len(topology.numa_nodes),
     }
 
 
@@ -236,7 +238,11 @@ def conditions(topology: Topology) -> list[dict[str, Any]]:
             "message": _join(c.message for c in inconsistent) if inconsistent else "sources agree",
         }
     )
+    types = {"Ready", "Consistent"}
     for s in _unique_sources(topology.sources):
+        if condition_type(s.name) in types:  # list-map key: two source names must not share a type
+            continue
+        types.add(condition_type(s.name))
         mine = by_source.get(s.name, [])
         result.append(
             {

@@ -488,8 +488,16 @@ def _mig_sort_key(m: MigDevice) -> tuple[int, int, int, str]:
 
 
 def _node_fabric(records: Sequence[GpuRecord]) -> FabricInfo | None:
-    """The node's multi-node NVLink membership, when its GPUs report one (they all share it)."""
-    fabrics = {r.fabric for r in records if r.fabric is not None and r.fabric.cluster_uuid}
+    """The node's multi-node NVLink membership, when its GPUs report one (they all share it).
+
+    A single-node HGX reports fabric state COMPLETED with an all-zero cluster UUID: that is no
+    multi-node domain, and is ignored.
+    """
+    fabrics = {
+        r.fabric
+        for r in records
+        if r.fabric is not None and r.fabric.cluster_uuid and r.fabric.cluster_uuid.strip("0-") != ""
+    }
     if not fabrics:
         return None
     return sorted(fabrics, key=lambda f: (f.cluster_uuid, f.clique_id))[0]

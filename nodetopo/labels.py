@@ -88,10 +88,14 @@ def to_labels(topology: Topology) -> dict[str, str]:
     rdma = [n for n in topology.nics if n.rdma]
     labels["rdma"] = _bool(bool(rdma))
     labels["rdma.nic-count"] = str(len(rdma))
-    layers = sorted({n.link_layer for n in rdma if n.link_layer})
+    # Link layer and rate describe the GPU fabric: the RDMA NICs nearest to a GPU (a DGX's storage
+    # RoCE ports do not make its InfiniBand compute fabric "mixed"); all RDMA NICs without GPUs.
+    nearest = {name for g in topology.gpus for name in g.nearest_nics}
+    fabric = [n for n in rdma if n.name in nearest] or rdma
+    layers = sorted({n.link_layer for n in fabric if n.link_layer})
     if layers:
         labels["rdma.link-layer"] = layers[0] if len(layers) == 1 else "Mixed"
-    rates = [n.rate_gbps for n in rdma if n.rate_gbps]
+    rates = [n.rate_gbps for n in fabric if n.rate_gbps]
     if rates:
         labels["rdma.rate-gbps"] = _number(max(rates))
     worst = worst_nic_distance(topology)

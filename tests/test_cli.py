@@ -38,7 +38,9 @@ def test_not_a_bundle_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFix
     assert "not a capture bundle" in capsys.readouterr().err
 
 
-def test_garbage_topo_m_is_a_condition_not_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_garbage_topo_m_is_a_condition_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bundle = _bundle(tmp_path, "\x1b[4m\tGPU0\tGPU1\x1b[0m\nGPU0\t X \tWAT\nGPU1\tWAT\t X \n")
     assert main(["discover", "--from", str(bundle), "-o", "json"]) == 0
     body = json.loads(capsys.readouterr().out)
@@ -77,8 +79,6 @@ def test_live_host_capture_replays_exactly(tmp_path: Path, capsys: pytest.Captur
     # in other words. Everything else must be identical.
     for body in (live, replayed):
         body["status"]["sources"] = [s for s in body["status"]["sources"] if s["name"] != "nvml"]
-        body["status"]["conditions"] = [
-            c for c in body["status"]["conditions"] if c["type"] != "SourceNvml"
-        ]
+        body["status"]["conditions"] = [c for c in body["status"]["conditions"] if c["type"] != "SourceNvml"]
         del body["status"]["contentHash"]
     assert replayed == live

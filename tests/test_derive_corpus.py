@@ -252,9 +252,11 @@ def test_summary_columns(tmp_path: Path, corpus: Path) -> None:
         "gpuCount": 8,
         "gpuModel": None,  # topo -m does not name the model
         "islands": "1x8",
+        "nvswitch": True,
         "rdmaNICs": 12,
         "worstNICDistance": "PXB",
         "migDevices": 0,
+        "numaNodes": 0,  # topo -m names NUMA ids but not the nodes themselves (no sysfs here)
     }
     _, body = _discover(tmp_path / "p9", corpus / "topo-m" / "power9-ac922-v100-4x-nv3-numa0-8-traverse.txt")
     assert body["status"]["summary"]["islands"] == "2x2"

@@ -20,6 +20,7 @@ import yaml
 
 from nodetopo import __version__
 from nodetopo.errors import BundleError, NodetopoError
+from nodetopo.logs import configure_logging
 
 log = logging.getLogger("nodetopo")
 
@@ -37,33 +38,6 @@ examples:
   nodetopo discover --from /tmp/node-bundle  replay a bundle exactly as the live host
   nodetopo agent --node-name $NODE_NAME      the DaemonSet's long-running agent
 """
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        for key in ("source", "path", "node", "reason"):
-            if hasattr(record, key):
-                entry[key] = getattr(record, key)
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
-
-
-def configure_logging(level: str, fmt: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:

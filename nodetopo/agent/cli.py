@@ -9,7 +9,6 @@ the config file can still supply them.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -26,6 +25,7 @@ from nodetopo.agent.metrics import AgentStats, make_registry
 from nodetopo.agent.publisher import AgentPublisher, ApiPublisher, DryRunPublisher
 from nodetopo.agent.throttle import RateLimitedSession, TokenBucket
 from nodetopo.agent.udev import EventSource, NoEvents, UdevEventSource
+from nodetopo.logs import configure_logging
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,7 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
         host_root=None,
         bundle=None,
         command_timeout=None,
+        nvml=None,
     )
 
 
@@ -116,31 +117,6 @@ def given_flags(args: argparse.Namespace) -> dict[str, Any]:
         if name in agent_config.FIELDS:
             flags[name] = value
     return flags
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
-
-
-def _apply_logging(level: str, fmt: str) -> None:
-    """Re-apply the resolved log settings (``cli.main`` configured logging from flags/env only)."""
-    root = logging.getLogger()
-    root.setLevel(level.upper())
-    for handler in root.handlers:
-        is_json = type(handler.formatter).__name__ == "_JsonFormatter"
-        if fmt == "json" and not is_json:
-            handler.setFormatter(_JsonFormatter())
-        elif fmt == "text" and is_json:
-            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
 
 
 def build_agent(
@@ -182,7 +158,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         config = agent_config.AgentConfig(
             **{**{f: getattr(config, f) for f in agent_config.FIELDS}, "node_name": socket.gethostname()}
         )
-    _apply_logging(config.log_level, config.log_format)
+    configure_logging(config.log_level, config.log_format)  # cli.main saw flags/env only
     agent = build_agent(config)
     server = None
     address = agent_config.listen_address(config.listen)

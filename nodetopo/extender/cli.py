@@ -48,20 +48,6 @@ def register(
     p.set_defaults(func=cmd_extender)
 
 
-def _api_client(kubeconfig: str | None) -> Any:
-    import kubernetes
-
-    config: Any = kubernetes.config
-    if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig, persist_config=False)
-    configuration = kubernetes.client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=configuration)
-    except config.ConfigException:
-        return config.new_client_from_config(persist_config=False)
-    return kubernetes.client.ApiClient(configuration)
-
-
 def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
@@ -72,11 +58,12 @@ def parse_listen(text: str) -> tuple[str, int]:
 def cmd_extender(args: argparse.Namespace) -> int:
     from nodetopo.extender.cache import ClusterState, start_reflectors
     from nodetopo.extender.server import make_server
+    from nodetopo.publish.client import load_api_client
 
     host, port = parse_listen(args.listen)
     state = ClusterState()
     stop = threading.Event()
-    start_reflectors(_api_client(args.kubeconfig), state, page_size=args.page_size, stop=stop)
+    start_reflectors(load_api_client(args.kubeconfig), state, page_size=args.page_size, stop=stop)
     server = make_server(state, host, port)
 
     def _terminate(signum: int, frame: FrameType | None) -> None:

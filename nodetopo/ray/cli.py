@@ -99,7 +99,9 @@ def _from_bundle(path: str, node_name: str | None) -> dict[str, Any]:
 def _from_api(node_name: str, kubeconfig: str | None, wait_s: float) -> dict[str, Any]:
     import kubernetes
 
-    api: Any = kubernetes.client.CustomObjectsApi(_api_client(kubeconfig))
+    from nodetopo.publish.client import load_api_client
+
+    api: Any = kubernetes.client.CustomObjectsApi(load_api_client(kubeconfig))
     deadline = time.monotonic() + wait_s
     delay = 1.0
     while True:
@@ -115,20 +117,6 @@ def _from_api(node_name: str, kubeconfig: str | None, wait_s: float) -> dict[str
         log.info("NodeTopology/%s not published yet; waiting %.0fs", node_name, delay)
         time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
         delay = min(delay * 2, 10.0)
-
-
-def _api_client(kubeconfig: str | None) -> Any:
-    import kubernetes
-
-    config: Any = kubernetes.config
-    if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig, persist_config=False)
-    configuration = kubernetes.client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=configuration)
-    except config.ConfigException:
-        return config.new_client_from_config(persist_config=False)
-    return kubernetes.client.ApiClient(configuration)
 
 
 def _write(path: str, text: str) -> None:

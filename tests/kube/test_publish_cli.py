@@ -1,0 +1,79 @@
+"""`nodetopo publish --from BUNDLE` as a user runs it, against the real API server.
+
+It also produces the README's `kubectl get ntopo` example: run with ``-s`` to see the real output
+(`python -m pytest tests/kube/test_publish_cli.py -s`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .cluster import LocalCluster
+
+pytestmark = pytest.mark.k8s
+
+BUNDLES = Path(__file__).resolve().parent.parent / "fixtures" / "bundles"
+MACHINES = ("dgx-h100", "dgx-a100", "dgx1-v100", "pcie-4x-nvbridge", "pcie-8x-2socket", "a100-mig", "gh200-nvl")
+
+
+def _publish(cluster: LocalCluster, bundle: str, node: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nodetopo",
+            "publish",
+            "--from",
+            str(BUNDLES / bundle),
+            "--node-name",
+            node,
+            "--kubeconfig",
+            str(cluster.kubeconfig_for("publisher")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_publish_fixture_machines(
+    cluster: LocalCluster, kubectl: Callable[..., Any], make_node: Callable[..., dict[str, Any]]
+) -> None:
+    names = {}
+    for machine in MACHINES:
+        node = make_node(f"{machine}-01")["metadata"]["name"]
+        names[machine] = node
+        result = _publish(cluster, machine, node)
+        assert result.returncode == 0, result.stderr
+        assert f"published NodeTopology/{node}" in result.stdout
+
+    output = kubectl("get", "ntopo", *names.values()).stdout
+    print("\n$ kubectl get ntopo\n" + output)
+    rows = {line.split()[0]: line.split() for line in output.splitlines()[1:]}
+    # NAME GPUS MODEL(3-4 words) ... : check the columns that do not contain spaces from the right.
+    assert rows[names["dgx-h100"]][1] == "8"
+    assert rows[names["dgx-h100"]][-6:-1] == ["1x8", "10", "PIX", "0", "True"]
+    assert rows[names["pcie-4x-nvbridge"]][-6:-1] == ["2x2", "2", "PIX", "0", "True"]
+    assert rows[names["dgx1-v100"]][-6] == "1x8"
+    assert rows[names["a100-mig"]][-3] == "11"  # MIG devices
+
+    labels = kubectl("get", "node", names["gh200-nvl"], "-o", "jsonpath={.metadata.labels}").stdout
+    assert '"nodetopo.io/nvlink.clique":"7d3f1c2a-5b6e-4f80-9a1d-2c4b6e8f0a13.32766"' in labels
+    wide = kubectl("get", "ntopo", names["gh200-nvl"], "-o", "wide").stdout
+    print("$ kubectl get ntopo -o wide\n" + wide)
+    assert "32766" in wide.splitlines()[1].split()
+
+
+def test_publish_refuses_unknown_node(cluster: LocalCluster) -> None:
+    """The Node must exist (the resource is owned by it): a clear error, exit 1, no traceback."""
+    result = _publish(cluster, "dgx-h100", "no-such-node")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "no-such-node" in result.stderr

@@ -1,0 +1,108 @@
+"""Run nodetopo's benchmarks against their peers and write ``benchmarks/RESULTS.md``.
+
+    python benchmarks/run.py                 # everything (~10 minutes on 2 cores)
+    python benchmarks/run.py --quick         # fewer repetitions, shorter windows (~3 minutes)
+    python benchmarks/run.py discovery scale # some of them (discovery, scale, agent, extender)
+
+See benchmarks/README.md for what each one measures and how to read the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import Section, ensure_paths, machine, table
+
+log = logging.getLogger("benchmarks")
+
+NAMES = ("discovery", "scale", "agent", "extender")
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+
+def runner(name: str) -> Callable[[bool], list[Section]]:
+    if name == "discovery":
+        import bench_discovery
+
+        return lambda quick: [bench_discovery.run(quick)]
+    if name == "scale":
+        import bench_scale
+
+        return lambda quick: [bench_scale.run(quick)]
+    if name == "agent":
+        import bench_agent
+
+        return bench_agent.run
+    import bench_extender
+
+    return lambda quick: [bench_extender.run(quick)]
+
+
+def render(sections: list[Section], quick: bool, argv: list[str], wall_s: float) -> str:
+    out = [
+        "# nodetopo benchmarks: results",
+        "",
+        f"Written by `python benchmarks/run.py{' ' + ' '.join(argv) if argv else ''}` "
+        f"({'quick' if quick else 'full'} run, {wall_s / 60:.1f} min). "
+        "Each figure stands next to its target; peers ran in the same run on the same machine. "
+        "See README.md for how each figure is measured.",
+        "",
+        table(["machine", ""], machine()),
+        "",
+        "## Summary",
+        "",
+        "| benchmark | figure | measured | target | |",
+        "|---|---|---|---|---|",
+    ]
+    for s in sections:
+        out += [
+            f"| {s.title.split(':')[0]} | {r.metric} | {r.value} | {r.target} | {r.verdict} |" for r in s.rows
+        ]
+    out.append("")
+    for s in sections:
+        out += [s.markdown(), ""]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("benchmarks", nargs="*", choices=[*NAMES, []], metavar="NAME", help=", ".join(NAMES))
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions and shorter windows")
+    parser.add_argument("-o", "--output", type=Path, default=RESULTS, help="default: %(default)s")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("nodetopo").setLevel(logging.WARNING)  # the sources' own notes are not results
+    ensure_paths()
+    chosen = args.benchmarks or list(NAMES)
+    sections: list[Section] = []
+    started = time.monotonic()
+    failed = False
+    for name in chosen:
+        log.info("running %s%s", name, " (quick)" if args.quick else "")
+        begun = time.monotonic()
+        try:
+            produced = runner(name)(args.quick)
+        except Exception as e:  # one broken benchmark must not lose the others' results
+            log.exception("%s failed", name)
+            produced = [Section(name, f"{name}: FAILED", notes=[f"`{type(e).__name__}: {e}`"])]
+            failed = True
+        for section in produced:
+            section.seconds = section.seconds or time.monotonic() - begun
+        sections += produced
+        log.info("%s done in %.0f s", name, time.monotonic() - begun)
+    text = render(sections, args.quick, sys.argv[1:] if argv is None else argv, time.monotonic() - started)
+    args.output.write_text(text + "\n")
+    log.info("wrote %s", args.output)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

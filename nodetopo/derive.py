@@ -13,9 +13,11 @@ Precedence when several sources know the same fact (see README "Sources and prec
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from math import comb
 
 import networkx as nx
 
@@ -50,9 +52,9 @@ from nodetopo.model import (
 #: per-GPU total (links per pair × peers) exceeds this cannot be direct wiring: it is an NVSwitch.
 MAX_NVLINKS_PER_GPU = 18
 
-#: Above this many candidate subsets, preferred sets are built hierarchically instead of by
-#: exhaustive search (see ``preferred_gpu_sets``).
-EXHAUSTIVE_LIMIT = 5000
+#: Above this many scored candidates (k-subsets × greedy steps), preferred sets are built
+#: hierarchically instead of by exhaustive search (see ``preferred_gpu_sets``).
+EXHAUSTIVE_LIMIT = 8000
 
 
 # --------------------------------------------------------------------------------------------
@@ -60,7 +62,37 @@ EXHAUSTIVE_LIMIT = 5000
 # --------------------------------------------------------------------------------------------
 
 
-def pci_numa_node(g: nx.Graph, device: PciDevice) -> int | None:
+@dataclasses.dataclass(frozen=True, slots=True)
+class PcieIndex:
+    """What the PCIe derivations look up again and again, computed once per graph."""
+
+    numa: tuple[NumaNode, ...]
+    #: the NUMA node the functions of each root complex agree on (roots that disagree are absent)
+    root_numa: dict[str, int]
+    #: gpu/nic/nvswitch graph node -> the PCI function it is
+    device_of: dict[str, PciDevice]
+
+
+def pcie_index(g: nx.Graph) -> PcieIndex:
+    votes: dict[str, set[int]] = defaultdict(set)
+    for _, data in g.nodes(data=True):
+        device = data.get("device") if data["kind"] == "pci" else None
+        if device is not None and device.root is not None and device.numa_node is not None:
+            votes[device.root].add(device.numa_node)
+    device_of: dict[str, PciDevice] = {}
+    for node, data in g.nodes(data=True):
+        if data["kind"] in ("gpu", "nic", "nvswitch"):
+            device = pci_device_of(g, node)
+            if device is not None:
+                device_of[node] = device
+    return PcieIndex(
+        numa=tuple(g.nodes[n]["node"] for n in nodes_of(g, "numa")),
+        root_numa={root: next(iter(ids)) for root, ids in votes.items() if len(ids) == 1},
+        device_of=device_of,
+    )
+
+
+def pci_numa_node(index: PcieIndex, device: PciDevice) -> int | None:
     """The NUMA node of a PCI function.
 
     sysfs ``numa_node`` when the kernel knows it; else the one NUMA node whose CPUs contain the
@@ -70,30 +102,19 @@ def pci_numa_node(g: nx.Graph, device: PciDevice) -> int | None:
     if device.numa_node is not None:
         known: int = device.numa_node
         return known
-    numa: list[NumaNode] = [g.nodes[n]["node"] for n in nodes_of(g, "numa")]
     if device.local_cpus:
-        matching = [n.id for n in numa if n.cpus and device.local_cpus <= n.cpus]
+        matching = [n.id for n in index.numa if n.cpus and device.local_cpus <= n.cpus]
         if len(matching) == 1:
             return matching[0]
-    siblings = Counter(
-        d.numa_node
-        for _, data in g.nodes(data=True)
-        if data["kind"] == "pci"
-        and (d := data["device"]) is not None
-        and d.root is not None
-        and d.root == device.root
-        and d.numa_node is not None
-    )
-    if len(siblings) == 1:
-        agreed: int = next(iter(siblings))
-        return agreed
-    if len(numa) == 1:
-        only: int = numa[0].id
+    if device.root is not None and device.root in index.root_numa:
+        return index.root_numa[device.root]
+    if len(index.numa) == 1:
+        only: int = index.numa[0].id
         return only
     return None
 
 
-def pcie_link_class(g: nx.Graph, a: PciDevice, b: PciDevice) -> LinkClass:
+def pcie_link_class(index: PcieIndex, a: PciDevice, b: PciDevice) -> LinkClass:
     """The nvidia-smi class of the path between two PCI functions, from the sysfs PCIe tree.
 
     * different (or unknown) root complexes: ``NODE`` when both are on the same NUMA node, else ``SYS``;
@@ -103,7 +124,7 @@ def pcie_link_class(g: nx.Graph, a: PciDevice, b: PciDevice) -> LinkClass:
       device), else ``PXB`` (several switches, still below the host bridge).
     """
     if a.root is None or b.root is None or a.root != b.root:
-        na, nb = pci_numa_node(g, a), pci_numa_node(g, b)
+        na, nb = pci_numa_node(index, a), pci_numa_node(index, b)
         return LinkClass.NODE if na is not None and na == nb else LinkClass.SYS
     common = 0
     for x, y in zip(a.upstream, b.upstream, strict=False):
@@ -137,7 +158,9 @@ def affinity_nics(g: nx.Graph) -> list[str]:
     return rdma if rdma else [n.name for n in nics]
 
 
-def gpu_nic_affinity(g: nx.Graph) -> tuple[tuple[GpuNicDistance, ...], tuple[Condition, ...]]:
+def gpu_nic_affinity(
+    g: nx.Graph, index: PcieIndex
+) -> tuple[tuple[GpuNicDistance, ...], tuple[Condition, ...]]:
     """Every (GPU, NIC) PCIe class, from ``topo -m`` and/or the sysfs tree, cross-checked."""
     matrix = g.graph.get("topo_matrix")
     smi: dict[tuple[int, str], LinkClass] = {}
@@ -147,16 +170,18 @@ def gpu_nic_affinity(g: nx.Graph) -> tuple[tuple[GpuNicDistance, ...], tuple[Con
             if cell.pcie is not None and nic in nic_names:
                 smi[(gpu, nic_names[nic])] = cell.pcie
     tree: dict[tuple[int, str], LinkClass] = {}
-    nic_names_used = affinity_nics(g)
+    nic_devices = [
+        (name, index.device_of[f"nic:{name}"])
+        for name in affinity_nics(g)
+        if f"nic:{name}" in index.device_of
+    ]
     for gpu_node in nodes_of(g, "gpu"):
-        gpu_dev = pci_device_of(g, gpu_node)
+        gpu_dev = index.device_of.get(gpu_node)
         if gpu_dev is None:
             continue
-        index = g.nodes[gpu_node]["record"].index
-        for name in nic_names_used:
-            nic_dev = pci_device_of(g, f"nic:{name}")
-            if nic_dev is not None:
-                tree[(index, name)] = pcie_link_class(g, gpu_dev, nic_dev)
+        gpu_index = g.nodes[gpu_node]["record"].index
+        for name, nic_dev in nic_devices:
+            tree[(gpu_index, name)] = pcie_link_class(index, gpu_dev, nic_dev)
     conditions: list[Condition] = []
     disagreements = sorted(
         f"GPU{gpu}–{nic}: nvidia-smi {smi[(gpu, nic)].name}, sysfs {tree[(gpu, nic)].name}"
@@ -181,48 +206,51 @@ def gpu_nic_affinity(g: nx.Graph) -> tuple[tuple[GpuNicDistance, ...], tuple[Con
     return distances, tuple(conditions)
 
 
-def nearest_nics(distances: Iterable[GpuNicDistance], gpu: int) -> tuple[tuple[str, ...], LinkClass | None]:
-    """The NICs at a GPU's best class (whatever that class is), and the class."""
-    mine = [d for d in distances if d.gpu == gpu]
-    if not mine:
-        return (), None
-    best = min(d.distance for d in mine)
-    return tuple(sorted(d.nic for d in mine if d.distance == best)), best
+def nearest_nics(
+    distances: Iterable[GpuNicDistance],
+) -> dict[int, tuple[tuple[str, ...], LinkClass]]:
+    """For each GPU: the NICs at its best class (whatever that class is), and the class."""
+    by_gpu: dict[int, list[GpuNicDistance]] = defaultdict(list)
+    for d in distances:
+        by_gpu[d.gpu].append(d)
+    result: dict[int, tuple[tuple[str, ...], LinkClass]] = {}
+    for gpu, mine in by_gpu.items():
+        best = min(d.distance for d in mine)
+        result[gpu] = (tuple(sorted(d.nic for d in mine if d.distance == best)), best)
+    return result
 
 
-def gpu_gpu_class(g: nx.Graph, a: int, b: int) -> LinkClass | None:
-    """The PCIe class between two GPUs: NVML common ancestor > topo -m > sysfs tree."""
-    key = (min(a, b), max(a, b))
-    nvml: dict[tuple[int, int], LinkClass] = g.graph.get("nvml_common_ancestor", {})
-    if key in nvml:
-        return nvml[key]
+def gpu_gpu_classes(g: nx.Graph, index: PcieIndex, gpus: Sequence[int]) -> dict[tuple[int, int], LinkClass]:
+    """The PCIe class between every two GPUs (a < b): NVML common ancestor > topo -m > sysfs tree."""
+    classes: dict[tuple[int, int], LinkClass] = {}
+    device = {i: index.device_of.get(gpu_id(i)) for i in gpus}
+    for a, b in itertools.combinations(sorted(gpus), 2):
+        da, db = device[a], device[b]
+        if da is not None and db is not None:
+            classes[(a, b)] = pcie_link_class(index, da, db)
     matrix = g.graph.get("topo_matrix")
     if matrix is not None:
-        for pair, cell in matrix.gpu_gpu:
-            if tuple(sorted(pair)) == key and cell.pcie is not None:
-                pcie: LinkClass = cell.pcie
-                return pcie
-    da, db = pci_device_of(g, gpu_id(a)), pci_device_of(g, gpu_id(b))
-    if da is not None and db is not None:
-        return pcie_link_class(g, da, db)
-    return None
+        for (a, b), cell in matrix.gpu_gpu:
+            if cell.pcie is not None:
+                classes[(min(a, b), max(a, b))] = cell.pcie
+    classes.update(g.graph.get("nvml_common_ancestor", {}))
+    return classes
 
 
 def numa_of_cpus(numa: Sequence[NumaNode], cpus: frozenset[int]) -> frozenset[int]:
     return frozenset(n.id for n in numa if n.cpus & cpus)
 
 
-def gpu_numa_affinity(g: nx.Graph, record: GpuRecord) -> frozenset[int] | None:
+def gpu_numa_affinity(index: PcieIndex, record: GpuRecord) -> frozenset[int] | None:
     if record.numa_affinity is not None:
         return record.numa_affinity
-    device = pci_device_of(g, gpu_id(record.index))
+    device = index.device_of.get(gpu_id(record.index))
     if device is not None:
-        node = pci_numa_node(g, device)
+        node = pci_numa_node(index, device)
         if node is not None:
             return frozenset({node})
     if record.cpu_affinity:
-        numa = [g.nodes[n]["node"] for n in nodes_of(g, "numa")]
-        found = numa_of_cpus(numa, record.cpu_affinity)
+        found = numa_of_cpus(index.numa, record.cpu_affinity)
         if found:
             return found
     return None
@@ -309,13 +337,23 @@ def nvlink_islands(g: nx.Graph) -> tuple[NvlinkIsland, ...]:
 # --------------------------------------------------------------------------------------------
 
 
+def preferred_sizes(gpu_count: int, islands: Sequence[NvlinkIsland]) -> tuple[int, ...]:
+    """The set sizes worth precomputing: every size up to 8, then powers of two, island sizes and
+    the whole node (allocators ask for 1, 2, 4, 8 GPUs or an island; a 72-GPU node needs no 37-sets)."""
+    sizes = set(range(1, min(gpu_count, 8) + 1))
+    sizes |= {1 << p for p in range(gpu_count.bit_length()) if 1 << p <= gpu_count}
+    sizes |= {len(i.gpus) for i in islands}
+    sizes.add(gpu_count)
+    return tuple(sorted(k for k in sizes if 1 <= k <= gpu_count))
+
+
 def preferred_gpu_sets(
     gpus: Sequence[Gpu],
     islands: Sequence[NvlinkIsland],
     nvlinks: dict[tuple[int, int], int],
-    pcie: dict[tuple[int, int], LinkClass | None],
+    pcie: dict[tuple[int, int], LinkClass],
 ) -> tuple[PreferredGpuSets, ...]:
-    """For each size k, a partition of the GPUs into k-sets, best first.
+    """For each size k in ``preferred_sizes``, a partition of the GPUs into k-sets, best first.
 
     Each set is scored (lower is better) by, in order:
 
@@ -327,63 +365,63 @@ def preferred_gpu_sets(
     5. the worst PCIe class between two of its GPUs;
     6. the GPU indices (so the result is deterministic).
 
-    The partition is built greedily: the best-scoring k-set of the GPUs not yet used, then the best
-    of the rest, until fewer than k remain. Up to ``EXHAUSTIVE_LIMIT`` candidates per step the
-    search is exhaustive; beyond that (very large nodes) candidates are consecutive runs of the GPUs
-    ordered by (island, NUMA node, nearest NICs, index), which keeps it linear.
+    When that costs at most ``EXHAUSTIVE_LIMIT`` scored candidates (k-subsets × steps: every size
+    on an 8- or 16-GPU node), the partition is built greedily and exhaustively: the best-scoring
+    k-set of the GPUs not yet used, then the best of the rest, until fewer than k remain. Beyond
+    that (NVL72, very large nodes) the GPUs are ordered by (island, NUMA node, nearest NICs,
+    index), cut into consecutive k-sets, and
+    the sets sorted by score: linear in the number of GPUs.
     """
     by_index = {gpu.index: gpu for gpu in gpus}
     island_of = {i: island.id for island in islands for i in island.gpus}
     switched = {island.id for island in islands if island.nvswitch}
+    nic_group = {i: g.nearest_nics for i, g in by_index.items()}
+    numa_of = {i: g.numa_affinity or frozenset({-1}) for i, g in by_index.items()}
+    #: links between two GPUs: the direct count, or "plenty" inside an NVSwitch island
+    switch_links = 1_000
 
     def pair_links(a: int, b: int) -> int:
+        direct = nvlinks.get((a, b), 0)
+        if direct:
+            return direct
         island = island_of.get(a)
-        if island is not None and island == island_of.get(b) and island in switched:
-            return nvlinks.get((min(a, b), max(a, b)), 0) or 1_000  # every pair goes through the switch
-        return nvlinks.get((min(a, b), max(a, b)), 0)
+        return switch_links if island is not None and island in switched and island == island_of.get(b) else 0
 
     def score(members: tuple[int, ...]) -> tuple[object, ...]:
         spanned = {island_of.get(i, -1 - i) for i in members}
-        links = [pair_links(a, b) for a, b in itertools.combinations(members, 2)]
-        all_linked = 0 if all(links) else 1
-        min_links = -min(links) if links else 0
-        nic_groups = {by_index[i].nearest_nics for i in members if by_index[i].nearest_nics}
-        numa = {n for i in members for n in (by_index[i].numa_affinity or {-1})}
-        classes = [pcie.get((min(a, b), max(a, b))) for a, b in itertools.combinations(members, 2)]
-        worst = max((c for c in classes if c is not None), default=LinkClass.PIX)
+        pairs = list(itertools.combinations(members, 2))
+        worst = max((pcie.get(p, LinkClass.PIX) for p in pairs), default=LinkClass.PIX)
+        if len(spanned) == 1 and next(iter(spanned)) in switched:
+            all_linked, min_links = 0, -switch_links  # one NVSwitch domain: every pair alike
+        else:
+            links = [pair_links(a, b) for a, b in pairs]
+            all_linked = 0 if all(links) else 1
+            min_links = -min(links) if links else 0
+        nic_groups = {nic_group[i] for i in members if nic_group[i]}
+        numa = set().union(*(numa_of[i] for i in members))
         return (len(spanned), all_linked, min_links, len(nic_groups), len(numa), int(worst), members)
 
     order = sorted(
         by_index,
-        key=lambda i: (
-            island_of.get(i, 1_000_000 + i),
-            min(by_index[i].numa_affinity or {1_000_000}),
-            by_index[i].nearest_nics,
-            i,
-        ),
+        key=lambda i: (island_of.get(i, 1_000_000 + i), min(numa_of[i]), nic_group[i], i),
     )
     result: list[PreferredGpuSets] = []
-    for k in range(1, len(order) + 1):
-        remaining = list(order)
-        sets: list[tuple[int, ...]] = []
-        while len(remaining) >= k:
-            if _count_combinations(len(remaining), k) <= EXHAUSTIVE_LIMIT:
-                candidates: Iterable[tuple[int, ...]] = (
-                    tuple(sorted(c)) for c in itertools.combinations(remaining, k)
-                )
-            else:
-                candidates = (tuple(sorted(remaining[s : s + k])) for s in range(0, len(remaining) - k + 1))
-            best = min(candidates, key=score)
-            sets.append(best)
-            remaining = [i for i in remaining if i not in best]
+    for k in preferred_sizes(len(order), islands):
+        if k == 1:
+            sets = sorted(((i,) for i in order), key=score)  # what the greedy search would pick, in O(N)
+        elif comb(len(order), k) * (len(order) // k) <= EXHAUSTIVE_LIMIT:
+            remaining = sorted(order)
+            sets: list[tuple[int, ...]] = []
+            while len(remaining) >= k:
+                best = min(itertools.combinations(remaining, k), key=score)
+                sets.append(best)
+                chosen = set(best)
+                remaining = [i for i in remaining if i not in chosen]
+        else:
+            chunks = (tuple(sorted(order[s : s + k])) for s in range(0, len(order) - k + 1, k))
+            sets = sorted(chunks, key=score)
         result.append(PreferredGpuSets(size=k, sets=tuple(sets)))
     return tuple(result)
-
-
-def _count_combinations(n: int, k: int) -> int:
-    from math import comb
-
-    return comb(n, k)
 
 
 # --------------------------------------------------------------------------------------------
@@ -402,14 +440,16 @@ def topology_from_graph(g: nx.Graph, facts: Facts, join_conditions: Sequence[Con
     numa = tuple(g.nodes[n]["node"] for n in nodes_of(g, "numa"))
     islands = nvlink_islands(g)
     island_of = {i: island.id for island in islands for i in island.gpus}
-    distances, affinity_conditions = gpu_nic_affinity(g)
+    index = pcie_index(g)
+    distances, affinity_conditions = gpu_nic_affinity(g, index)
+    nearest_by_gpu = nearest_nics(distances)
     conditions += affinity_conditions
 
     gpus: list[Gpu] = []
     for record in _gpu_records(g):
-        device = pci_device_of(g, gpu_id(record.index))
-        numa_affinity = gpu_numa_affinity(g, record)
-        nearest, nearest_class = nearest_nics(distances, record.index)
+        device = index.device_of.get(gpu_id(record.index))
+        numa_affinity = gpu_numa_affinity(index, record)
+        nearest, nearest_class = nearest_by_gpu.get(record.index, ((), None))
         gpus.append(
             Gpu(
                 index=record.index,
@@ -431,14 +471,14 @@ def topology_from_graph(g: nx.Graph, facts: Facts, join_conditions: Sequence[Con
 
     nics: list[Nic] = []
     for record_nic in _nic_records(g):
-        device = pci_device_of(g, f"nic:{record_nic.name}")
+        device = index.device_of.get(f"nic:{record_nic.name}")
         nics.append(
             Nic(
                 name=record_nic.name,
                 netdev=record_nic.netdevs[0] if record_nic.netdevs else None,
                 address=record_nic.address,
                 pcie_root=device.root if device is not None else None,
-                numa_node=pci_numa_node(g, device) if device is not None else None,
+                numa_node=pci_numa_node(index, device) if device is not None else None,
                 link_layer=record_nic.link_layer,
                 state=record_nic.state,
                 rate_gbps=record_nic.rate_gbps,
@@ -454,9 +494,7 @@ def topology_from_graph(g: nx.Graph, facts: Facts, join_conditions: Sequence[Con
         if a.startswith("gpu:") and b.startswith("gpu:"):
             ia, ib = int(a[4:]), int(b[4:])
             nvlink_counts[(min(ia, ib), max(ia, ib))] = links
-    pcie_classes = {
-        (a.index, b.index): gpu_gpu_class(g, a.index, b.index) for a, b in itertools.combinations(gpus, 2)
-    }
+    pcie_classes = gpu_gpu_classes(g, index, [gpu.index for gpu in gpus])
     preferred = preferred_gpu_sets(gpus, islands, nvlink_counts, pcie_classes) if gpus else ()
 
     fabric = _node_fabric(_gpu_records(g))

@@ -407,11 +407,12 @@ def preferred_gpu_sets(
     )
     result: list[PreferredGpuSets] = []
     for k in preferred_sizes(len(order), islands):
+        sets: list[tuple[int, ...]]
         if k == 1:
             sets = sorted(((i,) for i in order), key=score)  # what the greedy search would pick, in O(N)
         elif comb(len(order), k) * (len(order) // k) <= EXHAUSTIVE_LIMIT:
             remaining = sorted(order)
-            sets: list[tuple[int, ...]] = []
+            sets = []
             while len(remaining) >= k:
                 best = min(itertools.combinations(remaining, k), key=score)
                 sets.append(best)

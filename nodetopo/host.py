@@ -21,9 +21,15 @@ class HostRoot:
 
     def __init__(self, path: str | os.PathLike[str] = "/") -> None:
         self.path = Path(path)
+        self._real = os.path.realpath(self.path)  # resolve() is on the hot path of every PCI device
 
     def __repr__(self) -> str:
         return f"HostRoot({str(self.path)!r})"
+
+    @property
+    def real_path(self) -> Path:
+        """The root with its own symlinks resolved (what ``resolve`` results are relative to)."""
+        return Path(self._real)
 
     @property
     def is_this_system(self) -> bool:
@@ -41,28 +47,27 @@ class HostRoot:
         absolute links (seen in some captures) are re-rooted. Raises ``ValueError`` when the result
         escapes the root and ``FileNotFoundError`` for a dangling link.
         """
-        root = self.path.resolve()
-        current = path
+        root = self._real
+        current = os.fspath(path)
         for _ in range(40):
-            if current.is_symlink():
-                target = Path(os.readlink(current))
-                if target.is_absolute():
-                    current = root.joinpath(*target.parts[1:])
-                else:
-                    current = current.parent / target
-                continue
-            break
-        resolved = current.resolve(strict=True)
-        if resolved != root and root not in resolved.parents:
+            if not os.path.islink(current):
+                break
+            target = os.readlink(current)
+            if os.path.isabs(target):
+                current = os.path.join(root, target.lstrip("/"))
+            else:
+                current = os.path.join(os.path.dirname(current), target)
+        resolved = os.path.realpath(current, strict=True)
+        if resolved != root and not resolved.startswith(root.rstrip("/") + "/"):
             raise ValueError(f"{path} resolves outside the host root {root}: {resolved}")
-        return resolved
+        return Path(resolved)
 
     def relative(self, path: Path) -> str:
         """``path`` as the host would name it (``/sys/...``), for messages."""
-        try:
-            return "/" + str(path.relative_to(self.path))
-        except ValueError:
-            return str(path)
+        text, base = os.fspath(path), os.fspath(self.path).rstrip("/")
+        if base and text.startswith(base + "/"):
+            return text[len(base) :]
+        return text
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

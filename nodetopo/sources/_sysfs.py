@@ -47,20 +47,19 @@ def read_attribute(root: HostRoot, path: Path) -> str | None:
     Raises ``Unreadable`` when it exists but cannot be read (see the module docstring). Bytes that
     are not UTF-8 are replaced rather than rejected: the parsers then report garbage precisely.
     """
-    host_path = root.relative(path)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         if path.is_symlink():
-            raise Unreadable(host_path, f"dangling symlink to {os.readlink(path)}") from None
+            raise Unreadable(root.relative(path), f"dangling symlink to {os.readlink(path)}") from None
         return None
     except IsADirectoryError:
-        raise Unreadable(host_path, "a directory where a file was expected") from None
+        raise Unreadable(root.relative(path), "a directory where a file was expected") from None
     except PermissionError as e:
-        raise Unreadable(host_path, e.strerror or "permission denied") from None
+        raise Unreadable(root.relative(path), e.strerror or "permission denied") from None
     except OSError as e:
         raise Unreadable(
-            host_path, e.strerror or type(e).__name__, no_value=e.errno in _NO_VALUE_ERRNOS
+            root.relative(path), e.strerror or type(e).__name__, no_value=e.errno in _NO_VALUE_ERRNOS
         ) from None
     return data.decode("utf-8", errors="replace")
 

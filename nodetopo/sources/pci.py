@@ -171,7 +171,7 @@ def _read_device(root: HostRoot, entry: Path, conditions: list[Condition]) -> Pc
         conditions.append(_sysfs.unavailable(NAME, f"{host_path}: not a device directory: left out"))
         return None
 
-    pcie_root, upstream = parse_device_location(real.relative_to(root.path.resolve()).parts)
+    pcie_root, upstream = parse_device_location(real.relative_to(root.real_path).parts)
     if pcie_root is None:
         conditions.append(
             _sysfs.unavailable(

@@ -377,8 +377,18 @@ class LocalCluster:
         )
         self._wait_http(process, f"{client}/health", timeout=timeout, context=None)
 
-    def _start_apiserver(self, *, timeout: float) -> None:
-        self.apiserver_port = free_port()
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver (etcd keeps the data): clients see connection refused until
+        ``start_apiserver()``. For outage tests."""
+        process = self._processes.pop("kube-apiserver")
+        _terminate(process.popen)
+
+    def start_apiserver(self, *, timeout: float = 120.0) -> None:
+        """Start kube-apiserver again, on the same port, after ``stop_apiserver()``."""
+        self._start_apiserver(timeout=timeout, port=self.apiserver_port)
+
+    def _start_apiserver(self, *, timeout: float, port: int | None = None) -> None:
+        self.apiserver_port = port or free_port()
         pki = self.workdir / "pki"
         policy = self.workdir / "audit-policy.yaml"
         policy.write_text(yaml.safe_dump(AUDIT_POLICY))

@@ -107,9 +107,12 @@ def test_publish_restart_without_writes_and_stale_source(cluster: Any, node_a: t
     assert reasons["Ready"] != "Discovered" and "Stale" in reasons.values(), reasons
 
 
+@pytest.mark.parametrize("outage", ["proxy-cut", "apiserver-restart"])
 def test_apiserver_outage_backoff_and_convergence(
-    cluster: Any, node_a: tuple[str, Any], tmp_path: Path
+    cluster: Any, node_a: tuple[str, Any], tmp_path: Path, outage: str
 ) -> None:
+    """The API server goes away mid-run and comes back: once as a cut connection (a proxy between
+    agent and server), once for real (kube-apiserver stopped, then started again on its port)."""
     name, token = node_a
     port = int(cluster.server.rsplit(":", 1)[1])
     proxy = Proxy(("127.0.0.1", port)).start()
@@ -117,6 +120,11 @@ def test_apiserver_outage_backoff_and_convergence(
     kubeconfig["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
     proxied = tmp_path / "kubeconfig-proxied.yaml"
     proxied.write_text(yaml.safe_dump(kubeconfig))
+    go_down, come_back = (
+        (proxy.stop, proxy.start)
+        if outage == "proxy-cut"
+        else (cluster.stop_apiserver, cluster.start_apiserver)
+    )
 
     scan = SwitchableScan(bundle_context(DGX_H100))
     agent = Agent(
@@ -140,7 +148,7 @@ def test_apiserver_outage_backoff_and_convergence(
             time.sleep(0.05)
         labels = agent_labels(cluster, name)
 
-        proxy.stop()  # the API server is gone
+        go_down()  # the API server is gone
         scan.ctx = bundle_with(commands={("ibstat",): None})  # and the node changes meanwhile
         failures_before = len([o for o in agent.outcomes if o.retry_in is not None])
         time.sleep(4.0)
@@ -150,8 +158,8 @@ def test_apiserver_outage_backoff_and_convergence(
         assert thread.is_alive() and agent.health.alive()[0]
         assert agent.stats.snapshot().failures
 
+        come_back()  # back (start_apiserver returns once /readyz answers)
         recovered_at = time.monotonic()
-        proxy.start()  # back
         deadline = recovered_at + 1.0 + 1.0 + 5.0  # one interval + one max backoff + slack
         while True:
             cr = stored_topology(cluster, name)

@@ -19,7 +19,15 @@ from .cluster import LocalCluster
 pytestmark = pytest.mark.k8s
 
 BUNDLES = Path(__file__).resolve().parent.parent / "fixtures" / "bundles"
-MACHINES = ("dgx-h100", "dgx-a100", "dgx1-v100", "pcie-4x-nvbridge", "pcie-8x-2socket", "a100-mig", "gh200-nvl")
+MACHINES = (
+    "dgx-h100",
+    "dgx-a100",
+    "dgx1-v100",
+    "pcie-4x-nvbridge",
+    "pcie-8x-2socket",
+    "a100-mig",
+    "gh200-nvl",
+)
 
 
 def _publish(cluster: LocalCluster, bundle: str, node: str) -> subprocess.CompletedProcess[str]:

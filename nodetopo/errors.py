@@ -5,7 +5,8 @@ Retryable versus fatal is a property of the class, never of the message text.
 * ``ParseError`` is raised by pure ``parse_*`` functions only; the source boundary turns it into a
   ``Condition`` and keeps what else it could read. Nothing else catches it.
 * ``PublishError`` and its subclasses are raised by ``nodetopo.publish`` after translating the
-  Kubernetes client's exceptions (``raise ... from e``).
+  API server's error answers (HTTP status, ``Retry-After``) and connection failures, once, at that
+  boundary (``raise ... from e``).
 """
 
 from __future__ import annotations

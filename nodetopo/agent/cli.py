@@ -138,10 +138,10 @@ def build_agent(
         if config.dry_run:
             publisher = DryRunPublisher(node_name, sys.stdout)
         else:
-            from nodetopo.publish.client import load_api_client
+            from nodetopo.publish.client import connect
 
             bucket = TokenBucket(config.qps, config.burst, clock=time.monotonic, sleep=time.sleep)
-            session = RateLimitedSession(load_api_client(config.kubeconfig), bucket)
+            session = RateLimitedSession(connect(config.kubeconfig), bucket)
             publisher = ApiPublisher(session, node_name, nfd=config.nfd)
     if events is None:
         events = UdevEventSource(config.udev_source) if config.udev else NoEvents()

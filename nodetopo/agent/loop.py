@@ -43,10 +43,14 @@ from nodetopo.agent.throttle import Backoff
 from nodetopo.agent.udev import EventSource, NoEvents
 from nodetopo.crd import to_nodetopology
 from nodetopo.discover import Scan
-from nodetopo.errors import PublishError
+from nodetopo.errors import ForbiddenError, PublishError
 from nodetopo.labels import to_labels, uncertain_keys
 
 log = logging.getLogger(__name__)
+
+#: How long after publishing started failing a 403 is still taken for a recovering API server
+#: (RBAC caches not yet synced after a restart) and retried, instead of being fatal.
+FORBIDDEN_GRACE_S = 60.0
 
 
 class Debouncer:
@@ -132,6 +136,7 @@ class Agent:
         self._sleep = sleep if sleep is not None else self._wait
         self.debouncer = Debouncer(config.debounce_seconds, config.debounce_max_seconds, clock=clock)
         self.backoff = Backoff(config.backoff_initial_seconds, config.backoff_max_seconds, random=random)
+        self._failing_since: float | None = None  #: start of the current run of failed publishes
         self.keeper = StaleKeeper(wall_clock=wall_clock)
         self.outcomes: list[CycleOutcome] = []  #: the last outcomes (at most 100), oldest first
         self.events_available = False
@@ -260,7 +265,15 @@ class Agent:
         except PublishError as e:
             obj = failed_object(e)
             self.stats.record_failure(obj, type(e).__name__)
-            if not e.retryable:
+            now = self._clock()
+            recovering = self._failing_since is not None and now - self._failing_since < FORBIDDEN_GRACE_S
+            if self._failing_since is None:
+                self._failing_since = now
+            if isinstance(e, ForbiddenError) and recovering:
+                # A kube-apiserver that has just come back answers 403 until its RBAC caches have
+                # synced: inside a run of failures, Forbidden is retried for a while, not fatal.
+                log.warning("publish forbidden while the API server recovers; retrying: %s", e)
+            elif not e.retryable:
                 log.error("publish failed (%s, fatal: %s): %s", obj, type(e).__name__, e)
                 return CycleOutcome(trigger=trigger, published=False, error=e, fatal=True)
             delay = self.backoff.next_delay(e.retry_after)
@@ -273,6 +286,7 @@ class Agent:
             )
             return CycleOutcome(trigger=trigger, published=False, error=e, retry_in=delay)
         self.backoff.reset()
+        self._failing_since = None
         written = tuple(
             name
             for name, done in (("nodetopology", result.topology.written), ("labels", result.labels.written))

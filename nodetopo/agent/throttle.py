@@ -74,10 +74,13 @@ class Backoff:
 
 
 class RateLimitedSession(ApiSession):
-    """An ``ApiSession`` whose every request first takes a token from ``bucket``."""
+    """An ``ApiSession`` whose every request first takes a token from ``bucket``.
 
-    def __init__(self, api_client: Any, bucket: TokenBucket, **kwargs: Any) -> None:
-        super().__init__(api_client, **kwargs)
+    ``connection``: a ``nodetopo.publish.client.KubeConnection`` (``connect()``), or an official
+    ``ApiClient`` whose configuration is used (see ``ApiSession``)."""
+
+    def __init__(self, connection: Any, bucket: TokenBucket, **kwargs: Any) -> None:
+        super().__init__(connection, **kwargs)
         self.bucket = bucket
         self.requests = 0
 

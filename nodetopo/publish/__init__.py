@@ -1,7 +1,8 @@
 """Publishing: the NodeTopology resource and nodetopo's Node labels (or an NFD NodeFeature).
 
-The only package (with the consumers) that imports the Kubernetes client; its exceptions are
-translated into ``nodetopo.errors`` in ``publish.client``.
+Speaks to the API server through ``publish.client`` (standard-library HTTP; the official
+``kubernetes`` client is loaded only by ``load_api_client``, for the list/watch consumers); API
+failures are translated into ``nodetopo.errors`` there.
 
 * ``Publisher``: long-lived, for the agent. Skips unchanged NodeTopology bodies and label sets
   without any request; a label key goes after 2 consecutive clean scans.
@@ -18,7 +19,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nodetopo.publish.client import ApiSession, load_api_client
+from nodetopo.publish.client import ApiSession, connect
 from nodetopo.publish.nfd import DEFAULT_NAMESPACE, NodeFeaturePublisher
 from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelOutcome, NodeLabelPublisher
 from nodetopo.publish.nodetopology import ApplyOutcome, NodeTopologyPublisher
@@ -85,14 +86,11 @@ def run_publish(
     uncertain_keys: Iterable[str] = (),
     uncertain_prefixes: Iterable[str] = (),
 ) -> PublishOutcome:
-    """One-shot publish (``nodetopo publish``): client from ``kubeconfig`` or in-cluster config."""
-    api_client = load_api_client(kubeconfig)
-    try:
+    """One-shot publish (``nodetopo publish``): connection from ``kubeconfig`` or in-cluster config."""
+    with connect(kubeconfig) as connection:
         publisher = Publisher(
-            ApiSession(api_client), node_name, nfd=nfd, nfd_namespace=nfd_namespace, scans_to_remove=1
+            ApiSession(connection), node_name, nfd=nfd, nfd_namespace=nfd_namespace, scans_to_remove=1
         )
         return publisher.publish(
             body, labels, uncertain_keys=uncertain_keys, uncertain_prefixes=uncertain_prefixes
         )
-    finally:
-        api_client.close()

@@ -9,7 +9,9 @@ manager is a ``ConflictError``, reported, never silently taken over):
 
 ``lastTransitionTime`` of a condition is kept from the previous object while the condition's
 status is unchanged and set to now otherwise. ``NodeTopologyPublisher`` remembers the status
-content hash it last wrote successfully and skips an unchanged body without any request.
+content hash it last wrote successfully and skips an unchanged body without any request, and the
+metadata it last applied, which it applies again only when it changed: after the first write, a
+change of the facts alone is one write (the status apply).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from nodetopo.crd import content_hash
+from nodetopo.errors import PublishError
 from nodetopo.publish.client import ApiSession
 
 log = logging.getLogger(__name__)
@@ -84,6 +87,33 @@ def owner_reference(node: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def metadata_patch(body: Mapping[str, Any], *, owner: Mapping[str, Any]) -> dict[str, Any]:
+    """The apply of the object itself: ``body``'s labels and ``owner`` as the only ownerReference."""
+    metadata = body.get("metadata") or {}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": str(metadata["name"]),
+            "labels": dict(metadata.get("labels") or {}),
+            "ownerReferences": [dict(owner)],
+        },
+    }
+
+
+def status_patch(
+    body: Mapping[str, Any], *, previous_conditions: Sequence[Mapping[str, Any]], now: str
+) -> dict[str, Any]:
+    """The apply of the status subresource: ``body``'s status with the conditions' transition times
+    (kept from ``previous_conditions`` while unchanged) and its ``contentHash`` filled in."""
+    name = str(body["metadata"]["name"])
+    status = copy.deepcopy(dict(body["status"]))
+    status["conditions"] = with_transition_times(status.get("conditions") or [], previous_conditions, now=now)
+    if not status.get("contentHash"):
+        status["contentHash"] = status_content_hash(status)
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "status": status}
+
+
 def apply_nodetopology(
     session: ApiSession,
     body: Mapping[str, Any],
@@ -91,30 +121,22 @@ def apply_nodetopology(
     owner: Mapping[str, Any],
     previous_conditions: Sequence[Mapping[str, Any]],
     now: str,
+    metadata: bool = True,
 ) -> dict[str, Any]:
-    """Apply ``body``'s metadata, then its status; return the object the server stored.
+    """Apply ``body``'s metadata (unless ``metadata`` is False), then its status; return the object
+    the server stored.
 
     ``owner`` is the ownerReference (``owner_reference(node)``). Stateless: no skip, no reads.
-    Raises ``nodetopo.errors.PublishError`` subclasses.
+    Without the metadata apply the object must exist already (a status apply does not create it:
+    404). Raises ``nodetopo.errors.PublishError`` subclasses.
     """
     name = str(body["metadata"]["name"])
-    metadata = body.get("metadata") or {}
-    meta_patch = {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {
-            "name": name,
-            "labels": dict(metadata.get("labels") or {}),
-            "ownerReferences": [dict(owner)],
-        },
-    }
-    session.apply_cluster_object(GROUP, VERSION, PLURAL, name, meta_patch, status=False)
-    status = copy.deepcopy(dict(body["status"]))
-    status["conditions"] = with_transition_times(status.get("conditions") or [], previous_conditions, now=now)
-    if not status.get("contentHash"):
-        status["contentHash"] = status_content_hash(status)
-    status_patch = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "status": status}
-    return session.apply_cluster_object(GROUP, VERSION, PLURAL, name, status_patch, status=True)
+    if metadata:
+        session.apply_cluster_object(
+            GROUP, VERSION, PLURAL, name, metadata_patch(body, owner=owner), status=False
+        )
+    patch = status_patch(body, previous_conditions=previous_conditions, now=now)
+    return session.apply_cluster_object(GROUP, VERSION, PLURAL, name, patch, status=True)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,9 +152,12 @@ class NodeTopologyPublisher:
     """Publishes NodeTopology bodies, skipping unchanged ones without touching the API.
 
     State per instance: the Node UIDs it has read (once per node), and per object the status hash
-    and conditions it last wrote successfully. The first write of an object reads the existing
-    object once, to keep its conditions' transition times. ``forget()`` drops the write memory so
-    the next ``apply`` writes again (e.g. a periodic resync, or after the object was deleted).
+    and conditions it last wrote successfully and the metadata (labels, ownerReferences) it last
+    applied successfully. The first write of an object reads the existing object once, to keep
+    its conditions' transition times, and applies metadata and status; later changes apply the
+    metadata only when it changed, so a status change costs one write. ``forget()`` drops the
+    write memory so the next ``apply`` writes both again (e.g. a periodic resync, or after the
+    object was deleted).
     """
 
     def __init__(self, session: ApiSession, *, clock: Callable[[], datetime.datetime] = utc_now) -> None:
@@ -141,15 +166,21 @@ class NodeTopologyPublisher:
         self._owners: dict[str, dict[str, Any]] = {}
         self._written_hash: dict[str, str] = {}
         self._written_conditions: dict[str, list[dict[str, Any]]] = {}
+        self._written_metadata: dict[str, str] = {}
 
     def forget(self) -> None:
         self._written_hash.clear()
         self._written_conditions.clear()
+        self._written_metadata.clear()
 
     def _skip_key(self, body: Mapping[str, Any]) -> str:
         labels = dict((body.get("metadata") or {}).get("labels") or {})
         status_hash = status_content_hash(body.get("status") or {})
         return hashlib.sha256(json.dumps([labels, status_hash], sort_keys=True).encode()).hexdigest()
+
+    def _apply_metadata(self, name: str, patch: Mapping[str, Any], key: str) -> None:
+        self._session.apply_cluster_object(GROUP, VERSION, PLURAL, name, patch, status=False)
+        self._written_metadata[name] = key
 
     def apply(self, body: Mapping[str, Any], *, node_name: str | None = None) -> ApplyOutcome:
         """Apply ``body`` (a ``nodetopo.crd.to_nodetopology`` result) unless unchanged since the
@@ -168,9 +199,22 @@ class NodeTopologyPublisher:
         if previous is None:
             existing = self._session.read_cluster_object(GROUP, VERSION, PLURAL, name)
             previous = list(((existing or {}).get("status") or {}).get("conditions") or [])
-        stored = apply_nodetopology(
-            self._session, body, owner=owner, previous_conditions=previous, now=rfc3339(self._clock())
-        )
+        meta = metadata_patch(body, owner=owner)
+        meta_key = json.dumps(meta, sort_keys=True)
+        metadata_applied = self._written_metadata.get(name) != meta_key
+        if metadata_applied:
+            self._apply_metadata(name, meta, meta_key)
+        status = status_patch(body, previous_conditions=previous, now=rfc3339(self._clock()))
+        try:
+            stored = self._session.apply_cluster_object(GROUP, VERSION, PLURAL, name, status, status=True)
+        except PublishError as e:
+            if metadata_applied or e.status != 404:
+                raise
+            # deleted behind our back: a status apply does not create, the object's apply does
+            log.info("NodeTopology %s is gone; creating it again", name)
+            self._written_metadata.pop(name, None)
+            self._apply_metadata(name, meta, meta_key)
+            stored = self._session.apply_cluster_object(GROUP, VERSION, PLURAL, name, status, status=True)
         self._written_hash[name] = key
         self._written_conditions[name] = list((stored.get("status") or {}).get("conditions") or [])
         log.info("NodeTopology %s written", name)

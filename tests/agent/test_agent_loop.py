@@ -156,6 +156,25 @@ def test_fatal_errors_exit_non_zero(error: Exception) -> None:
     assert len(agent.outcomes) == 1 and agent.outcomes[0].fatal
 
 
+def test_forbidden_while_the_api_server_recovers_is_retried() -> None:
+    """A restarted kube-apiserver answers 403 until its RBAC caches sync (seen in the outage test):
+    inside a run of failures that is retried; alone, or past the grace period, it is fatal."""
+    clock, publisher = FakeClock(), FakePublisher()
+    publisher.errors = [TransientError("connection refused"), ForbiddenError("denied", status=403)]
+    agent, _ = make_agent(clock, publisher)
+    stop_after(clock, agent, 30)
+    assert agent.run() == 0
+    assert [o.fatal for o in agent.outcomes[:2]] == [False, False]
+    assert agent.outcomes[1].retry_in is not None and agent.outcomes[2].published
+
+    clock, publisher = FakeClock(), FakePublisher()
+    publisher.errors = [TransientError("connection refused")] * 40 + [ForbiddenError("denied", status=403)]
+    agent, _ = make_agent(clock, publisher, backoff_max_seconds=5.0)
+    stop_after(clock, agent, 10_000)
+    assert agent.run() == 1  # 40 failures at up to 5 s each: the 403 comes after the grace period
+    assert agent.outcomes[-1].fatal
+
+
 def test_unexpected_exception_skips_the_publish_and_the_loop_goes_on() -> None:
     clock, publisher = FakeClock(), FakePublisher()
     publisher.errors = [RuntimeError("a bug")]

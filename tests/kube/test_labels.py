@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nodetopo.errors import ConflictError
-from nodetopo.publish.client import ApiSession
+from nodetopo.publish.client import ApiSession, connect
 from nodetopo.publish.nfd import NODE_NAME_LABEL, NodeFeaturePublisher
 from nodetopo.publish.node_labels import LabelTracker, NodeLabelPublisher, owned_label_keys
 
@@ -37,8 +37,9 @@ TAINTS = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
 
 
 @pytest.fixture
-def session(api_client_for: Callable[..., Any]) -> ApiSession:
-    return ApiSession(api_client_for("publisher"))
+def session(cluster: LocalCluster) -> Iterator[ApiSession]:
+    with connect(str(cluster.kubeconfig_for("publisher"))) as connection:
+        yield ApiSession(connection)
 
 
 @pytest.fixture

@@ -15,6 +15,12 @@ from nodetopo.model import PciDevice, Topology, format_cpulist
 
 # A few PCI class names for the roots view (PCI code and ID assignment specification).
 _CLASS_NAMES = {
+    0x0600: "Host bridge",
+    0x0601: "ISA bridge",
+    0x0604: "PCI bridge",
+    0x0180: "Storage",
+    0x0500: "RAM",
+    0xFFFF: "Unclassified",
     0x0100: "SCSI",
     0x0101: "IDE",
     0x0104: "RAID",

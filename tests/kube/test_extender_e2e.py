@@ -220,6 +220,58 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=10)
 
 
+def _extender_token(cluster: LocalCluster) -> str:
+    """Apply deploy/namespace.yaml and deploy/extender/rbac.yaml; a token for that service account."""
+    cluster.kubectl("apply", "-f", str(REPO / "deploy" / "namespace.yaml"))
+    cluster.kubectl("apply", "-f", str(REPO / "deploy" / "extender" / "rbac.yaml"))
+    status, answer = cluster.request(
+        "POST",
+        "/api/v1/namespaces/nodetopo/serviceaccounts/nodetopo-extender/token",
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        },
+    )
+    assert status == 201, answer
+    return str(answer["status"]["token"])
+
+
+def _as_token(cluster: LocalCluster, token: str, method: str, path: str, body: Any = None) -> int:
+    import ssl
+    import urllib.error
+
+    request = urllib.request.Request(
+        f"{cluster.server}{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        method=method,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    context = ssl.create_default_context(cafile=str(cluster.ca_file))
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
+def test_extender_service_account_is_read_only(cluster: LocalCluster) -> None:
+    """deploy/extender/rbac.yaml: list/watch NodeTopology objects and pods, nothing else."""
+    token = _extender_token(cluster)
+    assert _as_token(cluster, token, "GET", "/apis/nodetopo.io/v1alpha1/nodetopologies?limit=1") == 200
+    assert _as_token(cluster, token, "GET", "/api/v1/pods?limit=1") == 200
+    assert _as_token(cluster, token, "GET", "/api/v1/pods?watch=1&timeoutSeconds=1") == 200
+    denied = [
+        ("GET", "/api/v1/nodes", None),
+        ("GET", "/api/v1/secrets", None),
+        ("DELETE", "/apis/nodetopo.io/v1alpha1/nodetopologies/anything", None),
+        ("POST", "/apis/nodetopo.io/v1alpha1/nodetopologies", {"apiVersion": "nodetopo.io/v1alpha1"}),
+        ("POST", "/api/v1/namespaces/default/pods", {"apiVersion": "v1", "kind": "Pod"}),
+    ]
+    for method, path, body in denied:
+        assert _as_token(cluster, token, method, path, body) == 403, (method, path)
+
+
 def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -282,11 +334,13 @@ def extender_scheduler(
     port = free_port()
     log = tmp / "extender.log"
     env_python = [sys.executable, "-m", "nodetopo"]
+    # The extender runs as its own service account, with exactly the RBAC of deploy/extender/.
+    kubeconfig = cluster.write_kubeconfig(tmp / "extender.kubeconfig", token=_extender_token(cluster))
     extender = _start(
         [
             *env_python,
             "extender",
-            f"--kubeconfig={cluster.kubeconfig}",
+            f"--kubeconfig={kubeconfig}",
             f"--listen=127.0.0.1:{port}",
             "--page-size=5",  # several pages even for this small pool
             "--log-level=info",

@@ -15,11 +15,11 @@ dropped keys disappear from it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from nodetopo.publish.client import ApiSession
-from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelOutcome, LabelTracker, check_label_keys
+from nodetopo.publish.node_labels import PREFIX, SCANS_TO_REMOVE, LabelTracker, TrackedLabelPublisher
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def to_nodefeature(node_name: str, namespace: str, labels: Mapping[str, str]) ->
     }
 
 
-class NodeFeaturePublisher:
+class NodeFeaturePublisher(TrackedLabelPublisher):
     """Applies the tracked label set as one NodeFeature object (same interface as
     ``NodeLabelPublisher``)."""
 
@@ -61,42 +61,21 @@ class NodeFeaturePublisher:
         namespace: str = DEFAULT_NAMESPACE,
         scans_to_remove: int = SCANS_TO_REMOVE,
     ) -> None:
-        self._session = session
-        self.node_name = node_name
+        super().__init__(session, node_name, scans_to_remove=scans_to_remove)
         self.namespace = namespace
-        self._scans_to_remove = scans_to_remove
-        self._tracker: LabelTracker | None = None
-        self._written: dict[str, str] | None = None
 
     def _adopt(self) -> LabelTracker:
         existing = self._session.read_namespaced_object(
             GROUP, VERSION, self.namespace, PLURAL, nodefeature_name(self.node_name)
         )
         labels = ((existing or {}).get("spec") or {}).get("labels") or {}
-        owned = {str(k): str(v) for k, v in labels.items() if str(k).startswith("nodetopo.io/")}
+        owned = {str(k): str(v) for k, v in labels.items() if str(k).startswith(PREFIX)}
         self._written = dict(owned) if existing is not None else None
         return LabelTracker(applied=owned, scans_to_remove=self._scans_to_remove)
 
-    def publish(
-        self,
-        labels: Mapping[str, str | None],
-        *,
-        uncertain_keys: Iterable[str] = (),
-        uncertain_prefixes: Iterable[str] = (),
-    ) -> LabelOutcome:
-        """Track one scan's labels; apply the NodeFeature when the applied set changed."""
-        check_label_keys(labels)
-        if self._tracker is None:
-            self._tracker = self._adopt()
-        desired = self._tracker.observe(
-            labels, uncertain_keys=uncertain_keys, uncertain_prefixes=uncertain_prefixes
-        )
-        if desired == self._written:
-            return LabelOutcome(written=False, applied=desired)
+    def _apply(self, desired: dict[str, str]) -> None:
         body = to_nodefeature(self.node_name, self.namespace, desired)
         self._session.apply_namespaced_object(
             GROUP, VERSION, self.namespace, PLURAL, body["metadata"]["name"], body
         )
-        self._written = dict(desired)
         log.info("NodeFeature %s/%s applied: %s", self.namespace, body["metadata"]["name"], sorted(desired))
-        return LabelOutcome(written=True, applied=desired)

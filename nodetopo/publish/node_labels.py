@@ -129,8 +129,10 @@ class LabelOutcome:
     applied: Mapping[str, str]
 
 
-class NodeLabelPublisher:
-    """Applies the tracked label set to one Node under the session's field manager."""
+class TrackedLabelPublisher:
+    """Tracks each scan's labels (``LabelTracker``) and applies the resulting set only when it
+    changed. Subclasses say where the set lives: ``_adopt`` reads what we own there at first use,
+    ``_apply`` writes a new set."""
 
     def __init__(self, session: ApiSession, node_name: str, *, scans_to_remove: int = SCANS_TO_REMOVE):
         self._session = session
@@ -140,15 +142,10 @@ class NodeLabelPublisher:
         self._written: dict[str, str] | None = None
 
     def _adopt(self) -> LabelTracker:
-        node = self._session.read_node(self.node_name)
-        current = (node.get("metadata") or {}).get("labels") or {}
-        owned = {
-            key: str(current[key])
-            for key in owned_label_keys(node, field_manager=self._session.field_manager)
-            if key.startswith(PREFIX) and key in current
-        }
-        self._written = dict(owned)
-        return LabelTracker(applied=owned, scans_to_remove=self._scans_to_remove)
+        raise NotImplementedError
+
+    def _apply(self, desired: dict[str, str]) -> None:
+        raise NotImplementedError
 
     def publish(
         self,
@@ -166,10 +163,28 @@ class NodeLabelPublisher:
         )
         if desired == self._written:
             return LabelOutcome(written=False, applied=desired)
+        self._apply(desired)
+        self._written = dict(desired)
+        return LabelOutcome(written=True, applied=desired)
+
+
+class NodeLabelPublisher(TrackedLabelPublisher):
+    """Applies the tracked label set to one Node under the session's field manager."""
+
+    def _adopt(self) -> LabelTracker:
+        node = self._session.read_node(self.node_name)
+        current = (node.get("metadata") or {}).get("labels") or {}
+        owned = {
+            key: str(current[key])
+            for key in owned_label_keys(node, field_manager=self._session.field_manager)
+            if key.startswith(PREFIX) and key in current
+        }
+        self._written = dict(owned)
+        return LabelTracker(applied=owned, scans_to_remove=self._scans_to_remove)
+
+    def _apply(self, desired: dict[str, str]) -> None:
         metadata: dict[str, Any] = {"name": self.node_name}
         if desired:
             metadata["labels"] = desired
         self._session.apply_node(self.node_name, {"apiVersion": "v1", "kind": "Node", "metadata": metadata})
-        self._written = dict(desired)
         log.info("node %s labels applied: %s", self.node_name, sorted(desired))
-        return LabelOutcome(written=True, applied=desired)

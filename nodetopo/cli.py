@@ -200,26 +200,32 @@ def cmd_discover(args: argparse.Namespace) -> int:
 
 def cmd_capture(args: argparse.Namespace) -> int:
     from nodetopo.bundle import NVML_DUMP, capture_commands
-    from nodetopo.capture import capture_sysfs
+    from nodetopo.capture import capture_bundle
     from nodetopo.host import HostRoot, SubprocessRunner
 
     dest = Path(args.directory)
     if dest.exists() and any(dest.iterdir()):
         raise BundleError(f"{dest}: exists and is not empty; choose a new directory")
-    dest.mkdir(parents=True, exist_ok=True)
-    root = HostRoot(args.host_root)
-    warnings = capture_sysfs(root, dest)
+    notes: list[str] = []
+
+    def command_outputs(bundle: Path) -> list[str]:
+        notes.extend(capture_commands(SubprocessRunner(), bundle, timeout=args.command_timeout))
+        return []
+
+    def nvml_dump(bundle: Path) -> list[str]:
+        notes.append(_capture_nvml(bundle / NVML_DUMP))
+        return []
+
+    steps = [command_outputs] if args.no_nvml else [command_outputs, nvml_dump]
+    warnings = capture_bundle(HostRoot(args.host_root), dest, steps)
     for w in warnings:
         log.warning("capture: %s", w)
-    notes = capture_commands(SubprocessRunner(), dest, timeout=args.command_timeout)
-    if not args.no_nvml:
-        notes.append(_capture_nvml(dest / NVML_DUMP))
     print(f"captured {dest}:")
     print(f"  sys/: {sum(1 for _ in (dest / 'sys').rglob('*')) if (dest / 'sys').exists() else 0} entries")
     for note in notes:
         print(f"  {note}")
     if warnings:
-        print(f"  {len(warnings)} sysfs file(s) could not be read (see log)")
+        print(f"  {len(warnings)} part(s) could not be captured (see log)")
     return 0
 
 

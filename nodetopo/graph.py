@@ -35,7 +35,6 @@ from nodetopo.model import (
     ConditionReason,
     FabricInfo,
     Facts,
-    LinkClass,
     MigDevice,
     PciAddress,
     PciDevice,
@@ -245,8 +244,6 @@ def _add_gpus(g: nx.Graph, facts: Facts) -> list[Condition]:
         if r.address is not None and r.address in pci_by_address:
             g.add_edge(node, pci_id(r.address), kind="function")
             device = pci_by_address[r.address]
-            if r.model is None:
-                r.model = None  # sysfs has ids, not marketing names; never invent one
             if r.cpu_affinity is None and device.local_cpus:
                 r.cpu_affinity, r.cpu_affinity_source = device.local_cpus, "sysfs"
     return conditions
@@ -453,14 +450,3 @@ def nvlink_edges(g: nx.Graph) -> Iterable[tuple[str, str, int]]:
     for a, b, data in g.edges(data=True):
         if data["kind"] == "nvlink":
             yield a, b, int(data["links"])
-
-
-def topo_matrix_class(g: nx.Graph, gpu_index: int, nic_index: int) -> LinkClass | None:
-    matrix = g.graph.get("topo_matrix")
-    if matrix is None:
-        return None
-    for (a, b), cell in matrix.gpu_nic:
-        if a == gpu_index and b == nic_index:
-            pcie: LinkClass | None = cell.pcie
-            return pcie
-    return None

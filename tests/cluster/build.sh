@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the real Kubernetes control plane (kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl) and etcd from the official Go modules pinned in go.mod,
+# kube-scheduler, kubectl, and kubelet for the real test node) and etcd from the
+# official Go modules pinned in go.mod,
 # into a cache outside the repository keyed by the pinned versions.
 #
 #   tests/cluster/build.sh          build if missing; print the bin directory
@@ -18,6 +19,7 @@ targets=(
   "kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager"
   "kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler"
   "kubectl=k8s.io/kubernetes/cmd/kubectl"
+  "kubelet=k8s.io/kubernetes/cmd/kubelet"
   "etcd=go.etcd.io/etcd/server/v3"
 )
 missing=0

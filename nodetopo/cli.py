@@ -2,6 +2,12 @@
 
 Exit codes: 0 success; 1 an error nodetopo could not work around (message on stderr); 2 bad usage or
 an unusable input (not a bundle, missing file); 3 ``discover --strict`` found the result not Ready.
+
+Start-up cost: a subcommand imports only what it runs. Module-level imports here are the standard
+library and nodetopo's small leaf modules; each handler imports its own work, and the subcommands that
+live in their own modules (``_MODULE_COMMANDS``) are imported only when one of them is run or the
+whole command list is needed (``--help``, a usage error). ``tests/test_cli_imports.py`` holds
+``discover`` to that.
 """
 
 from __future__ import annotations
@@ -15,8 +21,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from nodetopo import __version__
 from nodetopo.errors import BundleError, NodetopoError
@@ -85,7 +89,9 @@ def _add_input(p: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or (``command`` given) one that knows only the built-in subcommands and
+    ``command``: enough to parse a command line that runs ``command``."""
     parser = argparse.ArgumentParser(
         prog="nodetopo",
         description=DESCRIPTION,
@@ -148,13 +154,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.set_defaults(func=cmd_publish)
 
-    _add_optional_commands(sub)
+    _add_module_commands(sub, command)
     return parser
 
 
-def _add_optional_commands(sub: Any) -> None:
-    """Subcommands implemented in their own modules (agent, extender, ray)."""
-    for module_name in ("nodetopo.agent.cli", "nodetopo.extender.cli", "nodetopo.ray.cli"):
+#: Subcommands implemented in their own modules, in the order ``--help`` lists them: (name, module).
+#: Each module's ``register(sub, add_common, add_input)`` adds its parser.
+_MODULE_COMMANDS: tuple[tuple[str, str], ...] = (
+    ("agent", "nodetopo.agent.cli"),
+    ("extender", "nodetopo.extender.cli"),
+    ("ray", "nodetopo.ray.cli"),
+)
+_BUILTIN_COMMANDS = ("discover", "capture", "publish")
+
+
+def _add_module_commands(sub: Any, command: str | None) -> None:
+    """Register the subcommands that live in their own modules: only ``command``'s when one is given
+    (importing the agent costs more than a whole discovery), else all of them."""
+    for name, module_name in _MODULE_COMMANDS:
+        if command is not None and name != command:
+            continue
         try:
             module = __import__(module_name, fromlist=["register"])
         except ModuleNotFoundError as e:
@@ -178,17 +197,20 @@ def _context(args: argparse.Namespace) -> Any:
 def cmd_discover(args: argparse.Namespace) -> int:
     from nodetopo.crd import to_nodetopology
     from nodetopo.discover import scan
-    from nodetopo.render import render_table
 
     result = scan(_context(args))
     log.info("discovery took %.3fs", result.duration_s)
     if args.output == "table":
+        from nodetopo.render import render_table
+
         sys.stdout.write(render_table(result.topology, args.node_name))
     else:
         body = to_nodetopology(result.topology, args.node_name)
         if args.output == "json":
             sys.stdout.write(json.dumps(body, indent=2) + "\n")
         else:
+            import yaml
+
             sys.stdout.write(yaml.safe_dump(body, sort_keys=False))
     if args.strict:
         from nodetopo.crd import NOT_READY_REASONS
@@ -263,8 +285,21 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return 0
 
 
+def selected_command(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` runs, or None when parsing needs every subcommand: a top-level option
+    first (``--help``, ``--version``), no command, or an unknown one (the error lists the choices)."""
+    for arg in argv:
+        if arg.startswith("-"):
+            return None
+        known = arg in _BUILTIN_COMMANDS or any(arg == name for name, _ in _MODULE_COMMANDS)
+        return arg if known else None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(selected_command(argv))
     args = parser.parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     try:

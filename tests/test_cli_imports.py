@@ -21,6 +21,7 @@ NOT_FOR_DISCOVER = (
     "prometheus_client",
     "kubernetes",
     "ray",
+    "networkx",  # nodetopo.graph.Graph: importing networkx cost more than the whole discovery
 )
 
 _PROBE = """\

@@ -19,13 +19,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from math import comb
 
+import networkx as nx
+
 from nodetopo.graph import (
     GRAPH_SOURCE,
     GpuRecord,
-    Graph,
     NicRecord,
     build_graph,
-    connected_components,
     gpu_id,
     nodes_of,
     nvlink_edges,
@@ -73,7 +73,7 @@ class PcieIndex:
     device_of: dict[str, PciDevice]
 
 
-def pcie_index(g: Graph) -> PcieIndex:
+def pcie_index(g: nx.Graph) -> PcieIndex:
     votes: dict[str, set[int]] = defaultdict(set)
     for _, data in g.nodes(data=True):
         device = data.get("device") if data["kind"] == "pci" else None
@@ -142,15 +142,15 @@ def pcie_link_class(index: PcieIndex, a: PciDevice, b: PciDevice) -> LinkClass:
 # --------------------------------------------------------------------------------------------
 
 
-def _gpu_records(g: Graph) -> list[GpuRecord]:
+def _gpu_records(g: nx.Graph) -> list[GpuRecord]:
     return [g.nodes[n]["record"] for n in nodes_of(g, "gpu")]
 
 
-def _nic_records(g: Graph) -> list[NicRecord]:
+def _nic_records(g: nx.Graph) -> list[NicRecord]:
     return [g.nodes[n]["record"] for n in nodes_of(g, "nic")]
 
 
-def affinity_nics(g: Graph) -> list[str]:
+def affinity_nics(g: nx.Graph) -> list[str]:
     """The NICs GPU affinity is computed over: the RDMA NICs (what GPUDirect RDMA and NCCL use, and
     what ``nvidia-smi topo -m`` lists); plain Ethernet NICs only on a node without any RDMA NIC."""
     nics = _nic_records(g)
@@ -158,7 +158,9 @@ def affinity_nics(g: Graph) -> list[str]:
     return rdma if rdma else [n.name for n in nics]
 
 
-def gpu_nic_affinity(g: Graph, index: PcieIndex) -> tuple[tuple[GpuNicDistance, ...], tuple[Condition, ...]]:
+def gpu_nic_affinity(
+    g: nx.Graph, index: PcieIndex
+) -> tuple[tuple[GpuNicDistance, ...], tuple[Condition, ...]]:
     """Every (GPU, NIC) PCIe class, from ``topo -m`` and/or the sysfs tree, cross-checked."""
     matrix = g.graph.get("topo_matrix")
     smi: dict[tuple[int, str], LinkClass] = {}
@@ -218,7 +220,7 @@ def nearest_nics(
     return result
 
 
-def gpu_gpu_classes(g: Graph, index: PcieIndex, gpus: Sequence[int]) -> dict[tuple[int, int], LinkClass]:
+def gpu_gpu_classes(g: nx.Graph, index: PcieIndex, gpus: Sequence[int]) -> dict[tuple[int, int], LinkClass]:
     """The PCIe class between every two GPUs (a < b): NVML common ancestor > topo -m > sysfs tree."""
     classes: dict[tuple[int, int], LinkClass] = {}
     device = {i: index.device_of.get(gpu_id(i)) for i in gpus}
@@ -259,7 +261,7 @@ def gpu_numa_affinity(index: PcieIndex, record: GpuRecord) -> frozenset[int] | N
 # --------------------------------------------------------------------------------------------
 
 
-def nvlink_islands(g: Graph) -> tuple[NvlinkIsland, ...]:
+def nvlink_islands(g: nx.Graph) -> tuple[NvlinkIsland, ...]:
     """Connected components of the NVLink subgraph (GPUs and NVSwitches), as islands of ≥ 2 GPUs.
 
     A component that goes through NVSwitch nodes (NVML reports SWITCH remote devices) is one fully
@@ -269,13 +271,13 @@ def nvlink_islands(g: Graph) -> tuple[NvlinkIsland, ...]:
     count from ``nvlink -s``/NVML), or when sysfs shows NVSwitch functions. A uniform full mesh
     that fits in the GPU's links (4× A100 NV4, 4× GH200 NV6) is direct: fully connected, no switch.
     """
-    sub = Graph()
+    sub = nx.Graph()
     for a, b, links in nvlink_edges(g):
         sub.add_edge(a, b, links=links)
     sysfs_switches = any(d.get("kind") == "nvswitch" and d.get("address") for _, d in g.nodes(data=True))
     islands: list[NvlinkIsland] = []
     components = []
-    for component in connected_components(sub):
+    for component in nx.connected_components(sub):
         gpus = sorted(int(n.split(":")[1]) for n in component if n.startswith("gpu:"))
         if len(gpus) >= 2:
             components.append((gpus, component))
@@ -434,7 +436,7 @@ def derive_topology(facts: Facts) -> Topology:
     return topology_from_graph(g, facts, join_conditions)
 
 
-def topology_from_graph(g: Graph, facts: Facts, join_conditions: Sequence[Condition] = ()) -> Topology:
+def topology_from_graph(g: nx.Graph, facts: Facts, join_conditions: Sequence[Condition] = ()) -> Topology:
     conditions: list[Condition] = [*facts.conditions, *join_conditions]
     numa = tuple(g.nodes[n]["node"] for n in nodes_of(g, "numa"))
     islands = nvlink_islands(g)

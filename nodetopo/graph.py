@@ -1,4 +1,4 @@
-"""The one place that joins every source's facts into a single graph.
+"""The one place that joins every source's facts into a single networkx graph.
 
 Node ids are ``"<kind>:<stable id>"``:
 
@@ -20,20 +20,15 @@ Sources are joined on the PCI address (as hwloc joins its backends by bus id). W
 no address (``nvidia-smi topo -m``, ``-L``) it is joined on the GPU index, which nvidia-smi and NVML
 share. Each GPU/NIC node keeps, per fact, which source said it (``*_source`` attrs) so that the
 derivations can apply the documented precedence and report disagreements.
-
-The graph is ``Graph`` below, a small undirected attributed graph with the part of networkx's
-``Graph`` interface the join and the derivations use (same semantics and iteration order). It is
-not networkx because importing networkx costs more than a whole discovery of an 8-GPU node
-(~0.1 s and ~20 MiB, paid by every cold ``nodetopo discover`` and by the agent's RSS) for a graph
-of a few hundred nodes that needs nothing but adjacency and connected components.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Hashable, Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable
+
+import networkx as nx
 
 from nodetopo.model import (
     Condition,
@@ -48,123 +43,6 @@ from nodetopo.model import (
 )
 
 GRAPH_SOURCE = "graph"
-
-Attrs = dict[str, Any]
-
-
-class _NodeView:
-    """``g.nodes``: iterate node ids, ``g.nodes[n]`` → its attributes, ``g.nodes(data=True)``."""
-
-    __slots__ = ("_nodes",)
-
-    def __init__(self, nodes: dict[str, Attrs]) -> None:
-        self._nodes = nodes
-
-    def __call__(self, data: bool = False) -> Iterable[Any]:
-        return self._nodes.items() if data else self._nodes.keys()
-
-    def __getitem__(self, node: str) -> Attrs:
-        return self._nodes[node]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._nodes)
-
-    def __len__(self) -> int:
-        return len(self._nodes)
-
-    def __contains__(self, node: object) -> bool:
-        return node in self._nodes
-
-
-class _EdgeView:
-    """``g.edges[a, b]`` → the edge's attributes; ``g.edges(data=True)`` yields each edge once."""
-
-    __slots__ = ("_adj",)
-
-    def __init__(self, adj: dict[str, dict[str, Attrs]]) -> None:
-        self._adj = adj
-
-    def __call__(self, data: bool = False) -> Iterator[Any]:
-        seen: set[str] = set()
-        for a, neighbours in self._adj.items():
-            for b, attrs in neighbours.items():
-                if b not in seen:
-                    yield (a, b, attrs) if data else (a, b)
-            seen.add(a)
-
-    def __getitem__(self, edge: tuple[str, str]) -> Attrs:
-        a, b = edge
-        return self._adj[a][b]
-
-    def __iter__(self) -> Iterator[Any]:
-        return self()
-
-
-class Graph:
-    """An undirected graph of string node ids, with attribute dicts on nodes, edges and the graph.
-
-    ``add_node`` merges attributes into an existing node; ``add_edge`` creates missing ends (without
-    attributes) and merges into an existing edge; the two directions of an edge share one dict.
-    """
-
-    __slots__ = ("_adj", "_nodes", "edges", "graph", "nodes")
-
-    def __init__(self) -> None:
-        self._nodes: dict[str, Attrs] = {}
-        self._adj: dict[str, dict[str, Attrs]] = {}
-        self.graph: Attrs = {}
-        self.nodes = _NodeView(self._nodes)
-        self.edges = _EdgeView(self._adj)
-
-    def add_node(self, node: str, /, **attrs: Any) -> None:
-        if node in self._nodes:
-            self._nodes[node].update(attrs)
-        else:
-            self._nodes[node] = attrs
-            self._adj[node] = {}
-
-    def add_edge(self, a: str, b: str, /, **attrs: Any) -> None:
-        for end in (a, b):
-            if end not in self._nodes:
-                self._nodes[end] = {}
-                self._adj[end] = {}
-        existing = self._adj[a].get(b)
-        if existing is not None:
-            existing.update(attrs)
-        else:
-            self._adj[a][b] = self._adj[b][a] = attrs
-
-    def has_edge(self, a: str, b: str) -> bool:
-        return a in self._adj and b in self._adj[a]
-
-    def neighbors(self, node: str) -> Iterator[str]:
-        return iter(self._adj[node])
-
-    def __contains__(self, node: Hashable) -> bool:
-        return node in self._nodes
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._nodes)
-
-    def __len__(self) -> int:
-        return len(self._nodes)
-
-
-def connected_components(g: Graph) -> Iterator[set[str]]:
-    """The node sets of ``g``'s connected components, in the order of their first node."""
-    seen: set[str] = set()
-    for start in g:
-        if start in seen:
-            continue
-        component = {start}
-        frontier = [start]
-        while frontier:
-            for neighbour in g.neighbors(frontier.pop()):
-                if neighbour not in component:
-                    component.add(neighbour)
-                    frontier.append(neighbour)
-        seen |= component
-        yield component
 
 
 @dataclasses.dataclass(slots=True)
@@ -211,9 +89,9 @@ def pci_id(address: PciAddress) -> str:
     return f"pci:{address}"
 
 
-def build_graph(facts: Facts) -> tuple[Graph, tuple[Condition, ...]]:
+def build_graph(facts: Facts) -> tuple[nx.Graph, tuple[Condition, ...]]:
     """Join every source's facts into one graph. Returns the graph and the join's own conditions."""
-    g: Graph = Graph()
+    g: nx.Graph = nx.Graph()
     conditions: list[Condition] = []
     _add_numa(g, facts)
     _add_pci(g, facts)
@@ -229,7 +107,7 @@ def build_graph(facts: Facts) -> tuple[Graph, tuple[Condition, ...]]:
 # --------------------------------------------------------------------------------------------
 
 
-def _add_numa(g: Graph, facts: Facts) -> None:
+def _add_numa(g: nx.Graph, facts: Facts) -> None:
     seen: set[int] = set()
     for node in sorted(facts.numa_nodes, key=lambda n: n.id):
         if node.id in seen:
@@ -238,7 +116,7 @@ def _add_numa(g: Graph, facts: Facts) -> None:
         g.add_node(f"numa:{node.id}", kind="numa", node=node)
 
 
-def _add_pci(g: Graph, facts: Facts) -> None:
+def _add_pci(g: nx.Graph, facts: Facts) -> None:
     devices = {d.address: d for d in facts.pci_devices}
     for device in sorted(devices.values(), key=lambda d: d.address):
         node = pci_id(device.address)
@@ -260,7 +138,7 @@ def _add_pci(g: Graph, facts: Facts) -> None:
             g.add_edge(node, f"numa:{device.numa_node}", kind="numa")
 
 
-def _add_gpus(g: Graph, facts: Facts) -> list[Condition]:
+def _add_gpus(g: nx.Graph, facts: Facts) -> list[Condition]:
     conditions: list[Condition] = []
     records: dict[int, GpuRecord] = {}
 
@@ -371,7 +249,7 @@ def _add_gpus(g: Graph, facts: Facts) -> list[Condition]:
     return conditions
 
 
-def _add_nics(g: Graph, facts: Facts) -> list[Condition]:
+def _add_nics(g: nx.Graph, facts: Facts) -> list[Condition]:
     conditions: list[Condition] = []
     nics: dict[str, NicRecord] = {}
     netdev_owner: dict[str, str] = {}
@@ -469,7 +347,7 @@ def _normalise(value: object) -> object:
     return value
 
 
-def _add_nvlinks(g: Graph, facts: Facts) -> None:
+def _add_nvlinks(g: nx.Graph, facts: Facts) -> None:
     gpu_by_address: dict[PciAddress, str] = {}
     for node, data in g.nodes(data=True):
         if data["kind"] == "gpu" and data["record"].address is not None:
@@ -512,7 +390,7 @@ def _add_nvlinks(g: Graph, facts: Facts) -> None:
                 g.add_edge(node, pci_id(d.address), kind="function")
 
 
-def _add_migs(g: Graph, facts: Facts) -> None:
+def _add_migs(g: nx.Graph, facts: Facts) -> None:
     migs: dict[str, MigDevice] = {}
     for listed in facts.listed_gpus:
         for m in listed.migs:
@@ -550,7 +428,7 @@ def _first(*values: int | None) -> int | None:
 # --------------------------------------------------------------------------------------------
 
 
-def nodes_of(g: Graph, kind: str) -> list[str]:
+def nodes_of(g: nx.Graph, kind: str) -> list[str]:
     return sorted((n for n, d in g.nodes(data=True) if d["kind"] == kind), key=_sort_key)
 
 
@@ -559,7 +437,7 @@ def _sort_key(node: str) -> tuple[str, int, str]:
     return (kind, int(rest), "") if rest.isdigit() else (kind, -1, rest)
 
 
-def pci_device_of(g: Graph, node: str) -> PciDevice | None:
+def pci_device_of(g: nx.Graph, node: str) -> PciDevice | None:
     """The PCI function a gpu/nic/nvswitch node is, when sysfs saw it."""
     for neighbour in g.neighbors(node):
         if g.edges[node, neighbour]["kind"] == "function":
@@ -568,7 +446,7 @@ def pci_device_of(g: Graph, node: str) -> PciDevice | None:
     return None
 
 
-def nvlink_edges(g: Graph) -> Iterable[tuple[str, str, int]]:
+def nvlink_edges(g: nx.Graph) -> Iterable[tuple[str, str, int]]:
     for a, b, data in g.edges(data=True):
         if data["kind"] == "nvlink":
             yield a, b, int(data["links"])

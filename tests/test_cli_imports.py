@@ -21,7 +21,6 @@ NOT_FOR_DISCOVER = (
     "prometheus_client",
     "kubernetes",
     "ray",
-    "networkx",  # nodetopo.graph.Graph: importing networkx cost more than the whole discovery
 )
 
 _PROBE = """\

@@ -21,10 +21,22 @@ says ``timeout`` replays a command that hung.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from nodetopo.errors import BundleError
-from nodetopo.host import CommandNotFound, CommandRunner, CommandTimeout, HostRoot, Replay, ReplayRunner
+from nodetopo.host import (
+    COMMAND_OUTPUT_LIMIT,
+    COMMAND_STDERR_LIMIT,
+    SMALL_FILE_LIMIT,
+    CommandNotFound,
+    CommandRunner,
+    CommandTimeout,
+    HostRoot,
+    Refused,
+    Replay,
+    ReplayRunner,
+)
 
 #: bundle file name -> the command line it is the output of
 COMMANDS: dict[str, tuple[str, ...]] = {
@@ -40,23 +52,41 @@ NVML_DUMP = "nvml.json"
 
 
 def bundle_runner(bundle: Path) -> ReplayRunner:
-    """A runner that answers the commands in ``COMMANDS`` from ``bundle/cmd``."""
+    """A runner that answers the commands in ``COMMANDS`` from ``bundle/cmd``.
+
+    Files are read as ``HostRoot.read_bytes`` reads them: a file that is a link out of the bundle,
+    not a regular file (a FIFO, ``/dev/zero``) or larger than ``COMMAND_OUTPUT_LIMIT`` is not read;
+    its command replays as ``CommandOutputRefused``, which the source reports as a condition.
+    """
+    root = HostRoot(bundle)
     answers: dict[tuple[str, ...], Replay | str | Path] = {}
     cmd_dir = bundle / "cmd"
     for filename, argv in COMMANDS.items():
         path = cmd_dir / filename
-        if not path.is_file():
+        try:
+            stdout = root.read_text(path, limit=COMMAND_OUTPUT_LIMIT)
+        except FileNotFoundError:
             continue
-        rc_path = path.with_name(path.name + ".rc")
-        stderr_path = path.with_name(path.name + ".stderr")
-        rc_text = rc_path.read_text().strip() if rc_path.is_file() else "0"
+        except (Refused, OSError) as e:
+            answers[argv] = Replay(refused=str(e) if isinstance(e, Refused) else f"{filename}: {e.strerror}")
+            continue
+        rc_text = _side_file(root, path.with_name(path.name + ".rc"), SMALL_FILE_LIMIT) or "0"
+        rc_text = rc_text.strip()
         answers[argv] = Replay(
-            stdout=path.read_text(encoding="utf-8", errors="replace"),
-            returncode=int(rc_text) if rc_text.lstrip("-").isdigit() else 0,
+            stdout=stdout,
+            returncode=int(rc_text) if rc_text.lstrip("-").isdigit() and len(rc_text) < 10 else 0,
             hang=rc_text == "timeout",
-            stderr=stderr_path.read_text(encoding="utf-8", errors="replace") if stderr_path.is_file() else "",
+            stderr=_side_file(root, path.with_name(path.name + ".stderr"), COMMAND_STDERR_LIMIT) or "",
         )
     return ReplayRunner(answers)
+
+
+def _side_file(root: HostRoot, path: Path, limit: int) -> str | None:
+    """An optional ``.rc``/``.stderr`` file; None when absent or refused (too large, not a file)."""
+    try:
+        return root.read_text(path, limit=limit)
+    except (Refused, OSError):
+        return None
 
 
 def open_bundle(path: str | Path) -> tuple[HostRoot, ReplayRunner, Path | None]:
@@ -68,7 +98,8 @@ def open_bundle(path: str | Path) -> tuple[HostRoot, ReplayRunner, Path | None]:
     if not any(p.exists() for p in parts):
         raise BundleError(f"{bundle}: no sys/, cmd/ or {NVML_DUMP} inside: not a capture bundle")
     nvml = bundle / NVML_DUMP
-    return HostRoot(bundle), bundle_runner(bundle), nvml if nvml.is_file() else None
+    # present in any form (a FIFO or a link out of the bundle too): the NVML source refuses it then
+    return HostRoot(bundle), bundle_runner(bundle), nvml if os.path.lexists(nvml) else None
 
 
 def capture_commands(runner: CommandRunner, bundle: Path, *, timeout: float = 30.0) -> list[str]:

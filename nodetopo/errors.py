@@ -11,6 +11,37 @@ Retryable versus fatal is a property of the class, never of the message text.
 
 from __future__ import annotations
 
+#: the most characters of untrusted input an error message quotes (``excerpt``)
+EXCERPT_CHARS = 40
+#: the longest ``ParseError.detail`` kept: a safety net under ``excerpt``, never reached by design
+MAX_DETAIL_CHARS = 300
+
+
+def excerpt(text: str | bytes, limit: int = EXCERPT_CHARS) -> str:
+    """A short, quoted, printable excerpt of untrusted input, for an error message.
+
+    Messages travel into ``status.conditions`` of a published resource and onto terminals, so they
+    quote at most ``limit`` characters of what a file or command said, with every control or other
+    non-printable character escaped (``repr``), and say how much was cut:
+    ``excerpt("root:x:0:0:root:/root:/bin/bash\n" * 40)`` is ``'root:x:0:0:root:/root:/bin/bash\nroot:x:0'…
+    (1280 chars)``.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}… ({len(text)} chars)"
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """``text`` with control characters escaped, cut to ``limit`` characters (``…`` marks a cut).
+
+    For untrusted text shown unquoted in a message (a line of a command's stderr).
+    """
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
 
 class NodetopoError(Exception):
     """Base class of every error nodetopo raises on purpose."""
@@ -25,9 +56,9 @@ class ParseError(NodetopoError):
 
     def __init__(self, source: str, path: str, detail: str, *, line: int | None = None) -> None:
         self.source = source
-        self.path = path
+        self.path = clip(path, MAX_DETAIL_CHARS)
         self.line = line
-        self.detail = detail
+        self.detail = clip(detail, MAX_DETAIL_CHARS)
         super().__init__(str(self))
 
     def __str__(self) -> str:

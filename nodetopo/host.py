@@ -3,17 +3,83 @@
 Production passes ``HostRoot("/")`` (``/host`` in the DaemonSet) and ``SubprocessRunner()``; tests
 pass a fixture directory and a ``ReplayRunner`` that serves captured command outputs. Nothing else
 in nodetopo opens host paths or starts processes.
+
+Everything read from the host is untrusted input of bounded size: ``HostRoot.read_bytes`` reads
+only regular files that resolve inside the root (a FIFO, a device such as ``/dev/zero``, or a link
+out of a capture bundle to ``/etc/passwd`` is refused without being opened), and at most a limit
+per kind of file (``SYSFS_ATTRIBUTE_LIMIT``, ``COMMAND_OUTPUT_LIMIT``, ``NVML_DUMP_LIMIT``);
+``SubprocessRunner`` keeps at most ``COMMAND_OUTPUT_LIMIT`` bytes of a command's output and kills a
+command that prints more.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
+import selectors
+import stat
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
+
+#: the most bytes read of one sysfs attribute: the kernel prints at most one page (4 KiB on x86,
+#: 64 KiB on arm64/POWER with large pages)
+SYSFS_ATTRIBUTE_LIMIT = 64 * 1024
+#: the most bytes of one command's output (``nvidia-smi -q -x`` of a 16-GPU node is ~2 MiB)
+COMMAND_OUTPUT_LIMIT = 16 * 1024 * 1024
+#: the most bytes of a command's stderr kept (the rest is read and dropped)
+COMMAND_STDERR_LIMIT = 64 * 1024
+#: the most bytes of an NVML dump (``nvml.json`` of an 8-GPU node is ~25 KiB, 72 GPUs ~1 MiB)
+NVML_DUMP_LIMIT = 16 * 1024 * 1024
+#: small side files of a bundle (``cmd/*.rc``)
+SMALL_FILE_LIMIT = 4 * 1024
+
+_PROC_FD = "/proc/self/fd"
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+class Refused(Exception):
+    """A host file nodetopo will not read; ``why`` says why (``str()`` adds the host path).
+
+    Outside the root, not a regular file (FIFO, socket, device, directory), or larger than the
+    limit for its kind. Never raised for a file that is simply absent (``FileNotFoundError``).
+    """
+
+    def __init__(self, host_path: str, why: str) -> None:
+        super().__init__(f"{host_path}: refused: {why}")
+        self.host_path = host_path
+        self.why = why
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _read_fd(fd: int, limit: int, host_path: str) -> bytes:
+    """At most ``limit`` bytes from ``fd`` until EOF; ``Refused`` when there are more."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = os.read(fd, min(limit + 1 - size, 1 << 20))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise Refused(host_path, f"larger than {limit} bytes, the limit for this kind of file")
 
 
 class HostRoot:
@@ -69,6 +135,90 @@ class HostRoot:
             return text[len(base) :]
         return text
 
+    def contains(self, real: str) -> bool:
+        """Whether a resolved path lies inside the root."""
+        root = self._real
+        return root == "/" or real == root or real.startswith(root + "/")
+
+    def read_bytes(self, path: Path, *, limit: int) -> bytes:
+        """The bytes of one regular file under the root, at most ``limit`` of them.
+
+        Raises ``FileNotFoundError`` when it is absent (a dangling link included), ``Refused`` when
+        it resolves outside the root, is not a regular file or is larger than ``limit``, and
+        ``OSError`` when reading fails (sysfs answers ``EINVAL``/``ENODATA`` for "no value now").
+
+        Under the live root ``/`` the file is opened and ``fstat``-ed once: nothing can lie outside
+        ``/``, and ``O_NONBLOCK`` keeps a FIFO from blocking the open. Under any other root (a
+        capture bundle, ``/host``) the path is first opened with ``O_PATH``, which opens no device,
+        and only a regular file inside the root is then reopened for reading, through the same
+        descriptor (no window in which a link could be swapped).
+        """
+        host_path = self.relative(path)
+        if self._real == "/":
+            return _read_regular(os.fspath(path), limit, host_path)
+        try:
+            handle = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise Refused(host_path, "too many levels of symbolic links") from None
+            raise
+        try:
+            mode = os.fstat(handle).st_mode
+            if not stat.S_ISREG(mode):
+                raise Refused(host_path, _kind(mode))
+            try:
+                real = os.readlink(f"{_PROC_FD}/{handle}")
+            except OSError:  # no /proc: resolve the path instead (slower, same answer)
+                real = os.path.realpath(path)
+                reopen: str | Path = real
+            else:
+                reopen = f"{_PROC_FD}/{handle}"
+            if not self.contains(real):
+                raise Refused(host_path, "a link to a file outside the root")
+            return _read_regular(reopen, limit, host_path)
+        finally:
+            os.close(handle)
+
+    def read_text(self, path: Path, *, limit: int) -> str:
+        """``read_bytes`` decoded as UTF-8, undecodable bytes replaced."""
+        return self.read_bytes(path, limit=limit).decode("utf-8", errors="replace")
+
+    def list_directory(self, path: Path) -> list[str]:
+        """The entry names of a directory under the root; ``Refused`` when it resolves outside.
+
+        Raises ``OSError`` as ``os.listdir`` does (absent, not a directory, no permission).
+        """
+        if self._real == "/":
+            return os.listdir(path)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            try:
+                real = os.readlink(f"{_PROC_FD}/{fd}")
+            except OSError:
+                real = os.path.realpath(path)
+            if not self.contains(real):
+                raise Refused(self.relative(path), "a link to a directory outside the root")
+            return os.listdir(fd)
+        finally:
+            os.close(fd)
+
+
+def _read_regular(path: str | Path, limit: int, host_path: str) -> bytes:
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise Refused(host_path, _kind(mode))
+        return _read_fd(fd, limit, host_path)
+    finally:
+        os.close(fd)
+
+
+def read_regular_file(path: str | os.PathLike[str], *, limit: int) -> bytes:
+    """A regular file's bytes, at most ``limit`` (``Refused`` otherwise); for paths given by a user."""
+    text = os.fspath(path)
+    return _read_regular(text, limit, text)
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CommandResult:
@@ -87,50 +237,111 @@ class CommandTimeout(Exception):
     """The program did not finish within its timeout (and was killed)."""
 
 
+class CommandOutputRefused(Exception):
+    """The program's output was not read: larger than its limit (the program was killed), or, when
+    replayed from a bundle, its file is not a regular file inside the bundle."""
+
+
 class CommandRunner(Protocol):
-    """Runs a command and returns its output; raises ``CommandNotFound`` / ``CommandTimeout``."""
+    """Runs a command and returns its output.
+
+    Raises ``CommandNotFound``, ``CommandTimeout`` or ``CommandOutputRefused``.
+    """
 
     def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult: ...
 
 
 class SubprocessRunner:
-    """Runs commands for real, with a timeout, no shell and no stdin."""
+    """Runs commands for real, with a timeout, no shell and no stdin, and bounded output.
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+    At most ``output_limit`` bytes of stdout are accepted (more kills the command and raises
+    ``CommandOutputRefused``); stderr beyond ``COMMAND_STDERR_LIMIT`` is read and dropped.
+    """
+
+    def __init__(
+        self, env: Mapping[str, str] | None = None, *, output_limit: int = COMMAND_OUTPUT_LIMIT
+    ) -> None:
         self.env = dict(env) if env is not None else None
+        self.output_limit = output_limit
 
     def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
         start = time.monotonic()
+        command = " ".join(argv)
         try:
-            proc = subprocess.run(
+            proc = subprocess.Popen(
                 list(argv),
-                capture_output=True,
-                timeout=timeout,
                 stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 env=self.env,
-                check=False,
             )
         except FileNotFoundError as e:
             raise CommandNotFound(argv[0]) from e
-        except subprocess.TimeoutExpired as e:
-            raise CommandTimeout(f"{' '.join(argv)} did not finish in {timeout:g}s") from e
+        with proc:
+            try:
+                stdout, stderr = self._collect(proc, command, start + timeout, timeout)
+            except BaseException:
+                proc.kill()
+                raise
+            remaining = max(start + timeout - time.monotonic(), 0.0)
+            try:
+                returncode = proc.wait(remaining)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise CommandTimeout(f"{command} did not finish in {timeout:g}s") from None
         return CommandResult(
             argv=tuple(argv),
-            returncode=proc.returncode,
-            stdout=proc.stdout.decode("utf-8", errors="replace"),
-            stderr=proc.stderr.decode("utf-8", errors="replace"),
+            returncode=returncode,
+            stdout=stdout.decode("utf-8", errors="replace"),
+            stderr=stderr.decode("utf-8", errors="replace"),
             duration_s=time.monotonic() - start,
         )
+
+    def _collect(
+        self, proc: subprocess.Popen[bytes], command: str, deadline: float, timeout: float
+    ) -> tuple[bytes, bytes]:
+        """Read stdout and stderr until both close, within the deadline and the limits."""
+        assert proc.stdout is not None and proc.stderr is not None
+        limits = {proc.stdout.fileno(): self.output_limit, proc.stderr.fileno(): COMMAND_STDERR_LIMIT}
+        kept: dict[int, list[bytes]] = {fd: [] for fd in limits}
+        sizes = dict.fromkeys(limits, 0)
+        with selectors.DefaultSelector() as selector:
+            for fd in limits:
+                selector.register(fd, selectors.EVENT_READ)
+            while selector.get_map():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise CommandTimeout(f"{command} did not finish in {timeout:g}s")
+                for key, _ in selector.select(remaining):
+                    fd = key.fd
+                    chunk = os.read(fd, 1 << 16)
+                    if not chunk:
+                        selector.unregister(fd)
+                        continue
+                    sizes[fd] += len(chunk)
+                    if sizes[fd] <= limits[fd]:
+                        kept[fd].append(chunk)
+                    elif fd == proc.stdout.fileno():
+                        raise CommandOutputRefused(
+                            f"{command} printed more than {limits[fd]} bytes: stopped, output not read"
+                        )
+        return b"".join(kept[proc.stdout.fileno()]), b"".join(kept[proc.stderr.fileno()])[
+            :COMMAND_STDERR_LIMIT
+        ]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Replay:
-    """A canned answer for ``ReplayRunner``: stdout text, exit code, stderr, or a hang."""
+    """A canned answer for ``ReplayRunner``: stdout text, exit code, stderr, a hang, or a refusal.
+
+    ``refused`` (a reason) replays an output that was not read (``CommandOutputRefused``).
+    """
 
     stdout: str = ""
     returncode: int = 0
     stderr: str = ""
     hang: bool = False
+    refused: str | None = None
 
 
 class ReplayRunner:
@@ -140,7 +351,12 @@ class ReplayRunner:
         self.answers: dict[tuple[str, ...], Replay] = {}
         for argv, answer in answers.items():
             if isinstance(answer, Path):
-                answer = Replay(stdout=answer.read_text(encoding="utf-8", errors="replace"))
+                try:
+                    data = read_regular_file(answer, limit=COMMAND_OUTPUT_LIMIT)
+                except Refused as e:
+                    answer = Replay(refused=str(e))
+                else:
+                    answer = Replay(stdout=data.decode("utf-8", errors="replace"))
             elif isinstance(answer, str):
                 answer = Replay(stdout=answer)
             self.answers[tuple(argv)] = answer
@@ -154,4 +370,6 @@ class ReplayRunner:
             raise CommandNotFound(key[0])
         if answer.hang:
             raise CommandTimeout(f"{' '.join(key)} did not finish in {timeout:g}s")
+        if answer.refused is not None:
+            raise CommandOutputRefused(answer.refused)
         return CommandResult(key, answer.returncode, answer.stdout, answer.stderr)

@@ -47,7 +47,7 @@ class PciAddress:
     def parse(cls, text: str) -> PciAddress:
         match = _PCI_ADDRESS.match(text.strip())
         if match is None:
-            raise ValueError(f"not a PCI address: {text!r}")
+            raise ValueError(f"not a PCI address: {_quote(text)}")
         return cls(
             domain=int(match["domain"] or "0", 16),
             bus=int(match["bus"], 16),
@@ -478,31 +478,43 @@ class Topology:
 # --------------------------------------------------------------------------------------------
 
 
+#: the largest CPU (and NUMA node) id a cpulist may name: Linux's NR_CPUS is at most 8192 (x86_64;
+#: 4096 on arm64), so this leaves headroom while bounding what a hostile file can make us build
+MAX_CPU_ID = 65535
+
+_CPULIST_ELEMENT = re.compile(r"([0-9]{1,6})(?:-([0-9]{1,6}))?")
+
+
+def _quote(text: str, limit: int = 40) -> str:
+    """A short quotation of untrusted text for a ValueError (``errors.excerpt`` for this layer)."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}… ({len(text)} chars)"
+
+
 def parse_cpulist(text: str) -> frozenset[int]:
     """Parse a kernel cpulist (``0-3,8-11``, ``0,5-11``, empty) into a set of ids.
 
     Tolerates surrounding whitespace and a trailing NUL byte (seen in real sysfs captures).
-    Raises ``ValueError`` on anything else; parsers turn that into a ``ParseError``.
+    Raises ``ValueError`` on anything else, including an id above ``MAX_CPU_ID`` (so a 13-byte
+    ``0-4000000000`` costs nothing); parsers turn that into a ``ParseError``.
     """
     text = text.replace("\x00", "").strip()
     if not text:
         return frozenset()
     ids: set[int] = set()
     for part in text.split(","):
-        part = part.strip()
-        if not part:
-            raise ValueError(f"empty element in cpulist {text!r}")
-        if "-" in part:
-            lo_text, _, hi_text = part.partition("-")
-            lo, hi = int(lo_text), int(hi_text)
-            if lo < 0 or hi < lo:
-                raise ValueError(f"bad range {part!r} in cpulist {text!r}")
-            ids.update(range(lo, hi + 1))
+        match = _CPULIST_ELEMENT.fullmatch(part.strip())
+        if match is None:
+            raise ValueError(f"bad element {_quote(part.strip())} in cpulist {_quote(text)}")
+        lo = int(match[1])
+        hi = int(match[2]) if match[2] is not None else lo
+        if hi < lo:
+            raise ValueError(f"bad range {_quote(part.strip())} in cpulist {_quote(text)}")
+        if hi > MAX_CPU_ID:
+            raise ValueError(f"id {hi} above {MAX_CPU_ID} in cpulist {_quote(text)}")
+        if lo == hi:
+            ids.add(lo)
         else:
-            value = int(part)
-            if value < 0:
-                raise ValueError(f"negative id in cpulist {text!r}")
-            ids.add(value)
+            ids.update(range(lo, hi + 1))
     return frozenset(ids)
 
 

@@ -5,8 +5,10 @@ sysfs has three ways of not answering, and the sources treat them differently:
 * the attribute is **absent** (older kernel, driver without it, a capture that left it out):
   ``read_attribute`` returns None and the caller uses its default, without a condition;
 * it is there but **cannot be read** (permission denied, a directory where a file belongs, a
-  dangling symlink, an I/O error): ``read_attribute`` raises ``Unreadable``, which the ``read_*``
-  functions turn into an ``Unavailable`` condition;
+  dangling symlink, an I/O error) or **is refused** (a link out of the host root, a FIFO or device
+  where an attribute belongs, more than ``SYSFS_ATTRIBUTE_LIMIT`` bytes: see ``HostRoot.read_bytes``):
+  ``read_attribute`` raises ``Unreadable``, which the ``read_*`` functions turn into an
+  ``Unavailable`` condition; nothing of a refused file is read, so nothing of it is quoted;
 * the kernel answers ``EINVAL``/``ENODATA`` for "no value now" (``class/net/*/speed`` of a link that
   is down, ``ports/*/rate`` on some drivers): ``Unreadable.no_value`` is True, and the callers for
   which that is documented kernel behaviour treat it as absent.
@@ -21,8 +23,8 @@ import os
 import re
 from pathlib import Path
 
-from nodetopo.errors import ParseError
-from nodetopo.host import HostRoot
+from nodetopo.errors import ParseError, excerpt
+from nodetopo.host import SYSFS_ATTRIBUTE_LIMIT, HostRoot, Refused
 from nodetopo.model import Condition, ConditionReason
 
 #: errno values with which sysfs says "this attribute has no value right now"
@@ -30,6 +32,8 @@ _NO_VALUE_ERRNOS = frozenset({errno.EINVAL, errno.ENODATA, errno.EOPNOTSUPP})
 
 #: digits of a ``nodeN`` / ``cpuN`` / port directory name
 _NUMBERED = re.compile(r"^(?P<prefix>[a-z_]*)(?P<number>\d+)$")
+#: digits of a numbered entry's number taken into account (more is no node, CPU or port)
+_MAX_DIGITS = 9
 
 
 class Unreadable(Exception):
@@ -41,53 +45,57 @@ class Unreadable(Exception):
         self.no_value = no_value
 
 
-def read_attribute(root: HostRoot, path: Path) -> str | None:
+def read_attribute(root: HostRoot, path: Path, *, shown_as: Path | None = None) -> str | None:
     """The text of one sysfs attribute, None when it does not exist.
+
+    ``shown_as``: the path messages name instead of ``path`` (the unresolved sysfs path a user
+    knows, when ``path`` goes through a resolved device directory).
 
     Raises ``Unreadable`` when it exists but cannot be read (see the module docstring). Bytes that
     are not UTF-8 are replaced rather than rejected: the parsers then report garbage precisely.
     """
+    shown = root.relative(shown_as if shown_as is not None else path)
     try:
-        data = path.read_bytes()
+        data = root.read_bytes(path, limit=SYSFS_ATTRIBUTE_LIMIT)
     except FileNotFoundError:
         if path.is_symlink():
-            raise Unreadable(root.relative(path), f"dangling symlink to {os.readlink(path)}") from None
+            raise Unreadable(shown, f"dangling symlink to {excerpt(os.readlink(path))}") from None
         return None
+    except Refused as e:
+        if e.why == "a directory":
+            raise Unreadable(shown, "a directory where a file was expected") from None
+        raise Unreadable(shown, f"refused: {e.why}") from None
     except IsADirectoryError:
-        raise Unreadable(root.relative(path), "a directory where a file was expected") from None
+        raise Unreadable(shown, "a directory where a file was expected") from None
     except PermissionError as e:
-        raise Unreadable(root.relative(path), e.strerror or "permission denied") from None
+        raise Unreadable(shown, e.strerror or "permission denied") from None
     except OSError as e:
         raise Unreadable(
-            root.relative(path), e.strerror or type(e).__name__, no_value=e.errno in _NO_VALUE_ERRNOS
+            shown, e.strerror or type(e).__name__, no_value=e.errno in _NO_VALUE_ERRNOS
         ) from None
     return data.decode("utf-8", errors="replace")
 
 
-def numbered_entries(directory: Path, prefix: str) -> list[tuple[int, Path]]:
+def numbered_entries(directory: Path, prefix: str, *, root: HostRoot | None = None) -> list[tuple[int, Path]]:
     """``(number, path)`` of the entries named ``<prefix><digits>``, in numeric order.
 
-    Numeric, not lexical: ``node8`` comes before ``node250``. A directory that cannot be listed
-    gives no entries (the caller has already checked that it exists).
+    Numeric, not lexical: ``node8`` comes before ``node250``. A directory that cannot be listed, or
+    lies outside the root, gives no entries (the caller has already checked that it exists).
     """
     found: list[tuple[int, Path]] = []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    for name in names:
+    for name in list_directory(directory, root=root):
         match = _NUMBERED.match(name)
-        if match is not None and match["prefix"] == prefix:
+        if match is not None and match["prefix"] == prefix and len(match["number"]) <= _MAX_DIGITS:
             found.append((int(match["number"]), directory / name))
     found.sort()
     return found
 
 
-def list_directory(directory: Path) -> list[str]:
-    """Sorted entry names of a directory; empty when it is absent or cannot be listed."""
+def list_directory(directory: Path, *, root: HostRoot | None = None) -> list[str]:
+    """Sorted entry names of a directory; empty when it is absent, outside ``root`` or unlistable."""
     try:
-        return sorted(os.listdir(directory))
-    except OSError:
+        return sorted(root.list_directory(directory) if root is not None else os.listdir(directory))
+    except (OSError, Refused):
         return []
 
 

@@ -17,8 +17,8 @@ import re
 from collections.abc import Callable, Sequence
 
 from nodetopo import model
-from nodetopo.errors import ParseError
-from nodetopo.host import CommandNotFound, CommandRunner, CommandTimeout
+from nodetopo.errors import ParseError, clip, excerpt
+from nodetopo.host import CommandNotFound, CommandOutputRefused, CommandRunner, CommandTimeout
 from nodetopo.model import ConditionReason, Facts, SourceStatus
 from nodetopo.sources.base import Context, SourceResult, condition, guarded
 
@@ -53,14 +53,16 @@ def _port_number(value: str, path: str, number: int, what: str) -> int | None:
     if value in ("", "N/A"):
         return None
     if _NUMBER.fullmatch(value) is None:
-        raise ParseError(NAME, path, f"{what} {value!r} is not a number", line=number)
+        raise ParseError(NAME, path, f"{what} {excerpt(value)} is not a number", line=number)
     return int(value)
 
 
 def _ibstat_port(number: int, fields: dict[str, str], path: str, line: int) -> model.RdmaPort:
     rate_text = fields.get("Rate", "")
     if rate_text and _RATE.fullmatch(rate_text) is None:
-        raise ParseError(NAME, path, f"port {number}: Rate {rate_text!r} is not a number (Gb/s)", line=line)
+        raise ParseError(
+            NAME, path, f"port {number}: Rate {excerpt(rate_text)} is not a number (Gb/s)", line=line
+        )
     return model.RdmaPort(
         number=number,
         state=fields["State"].upper() if fields.get("State") else None,
@@ -86,11 +88,11 @@ def _read_ibstat(text: str, path: str) -> tuple[tuple[model.IbstatCa, ...], list
         ca = _CA_LINE.fullmatch(stripped)
         if ca is not None and not raw[0].isspace():
             if any(adapter.name == ca[1] for adapter in adapters):
-                raise ParseError(NAME, path, f"CA {ca[1]!r} is listed twice", line=number)
+                raise ParseError(NAME, path, f"CA {excerpt(ca[1])} is listed twice", line=number)
             adapters.append(_Adapter(ca[1]))
             continue
         if not adapters:
-            raise ParseError(NAME, path, f"expected \"CA '<name>'\", got {stripped[:80]!r}", line=number)
+            raise ParseError(NAME, path, f"expected \"CA '<name>'\", got {excerpt(stripped)}", line=number)
         adapter = adapters[-1]
         port = _PORT_LINE.fullmatch(stripped)
         if port is not None:
@@ -100,7 +102,7 @@ def _read_ibstat(text: str, path: str) -> tuple[tuple[model.IbstatCa, ...], list
             continue
         pair = _KEY_VALUE.fullmatch(stripped)
         if pair is None:
-            raise ParseError(NAME, path, f"expected 'Key: value', got {stripped[:80]!r}", line=number)
+            raise ParseError(NAME, path, f"expected 'Key: value', got {excerpt(stripped)}", line=number)
         fields = adapter.ports[-1][1] if adapter.ports else adapter.fields
         fields.setdefault(pair[1], pair[2].strip())
     result = tuple(
@@ -170,11 +172,11 @@ def _read_ibv_devinfo(text: str, path: str) -> tuple[tuple[model.IbstatCa, ...],
         hca = _DEVINFO_HCA.fullmatch(stripped)
         if hca is not None:
             if any(adapter.name == hca[1] for adapter in adapters):
-                raise ParseError(NAME, path, f"hca_id {hca[1]!r} is listed twice", line=number)
+                raise ParseError(NAME, path, f"hca_id {excerpt(hca[1])} is listed twice", line=number)
             adapters.append(_Adapter(hca[1]))
             continue
         if not adapters:
-            raise ParseError(NAME, path, f"expected 'hca_id: <name>', got {stripped[:80]!r}", line=number)
+            raise ParseError(NAME, path, f"expected 'hca_id: <name>', got {excerpt(stripped)}", line=number)
         adapter = adapters[-1]
         port = _DEVINFO_PORT.fullmatch(stripped)
         if port is not None:
@@ -186,7 +188,7 @@ def _read_ibv_devinfo(text: str, path: str) -> tuple[tuple[model.IbstatCa, ...],
         if pair is None:
             if adapter.ports and raw[:1].isspace():
                 continue  # continuation lines of `ibv_devinfo -v` (GID tables, capability flags)
-            raise ParseError(NAME, path, f"expected 'key: value', got {stripped[:80]!r}", line=number)
+            raise ParseError(NAME, path, f"expected 'key: value', got {excerpt(stripped)}", line=number)
         fields = adapter.ports[-1][1] if adapter.ports else adapter.fields
         fields.setdefault(pair[1], pair[2].strip())
 
@@ -194,7 +196,9 @@ def _read_ibv_devinfo(text: str, path: str) -> tuple[tuple[model.IbstatCa, ...],
         state = fields.get("state", "")
         state_match = _DEVINFO_STATE.fullmatch(state)
         if state and state_match is None:
-            raise ParseError(NAME, path, f"port {n}: state {state!r} is not PORT_<STATE> (<n>)", line=line)
+            raise ParseError(
+                NAME, path, f"port {n}: state {excerpt(state)} is not PORT_<STATE> (<n>)", line=line
+            )
         phys = _DEVINFO_PHYS.fullmatch(fields.get("phys_state", ""))
         return model.RdmaPort(
             number=n,
@@ -256,11 +260,16 @@ def _run(
         return None
     except CommandTimeout:
         return failed(ConditionReason.TIMEOUT, f"no answer within {timeout:g}s")
+    except CommandOutputRefused as e:
+        return failed(ConditionReason.PARSE_ERROR, f"output not read: {e}")
     try:
         adapters, problems = read(result.stdout, command)
     except ParseError as e:
         return failed(ConditionReason.PARSE_ERROR, str(e))
-    problems += [line.strip() for line in result.stderr.splitlines() if line.strip()][:3]
+    problems = [clip(problem) for problem in problems[:5]] + (
+        [f"and {len(problems) - 5} more"] if len(problems) > 5 else []
+    )
+    problems += [clip(line.strip()) for line in result.stderr.splitlines() if line.strip()][:3]
     if result.returncode != 0 and not problems:
         problems.append(f"exited {result.returncode}")
     if not adapters and (problems or result.returncode != 0):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import re
 
-from nodetopo.errors import ParseError
+from nodetopo.errors import ParseError, excerpt
 from nodetopo.host import HostRoot
 from nodetopo.model import (
     Condition,
@@ -61,7 +61,9 @@ def parse_cpulist_text(text: str, path: str, *, source: str = NAME) -> frozenset
     try:
         return parse_cpulist(text)
     except ValueError as e:
-        raise ParseError(source, path, f"expected a cpulist like 0-3,8-11, got {text.strip()!r}") from e
+        raise ParseError(
+            source, path, f"expected a cpulist like 0-3,8-11, got {excerpt(text.strip())}"
+        ) from e
 
 
 def parse_distance(text: str, path: str) -> tuple[int, ...]:
@@ -72,7 +74,7 @@ def parse_distance(text: str, path: str) -> tuple[int, ...]:
     values: list[int] = []
     for field in fields:
         if not field.isdigit():
-            raise ParseError(NAME, path, f"expected a row of integer distances, got {text.strip()!r}")
+            raise ParseError(NAME, path, f"expected a row of integer distances, got {excerpt(text.strip())}")
         values.append(int(field))
     return tuple(values)
 
@@ -109,7 +111,7 @@ def read_numa_nodes(root: HostRoot) -> tuple[tuple[NumaNode, ...], tuple[Conditi
     node_dir = root.sys(NODE_DIR)
     if not node_dir.is_dir():
         return _implicit_node(root)
-    entries = _sysfs.numbered_entries(node_dir, "node")
+    entries = _sysfs.numbered_entries(node_dir, "node", root=root)
     if not entries:
         implicit, problems = _implicit_node(root)
         note = _sysfs.unavailable(

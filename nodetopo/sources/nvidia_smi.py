@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 from nodetopo import model
-from nodetopo.errors import ParseError
-from nodetopo.host import CommandNotFound, CommandRunner, CommandTimeout
+from nodetopo.errors import ParseError, clip, excerpt
+from nodetopo.host import CommandNotFound, CommandOutputRefused, CommandRunner, CommandTimeout
 from nodetopo.model import Condition, ConditionReason, Facts, LinkClass, SourceStatus
 from nodetopo.sources.base import Context, SourceResult, condition, guarded
 
@@ -147,7 +147,9 @@ def _read_topo_matrix(text: str, path: str) -> tuple[model.TopoMatrix, list[str]
         tokens = lines[end].split()
         label = tokens[0]
         if label not in devices:
-            raise fail(f"expected a row of one of the columns {', '.join(devices)}, got {label!r}", number)
+            raise fail(
+                f"expected a row of one of the columns {', '.join(devices)}, got {excerpt(label)}", number
+            )
         if label in rows:
             raise fail(f"a second row for {label}", number)
         if len(tokens) - 1 < len(devices):
@@ -232,9 +234,9 @@ def _topo_header(
         else:
             name = tokens[at]
             if affinity:
-                raise fail(f"unexpected header word {name!r} after the affinity columns", number)
+                raise fail(f"unexpected header word {excerpt(name)} after the affinity columns", number)
             if _DEVICE_NAME.fullmatch(name) is None or name == "X" or _topo_cell(name) is not None:
-                raise fail(f"expected a device column name in the header, got {name!r}", number)
+                raise fail(f"expected a device column name in the header, got {excerpt(name)}", number)
             if name in devices:
                 raise fail(f"the header names the column {name} twice", number)
             devices.append(name)
@@ -261,7 +263,7 @@ def _topo_links(
             where = f"cell {column} (row {row.label}, column {label})"
             if label == row.label:
                 if token != "X":
-                    raise fail(f"{where}: expected X on the diagonal, got {token!r}", row.line)
+                    raise fail(f"{where}: expected X on the diagonal, got {excerpt(token)}", row.line)
                 continue
             if token == "X":
                 raise fail(f"{where}: X off the diagonal", row.line)
@@ -274,7 +276,8 @@ def _topo_links(
             link = _topo_cell(token)
             if link is None:
                 raise fail(
-                    f"{where}: unknown value {token!r} (expected X, NV#, PIX, PXB, PHB, NODE, SYS)", row.line
+                    f"{where}: unknown value {excerpt(token)} (expected X, NV#, PIX, PXB, PHB, NODE, SYS)",
+                    row.line,
                 )
             if pair in seen:
                 other_token, other_line = seen[pair]
@@ -309,12 +312,12 @@ def _topo_gpu(
         if key == "gpu_numa":
             gpu_numa = _int(value)
             if gpu_numa is None:
-                raise fail(f"{row.label}: GPU NUMA ID {value!r} is not a number or N/A", row.line)
+                raise fail(f"{row.label}: GPU NUMA ID {excerpt(value)} is not a number or N/A", row.line)
             continue
         ids = _cpulist(value)
         if ids is None:
             what = "CPU Affinity" if key == "cpu" else "NUMA Affinity"
-            raise fail(f"{row.label}: {what} {value!r} is not a cpulist or N/A", row.line)
+            raise fail(f"{row.label}: {what} {excerpt(value)} is not a cpulist or N/A", row.line)
         if key == "cpu":
             cpu = ids
         else:
@@ -416,7 +419,7 @@ def _read_smi_list(text: str, path: str) -> tuple[tuple[model.ListedGpu, ...], l
         raise ParseError(
             NAME,
             path,
-            f"expected 'GPU n: <model> (UUID: GPU-...)' or a MIG line, got {stripped[:80]!r}",
+            f"expected 'GPU n: <model> (UUID: GPU-...)' or a MIG line, got {excerpt(stripped)}",
             line=number,
         )
     return tuple(sorted(gpus, key=lambda gpu: gpu.index)), problems
@@ -468,7 +471,7 @@ def _read_nvlink_status(text: str, path: str) -> tuple[tuple[model.NvlinkStatus,
                 raise ParseError(
                     NAME,
                     path,
-                    f"Link {link[1]}: expected '<n> GB/s' or '<inactive>', got {value[:40]!r}",
+                    f"Link {link[1]}: expected '<n> GB/s' or '<inactive>', got {excerpt(value)}",
                     line=number,
                 )
             current = gpus[-1]
@@ -484,7 +487,7 @@ def _read_nvlink_status(text: str, path: str) -> tuple[tuple[model.NvlinkStatus,
             gpus.append(model.NvlinkStatus(index=index, uuid=gpu[3], links=()))
             continue
         raise ParseError(
-            NAME, path, f"expected 'GPU n: ...' or 'Link n: ...', got {stripped[:80]!r}", line=number
+            NAME, path, f"expected 'GPU n: ...' or 'Link n: ...', got {excerpt(stripped)}", line=number
         )
     result = tuple(
         sorted(
@@ -555,16 +558,16 @@ def _queried_gpu(
         try:
             address = model.PciAddress.parse(bus_id)
         except ValueError:
-            raise fail(f"{uuid}: PCI bus id {bus_id!r} is not a PCI address") from None
+            raise fail(f"{uuid}: PCI bus id {excerpt(bus_id)} is not a PCI address") from None
     minor = value(fields.minor_number, "minor number")
     memory = value(fields.memory_total, "FB memory total")
     numa = value(fields.numa_node, "NUMA node")
     memory_match = _MEMORY.fullmatch(memory) if memory is not None else None
     if memory is not None and memory_match is None:
-        raise fail(f"{uuid}: FB memory total {memory!r} is not '<n> MiB'")
+        raise fail(f"{uuid}: FB memory total {excerpt(memory)} is not '<n> MiB'")
     for raw, what in ((minor, "minor number"), (numa, "NUMA node")):
         if raw is not None and _int(raw) is None:
-            raise fail(f"{uuid}: {what} {raw!r} is not a number")
+            raise fail(f"{uuid}: {what} {excerpt(raw)} is not a number")
     return model.QueriedGpu(
         uuid=uuid,
         model=value(fields.model, "product name") or "",
@@ -583,7 +586,7 @@ def _mig_mode(raw: str | None, fail: Callable[[str], ParseError]) -> bool | None
         return None
     if raw in ("Enabled", "Disabled"):
         return raw == "Enabled"
-    raise fail(f"MIG mode {raw!r} is not Enabled, Disabled or N/A")
+    raise fail(f"MIG mode {excerpt(raw)} is not Enabled, Disabled or N/A")
 
 
 def _read_smi_query_xml(
@@ -679,7 +682,7 @@ def _read_smi_query_text(
                 raise ParseError(
                     NAME,
                     path,
-                    f"expected 'Key : value' or 'GPU <bus id>', got {stripped[:80]!r}",
+                    f"expected 'Key : value' or 'GPU <bus id>', got {excerpt(stripped)}",
                     line=number,
                 )
             if top[1] == "Driver Version":
@@ -734,7 +737,7 @@ class _Outcome(Generic[_T]):
 
 
 def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return clip(next((line.strip() for line in text.splitlines() if line.strip()), ""))
 
 
 def _failed(command: str, reason: ConditionReason, message: str) -> _Outcome[_T]:
@@ -766,13 +769,17 @@ def _run(
         return _failed(
             command, ConditionReason.TIMEOUT, f"no answer within {timeout:g}s (a hung GPU or driver?)"
         )
+    except CommandOutputRefused as e:
+        return _failed(command, ConditionReason.PARSE_ERROR, f"output not read: {e}")
 
     for line in f"{result.stdout}\n{result.stderr}".splitlines():
         line = line.strip()
         if _NO_DEVICES.search(line):
-            return _failed(command, ConditionReason.UNAVAILABLE, f"no GPUs visible to the driver ({line})")
+            return _failed(
+                command, ConditionReason.UNAVAILABLE, f"no GPUs visible to the driver ({clip(line)})"
+            )
         if _NO_DRIVER.fullmatch(line):
-            return _failed(command, ConditionReason.UNAVAILABLE, f"{line} (exit {result.returncode})")
+            return _failed(command, ConditionReason.UNAVAILABLE, f"{clip(line)} (exit {result.returncode})")
     if result.returncode != 0 and not result.stdout.strip():
         detail = _first_line(result.stderr) or "no output"
         return _failed(command, ConditionReason.UNAVAILABLE, f"exited {result.returncode}: {detail}")
@@ -788,7 +795,8 @@ def _run(
         notes.append(f"exited {result.returncode}: {_first_line(result.stderr) or 'no message'}")
     if not notes:
         return _Outcome(value, SourceStatus(name=command, ok=True))
-    message = "; ".join(notes[:5]) + (f"; and {len(notes) - 5} more" if len(notes) > 5 else "")
+    message = "; ".join(clip(note) for note in notes[:5])
+    message += f"; and {len(notes) - 5} more" if len(notes) > 5 else ""
     log.warning("%s: partly readable: %s", command, message, extra={"source": NAME, "path": command})
     return _Outcome(
         value,

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from nodetopo.errors import ParseError
+from nodetopo.errors import ParseError, excerpt
 from nodetopo.host import HostRoot
 from nodetopo.model import (
     Condition,
@@ -82,10 +82,10 @@ def parse_hex_id(text: str, path: str, *, bits: int) -> int:
     value_text = text.replace("\x00", "").strip()
     match = _HEX.match(value_text)
     if match is None:
-        raise ParseError(NAME, path, f"expected a hex value like 0x15b3, got {value_text!r}")
+        raise ParseError(NAME, path, f"expected a hex value like 0x15b3, got {excerpt(value_text)}")
     value = int(match["digits"], 16)
     if value >= 1 << bits:
-        raise ParseError(NAME, path, f"expected at most {bits} bits, got {value_text!r}")
+        raise ParseError(NAME, path, f"expected at most {bits} bits, got {excerpt(value_text)}")
     return value
 
 
@@ -93,7 +93,7 @@ def parse_numa_node(text: str, path: str) -> int | None:
     """``numa_node``: the node id, or None for ``-1`` (the kernel's "no NUMA information")."""
     value_text = text.replace("\x00", "").strip()
     if not _INTEGER.match(value_text):
-        raise ParseError(NAME, path, f"expected a NUMA node id or -1, got {value_text!r}")
+        raise ParseError(NAME, path, f"expected a NUMA node id or -1, got {excerpt(value_text)}")
     value = int(value_text)
     return value if value >= 0 else None
 
@@ -106,7 +106,7 @@ def parse_cpumask(text: str, path: str) -> frozenset[int]:
     value_text = text.replace("\x00", "").strip()
     words = value_text.split(",")
     if not value_text or not all(_MASK_WORD.match(word) for word in words):
-        raise ParseError(NAME, path, f"expected a CPU mask like 00000000,0000ffff, got {value_text!r}")
+        raise ParseError(NAME, path, f"expected a CPU mask like 00000000,0000ffff, got {excerpt(value_text)}")
     cpus: set[int] = set()
     for position, word in enumerate(reversed(words)):
         bits = int(word, 16)
@@ -143,7 +143,7 @@ def read_pci_devices(root: HostRoot) -> tuple[tuple[PciDevice, ...], tuple[Condi
         return (), (_sysfs.unavailable(NAME, f"{root.relative(base)}: missing: no PCI bus in sysfs"),)
     devices: list[PciDevice] = []
     conditions: list[Condition] = []
-    for name in _sysfs.list_directory(base):
+    for name in _sysfs.list_directory(base, root=root):
         device = _read_device(root, base / name, conditions)
         if device is not None:
             devices.append(device)
@@ -182,7 +182,9 @@ def _read_device(root: HostRoot, entry: Path, conditions: list[Condition]) -> Pc
     texts: dict[str, str | None] = {}
     for name in ATTRIBUTES:
         try:
-            texts[name] = _sysfs.read_attribute(root, entry / name)
+            # through the resolved directory: an absolute link in a capture is re-rooted, not followed
+            # to this machine's own /sys
+            texts[name] = _sysfs.read_attribute(root, real / name, shown_as=entry / name)
         except _sysfs.Unreadable as e:
             conditions.append(_sysfs.unavailable(NAME, str(e)))
             texts[name] = None

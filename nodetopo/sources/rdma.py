@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from nodetopo.errors import ParseError
+from nodetopo.errors import ParseError, excerpt
 from nodetopo.host import HostRoot
 from nodetopo.model import Condition, Facts, NetDevice, PciAddress, RdmaDevice, RdmaPort, SourceStatus
 from nodetopo.sources import _sysfs
@@ -68,7 +68,7 @@ def parse_port_state(text: str, path: str) -> str:
     """``4: ACTIVE`` -> ``ACTIVE`` (upper case, no numeric prefix; ``ACTIVE`` alone is accepted)."""
     match = _STATE.match(_clean(text))
     if match is None:
-        raise ParseError(NAME, path, f"expected a port state like '4: ACTIVE', got {_clean(text)!r}")
+        raise ParseError(NAME, path, f"expected a port state like '4: ACTIVE', got {excerpt(_clean(text))}")
     return match["name"].strip().upper()
 
 
@@ -76,7 +76,9 @@ def parse_phys_state(text: str, path: str) -> str:
     """``5: LinkUp`` -> ``LinkUp`` (kept as the kernel spells it)."""
     match = _STATE.match(_clean(text))
     if match is None:
-        raise ParseError(NAME, path, f"expected a physical state like '5: LinkUp', got {_clean(text)!r}")
+        raise ParseError(
+            NAME, path, f"expected a physical state like '5: LinkUp', got {excerpt(_clean(text))}"
+        )
     return match["name"].strip()
 
 
@@ -84,7 +86,9 @@ def parse_rate(text: str, path: str) -> float:
     """``400 Gb/sec (4X NDR)`` -> 400.0; ``2.5 Gb/sec (1X SDR)`` -> 2.5."""
     match = _RATE.match(_clean(text))
     if match is None:
-        raise ParseError(NAME, path, f"expected a rate like '400 Gb/sec (4X NDR)', got {_clean(text)!r}")
+        raise ParseError(
+            NAME, path, f"expected a rate like '400 Gb/sec (4X NDR)', got {excerpt(_clean(text))}"
+        )
     return float(match["gbps"])
 
 
@@ -94,14 +98,14 @@ def parse_lid(text: str, path: str) -> int:
     try:
         return int(value, 16)
     except ValueError:
-        raise ParseError(NAME, path, f"expected a hex LID like 0x3a4, got {value!r}") from None
+        raise ParseError(NAME, path, f"expected a hex LID like 0x3a4, got {excerpt(value)}") from None
 
 
 def parse_guid(text: str, path: str) -> str:
     """``0002:c903:00f9:bfa0`` (sysfs) -> ``0x0002c90300f9bfa0`` (as ibstat prints it)."""
     value = _clean(text)
     if not _GUID.match(value):
-        raise ParseError(NAME, path, f"expected a GUID like 0002:c903:00f9:bfa0, got {value!r}")
+        raise ParseError(NAME, path, f"expected a GUID like 0002:c903:00f9:bfa0, got {excerpt(value)}")
     return "0x" + value.replace(":", "").lower()
 
 
@@ -109,7 +113,7 @@ def parse_port_guid(text: str, path: str) -> str:
     """The port GUID: the low 64 bits of GID 0 (``fe80:0000:0000:0000:0002:c903:00f9:bfa1``)."""
     value = _clean(text)
     if not _GID.match(value):
-        raise ParseError(NAME, path, f"expected a GID like fe80:0000:...:bfa1, got {value!r}")
+        raise ParseError(NAME, path, f"expected a GID like fe80:0000:...:bfa1, got {excerpt(value)}")
     return "0x" + "".join(value.split(":")[4:]).lower()
 
 
@@ -119,7 +123,7 @@ def parse_speed(text: str, path: str) -> int | None:
     if not value:
         return None
     if not re.fullmatch(r"-?\d+", value):
-        raise ParseError(NAME, path, f"expected a speed in Mb/s like 100000, got {value!r}")
+        raise ParseError(NAME, path, f"expected a speed in Mb/s like 100000, got {excerpt(value)}")
     speed = int(value)
     return speed if 0 <= speed < 0xFFFFFFFF else None
 
@@ -130,7 +134,7 @@ def parse_dev_port(text: str, path: str, *, hex_value: bool = False) -> int:
     try:
         return int(value, 16 if hex_value else 10)
     except ValueError:
-        raise ParseError(NAME, path, f"expected a port index, got {value!r}") from None
+        raise ParseError(NAME, path, f"expected a port index, got {excerpt(value)}") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,7 +192,7 @@ def read_rdma_devices(root: HostRoot) -> tuple[tuple[RdmaDevice, ...], tuple[Con
     reader = _Reader(root)
     base = root.sys(INFINIBAND_DIR)
     devices: list[RdmaDevice] = []
-    for name in _sysfs.list_directory(base):
+    for name in _sysfs.list_directory(base, root=root):
         entry = base / name
         if _sysfs.is_dangling(entry):
             reader.conditions.append(
@@ -204,7 +208,7 @@ def read_rdma_devices(root: HostRoot) -> tuple[tuple[RdmaDevice, ...], tuple[Con
 def _read_rdma_device(reader: _Reader, entry: Path) -> RdmaDevice:
     address = reader.pci_function(entry / "device")
     ports_dir = entry / "ports"
-    port_numbers = [number for number, _ in _sysfs.numbered_entries(ports_dir, "")]
+    port_numbers = [number for number, _ in _sysfs.numbered_entries(ports_dir, "", root=reader.root)]
     netdevs = _port_netdevs(reader, entry / "device" / "net", port_numbers) if address else {}
     ports = tuple(
         _read_port(reader, ports_dir / str(number), number, tuple(sorted(netdevs.get(number, ()))))
@@ -237,7 +241,7 @@ def _read_port(reader: _Reader, directory: Path, number: int, netdevs: tuple[str
 def _port_netdevs(reader: _Reader, net_dir: Path, port_numbers: list[int]) -> dict[int, list[str]]:
     """Network interfaces of an RDMA device's PCI function, by the port number they sit on."""
     by_port: dict[int, list[str]] = {}
-    for name in _sysfs.list_directory(net_dir):
+    for name in _sysfs.list_directory(net_dir, root=reader.root):
         directory = net_dir / name
         index = reader.value(directory / "dev_port", parse_dev_port)
         if index is None:
@@ -268,7 +272,7 @@ def read_net_devices(root: HostRoot) -> tuple[tuple[NetDevice, ...], tuple[Condi
     if not base.is_dir():
         return (), (_sysfs.unavailable(NAME, f"{root.relative(base)}: missing: network interfaces unknown"),)
     devices: list[NetDevice] = []
-    for name in _sysfs.list_directory(base):
+    for name in _sysfs.list_directory(base, root=root):
         entry = base / name
         if _sysfs.is_dangling(entry):
             if "/devices/virtual/" not in "/" + os.readlink(entry):

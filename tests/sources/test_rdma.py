@@ -308,14 +308,14 @@ def test_einval_from_a_down_link_is_no_value_not_a_problem(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = write_tree(tmp_path, _hca({1: {}}, {"eth9": {"operstate": "down\n", "speed": "0\n"}}))
-    real_read_bytes = Path.read_bytes
+    real_read_bytes = HostRoot.read_bytes
 
-    def read_bytes(self: Path) -> bytes:
-        if self.name in ("speed", "rate"):
+    def read_bytes(self: HostRoot, path: Path, *, limit: int) -> bytes:
+        if path.name in ("speed", "rate"):
             raise OSError(errno.EINVAL, "Invalid argument")
-        return real_read_bytes(self)
+        return real_read_bytes(self, path, limit=limit)
 
-    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(HostRoot, "read_bytes", read_bytes)
     devices, rdma_conditions = rdma.read_rdma_devices(root)
     nets, net_conditions = rdma.read_net_devices(root)
     assert rdma_conditions == net_conditions == ()

@@ -25,6 +25,7 @@ from typing import Any
 from nodetopo import __version__
 from nodetopo.errors import BundleError, NodetopoError
 from nodetopo.logs import configure_logging
+from nodetopo.terminal import strip_control
 
 log = logging.getLogger("nodetopo")
 
@@ -119,6 +120,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--strict", action="store_true", help="exit 3 when the result is not Ready (a source failed)"
     )
+    p.add_argument(
+        "--matrix",
+        action="store_true",
+        help="table: add the GPU×GPU matrix as `nvidia-smi topo -m` prints it (NV#, PIX ... SYS)",
+    )
     _add_common(p)
     p.set_defaults(func=cmd_discover)
 
@@ -201,9 +207,11 @@ def cmd_discover(args: argparse.Namespace) -> int:
     result = scan(_context(args))
     log.info("discovery took %.3fs", result.duration_s)
     if args.output == "table":
-        from nodetopo.render import render_table
+        from nodetopo.views.table import table_text
 
-        sys.stdout.write(render_table(result.topology, args.node_name))
+        sys.stdout.write(
+            table_text(result.topology, result.facts, args.node_name, sys.stdout, matrix=args.matrix)
+        )
     else:
         body = to_nodetopology(result.topology, args.node_name)
         if args.output == "json":
@@ -306,10 +314,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
         return code
     except BundleError as e:
-        print(f"nodetopo: {e}", file=sys.stderr)
+        print(f"nodetopo: {strip_control(str(e))}", file=sys.stderr)
         return 2
     except NodetopoError as e:
-        print(f"nodetopo: {e}", file=sys.stderr)
+        print(f"nodetopo: {strip_control(str(e))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -7,6 +7,8 @@ import logging
 import sys
 from typing import Any
 
+from nodetopo.terminal import strip_control
+
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 #: ``extra={...}`` keys that JSON log lines carry as fields
@@ -31,13 +33,27 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
+class TextFormatter(logging.Formatter):
+    """``TEXT_FORMAT`` lines for a person's terminal: control characters stripped (a message may
+    quote a bundle's bytes), newlines kept only for tracebacks."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return strip_control(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return strip_control(super().formatException(ei), keep_newlines=True)
+
+
 def configure_logging(level: str, fmt: str) -> None:
     """Send every log record at ``level`` or above to stderr, as ``text`` or ``json`` lines.
 
     Idempotent: calling it again (the agent does, once its config file is read) replaces the handler.
     """
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -1,17 +1,30 @@
 """The human view of a ``Topology``: the table ``nodetopo discover`` prints by default.
 
-Read at a glance: a one-line summary, NUMA nodes, NVLink islands, GPUs with their NUMA node, island
-and nearest NICs, the GPU→NIC matrix, NICs, the PCIe roots with what hangs under them, MIG devices,
-and every condition. Pure: text out, no I/O.
+Read at a glance: a summary (with Ready, and why not), NUMA nodes, NVLink islands, the preferred
+GPU sets, GPUs with their NUMA node, island and nearest NICs, the GPU→NIC matrix (with
+``gpu_matrix``, the whole ``nvidia-smi topo -m`` style GPU×GPU+NIC matrix), NICs, the PCIe roots
+with what hangs under them, MIG devices, and every condition. Pure: text out, no I/O.
+
+Layout: with a ``width`` (a terminal) every line fits it — long tables drop a redundant column
+(the GPU model when every GPU has the one in the summary) and then shorten their widest free-text
+columns with ``…``, wide matrices are split into blocks of columns, long messages wrap. Without a
+width (a pipe) nothing is shortened. Names sort naturally (``mlx5_2`` before ``mlx5_10``). Every
+value is stripped of control characters: a bundle is data from elsewhere, and a GPU name must not
+be able to drive the terminal.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
+import textwrap
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+from nodetopo.crd import conditions as resource_conditions
 from nodetopo.crd import islands_text, model_of, worst_nic_distance
 from nodetopo.model import PciDevice, Topology, format_cpulist
+from nodetopo.terminal import strip_control
 
 # A few PCI class names for the roots view (PCI code and ID assignment specification).
 _CLASS_NAMES = {
@@ -44,15 +57,123 @@ _CLASS_NAMES = {
     0x00FF: "Virtio",
 }
 
+_ELLIPSIS = "…"
+_BOLD, _RESET = "\x1b[1m", "\x1b[0m"
+_INDENT = "  "
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-    lines = [indent + "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    for row in rows:
-        lines.append(indent + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+def natural_key(text: str) -> tuple[tuple[int, str | int], ...]:
+    """Sort key that orders digit runs by value: ``mlx5_2`` < ``mlx5_10``, ``GPU9`` < ``GPU10``."""
+    parts = re.split(r"(\d+)", text)
+    return tuple((1, int(p)) if i % 2 else (0, p) for i, p in enumerate(parts))
+
+
+def _clean(value: object) -> str:
+    return strip_control(str(value))
+
+
+def _cut(text: str, width: int) -> str:
+    if width <= 0:
+        return ""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + _ELLIPSIS
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Col:
+    """A table column: ``shrink`` is the narrowest it may be cut to (None: never cut); ``drop``
+    orders the columns that may go entirely when the table does not fit (lowest first)."""
+
+    header: str
+    shrink: int | None = None
+    drop: int | None = None
+
+
+def _table(
+    columns: Sequence[Col | str], rows: Sequence[Sequence[object]], width: int | None = None
+) -> list[str]:
+    cols = [c if isinstance(c, Col) else Col(c) for c in columns]
+    cells = [[_clean(c) for c in row] for row in rows]
+    widths = [max([len(c.header), *(len(r[i]) for r in cells)]) for i, c in enumerate(cols)]
+    keep = list(range(len(cols)))
+
+    def total() -> int:
+        return len(_INDENT) + sum(widths[i] for i in keep) + 2 * (len(keep) - 1)
+
+    if width is not None:
+        while total() > width:
+            droppable = [i for i in keep if cols[i].drop is not None]
+            if not droppable:
+                break
+            keep.remove(min(droppable, key=lambda i: cols[i].drop or 0))
+        while total() > width:
+            room = {i: widths[i] - (cols[i].shrink or 0) for i in keep if cols[i].shrink is not None}
+            room = {i: r for i, r in room.items() if r > 0}
+            if not room:
+                break
+            widest = max(room, key=lambda i: (room[i], -i))
+            widths[widest] -= min(room[widest], total() - width)
+
+    def line(values: Sequence[str]) -> str:
+        text = "  ".join(_cut(values[i], widths[i]).ljust(widths[i]) for i in keep)
+        return (_INDENT + text).rstrip()
+
+    return [line([c.header for c in cols]), *(line(r) for r in cells)]
+
+
+def _matrix(
+    corner: str,
+    groups: Sequence[Sequence[str]],
+    rows: Sequence[tuple[str, Mapping[str, str]]],
+    width: int | None,
+) -> list[str]:
+    """A matrix of short cells. When it is wider than ``width`` it is split into blocks of columns,
+    each group of columns (GPUs, NICs) starting a block of its own."""
+    columns = [c for group in groups for c in group]
+    label_width = max([len(corner), *(len(_clean(r)) for r, _ in rows)])
+    col_width = max([4, *(len(_clean(c)) for c in columns)])
+    if width is None or len(_INDENT) + label_width + len(columns) * (col_width + 2) <= width:
+        blocks = [columns]
+    else:
+        per_block = max(1, (width - len(_INDENT) - label_width) // (col_width + 2))
+        blocks = []
+        for group in (g for g in groups if g):
+            size = -(-len(group) // -(-len(group) // per_block))  # balanced: 10 in 9s → 5 + 5
+            blocks += [list(group[i : i + size]) for i in range(0, len(group), size)]
+    out: list[str] = []
+    for n, block in enumerate(blocks):
+        if n:
+            out.append("")
+        out += _table([corner, *block], [[r, *(cells.get(c, "-") for c in block)] for r, cells in rows])
+    return out
+
+
+def _wrap(text: str, width: int | None, indent: str = _INDENT, hang: str = "    ") -> list[str]:
+    text = indent + _clean(text)
+    if width is None or len(text) <= width:
+        return [text]
+    return textwrap.wrap(
+        text,
+        width=max(width, len(hang) + 10),
+        subsequent_indent=hang,
+        break_long_words=True,
+        break_on_hyphens=False,
+        drop_whitespace=True,
+    ) or [text]
+
+
+def _pack(parts: Iterable[str], width: int | None, sep: str = "   ") -> list[str]:
+    """Join ``parts`` on one line, or on as many lines as ``width`` needs (never splitting a part)."""
+    lines: list[str] = []
+    current = ""
+    for part in (_clean(p) for p in parts):
+        candidate = f"{current}{sep}{part}" if current else part
+        if current and width is not None and len(candidate) > width:
+            lines.append(current)
+            current = part
+        else:
+            current = candidate
+    if current:
+        lines.append(current)
     return lines
 
 
@@ -66,26 +187,53 @@ def _opt(value: object) -> str:
     return "-" if value is None or value == "" else str(value)
 
 
-def render_table(topology: Topology, node_name: str | None = None) -> str:
+def render_table(
+    topology: Topology,
+    node_name: str | None = None,
+    *,
+    width: int | None = None,
+    style: bool = False,
+    pci_names: Mapping[tuple[int, int], str] | None = None,
+    gpu_matrix: Mapping[tuple[int, int], str] | None = None,
+) -> str:
+    """The table. ``width``: lay out for a terminal this wide (None: a pipe, nothing shortened);
+    ``style``: bold section titles; ``pci_names``: ``(vendor, device)`` → name (from pci.ids);
+    ``gpu_matrix``: GPU pair → ``NV#``/PCIe class cell (``views.matrix``), shown as a topo -m matrix.
+    """
     out: list[str] = []
+    titles: set[int] = set()
+
+    def section(title: str) -> None:
+        out.append("")
+        for line in _wrap(title, width, indent="", hang="  "):
+            titles.add(len(out))
+            out.append(line)
+
     worst = worst_nic_distance(topology)
     model = model_of(topology)
     gpu_text = f"{len(topology.gpus)} x {model}" if model else str(len(topology.gpus))
     rdma = [n for n in topology.nics if n.rdma]
+    by_type = {c["type"]: c for c in resource_conditions(topology)}
+    ready, consistent = by_type["Ready"], by_type["Consistent"]
     head = [
         f"Node {node_name}" if node_name else "This node",
+        f"Ready: {ready['status']}" + ("" if ready["status"] == "True" else f" ({ready['reason']})"),
         f"GPUs: {gpu_text}",
         f"NVLink islands: {islands_text(topology) or 'none'}",
         f"RDMA NICs: {len(rdma)}",
         f"worst GPU→NIC: {worst.name if worst else '-'}",
         f"NUMA nodes: {len(topology.numa_nodes)}",
     ]
-    out.append("   ".join(head))
+    if consistent["status"] != "True":
+        head.append("Consistent: False")
+    out += _pack(head, width)
+    if ready["status"] != "True":
+        out += _wrap(f"not ready: {ready['message']}", width, indent=_INDENT, hang=_INDENT + "  ")
 
     if topology.numa_nodes:
-        out += ["", "NUMA nodes"]
+        section("NUMA nodes")
         out += _table(
-            ["NODE", "CPUS", "MEMORY", "DISTANCES"],
+            ["NODE", Col("CPUS", shrink=12), "MEMORY", Col("DISTANCES", shrink=12)],
             [
                 [
                     str(n.id),
@@ -95,21 +243,39 @@ def render_table(topology: Topology, node_name: str | None = None) -> str:
                 ]
                 for n in topology.numa_nodes
             ],
+            width,
         )
 
     if topology.nvlink_islands:
-        out += ["", "NVLink islands"]
+        section("NVLink islands")
         for i in topology.nvlink_islands:
             shape = "fully connected" if i.fully_connected else "partially connected"
             via = ", via NVSwitch" if i.nvswitch else ""
             gpus = format_cpulist(i.gpus)
             links = f"≥{i.links_per_pair} links per pair"
-            out.append(f"  island {i.id}: GPUs {gpus} ({len(i.gpus)}), {links}, {shape}{via}")
+            out += _wrap(f"island {i.id}: GPUs {gpus} ({len(i.gpus)}), {links}, {shape}{via}", width)
+
+    multi = [p for p in topology.preferred_gpu_sets if p.size > 1 and p.sets]
+    if multi:
+        section("Preferred GPU sets (best first)")
+        for p in multi:
+            sets = "  ".join("{" + format_cpulist(s) + "}" for s in p.sets)
+            out += _wrap(f"{p.size} GPUs: {sets}", width, hang=_INDENT + " " * (len(f"{p.size} GPUs: ")))
 
     if topology.gpus:
-        out += ["", "GPUs"]
+        section("GPUs")
+        one_model = len({g.model for g in topology.gpus}) == 1 and model is not None
         out += _table(
-            ["GPU", "MODEL", "BUS ID", "NUMA", "CPUS", "ISLAND", "NEAREST NICS", "MIG"],
+            [
+                "GPU",
+                Col("MODEL", shrink=10, drop=1 if one_model else None),
+                "BUS ID",
+                Col("NUMA", shrink=4),
+                Col("CPUS", shrink=9),
+                "ISLAND",
+                Col("NEAREST NICS", shrink=12),
+                "MIG",
+            ],
             [
                 [
                     str(g.index),
@@ -120,26 +286,48 @@ def render_table(topology: Topology, node_name: str | None = None) -> str:
                     else format_cpulist(g.numa_affinity),
                     format_cpulist(g.cpu_affinity) if g.cpu_affinity else "-",
                     _opt(g.island),
-                    f"{','.join(g.nearest_nics)} ({g.nic_distance.name})" if g.nic_distance else "-",
+                    f"{','.join(sorted(g.nearest_nics, key=natural_key))} ({g.nic_distance.name})"
+                    if g.nic_distance
+                    else "-",
                     {True: "on", False: "off", None: "-"}[g.mig_enabled],
                 ]
                 for g in topology.gpus
             ],
+            width,
         )
 
-    nic_names = sorted({d.nic for d in topology.gpu_nic_distances})
-    if topology.gpus and nic_names:
-        cells = {(d.gpu, d.nic): d.distance.name for d in topology.gpu_nic_distances}
-        out += ["", "GPU → NIC (PCIe path class: PIX < PXB < PHB < NODE < SYS)"]
-        out += _table(
-            ["", *nic_names],
-            [[f"GPU{g.index}", *(cells.get((g.index, n), "-") for n in nic_names)] for g in topology.gpus],
-        )
+    nic_names = sorted({d.nic for d in topology.gpu_nic_distances}, key=natural_key)
+    if topology.gpus and (nic_names or gpu_matrix is not None):
+        cells: dict[str, dict[str, str]] = defaultdict(dict)
+        for d in topology.gpu_nic_distances:
+            cells[f"GPU{d.gpu}"][d.nic] = d.distance.name
+        groups: list[list[str]] = [list(nic_names)]
+        if gpu_matrix is not None:
+            section("GPU topology matrix (X: self, NV#: # NVLinks; PCIe: PIX<PXB<PHB<NODE<SYS)")
+            groups.insert(0, [f"GPU{g.index}" for g in topology.gpus])
+            for a in topology.gpus:
+                cells[f"GPU{a.index}"][f"GPU{a.index}"] = "X"
+                for b in topology.gpus:
+                    cell = gpu_matrix.get((a.index, b.index))
+                    if cell is not None and a.index != b.index:
+                        cells[f"GPU{a.index}"][f"GPU{b.index}"] = cell
+        else:
+            section("GPU → NIC (PCIe path class: PIX < PXB < PHB < NODE < SYS)")
+        out += _matrix("", groups, [(f"GPU{g.index}", cells[f"GPU{g.index}"]) for g in topology.gpus], width)
 
     if topology.nics:
-        out += ["", "NICs"]
+        section("NICs")
         out += _table(
-            ["NIC", "NETDEV", "BUS ID", "NUMA", "LINK", "STATE", "RATE", "RDMA"],
+            [
+                "NIC",
+                Col("NETDEV", shrink=6),
+                "BUS ID",
+                "NUMA",
+                Col("LINK", shrink=5),
+                Col("STATE", shrink=4),
+                "RATE",
+                "RDMA",
+            ],
             [
                 [
                     n.name,
@@ -151,21 +339,25 @@ def render_table(topology: Topology, node_name: str | None = None) -> str:
                     f"{n.rate_gbps:g} Gb/s" if n.rate_gbps else "-",
                     "yes" if n.rdma else "no",
                 ]
-                for n in topology.nics
+                for n in sorted(topology.nics, key=lambda n: natural_key(n.name))
             ],
+            width,
         )
 
-    roots = _roots(topology)
+    roots = _roots(topology, pci_names or {})
     if roots:
-        out += ["", "PCIe roots (endpoints under each host bridge)"]
-        for root, lines in roots:
-            out.append(f"  {root}")
-            out += [f"    {line}" for line in lines]
+        section("PCIe roots (endpoints under each host bridge)")
+        for root, endpoints in roots:
+            out.append(_INDENT + root)
+            for choices in endpoints:
+                fits = [c for c in choices if width is None or len(c) + 2 * len(_INDENT) <= width]
+                line = fits[0] if fits else _cut(choices[-1], (width or 0) - 2 * len(_INDENT))
+                out.append(_INDENT * 2 + line)
 
     if topology.mig_devices:
-        out += ["", "MIG devices"]
+        section("MIG devices")
         out += _table(
-            ["PARENT", "PROFILE", "GI", "CI", "UUID"],
+            ["PARENT", "PROFILE", "GI", "CI", Col("UUID", shrink=12)],
             [
                 [
                     f"GPU{m.parent_index}" if m.parent_index is not None else "-",
@@ -176,20 +368,26 @@ def render_table(topology: Topology, node_name: str | None = None) -> str:
                 ]
                 for m in topology.mig_devices
             ],
+            width,
         )
 
     failed = [s for s in topology.sources if not s.ok]
     if topology.conditions or failed:
-        out += ["", "Conditions"]
+        section("Conditions")
         for c in topology.conditions:
-            out.append(f"  {c.source}: {c.reason.value}: {c.message}")
-    ok = sorted({s.name for s in topology.sources if s.ok})
+            out += _wrap(f"{c.source}: {c.reason.value}: {c.message}", width)
+    ok = sorted({s.name for s in topology.sources if s.ok}, key=natural_key)
     if ok:
-        out += ["", "Sources ok: " + ", ".join(ok)]
-    return "\n".join(out) + "\n"
+        out.append("")
+        out += _pack(["Sources ok:", *(f"{name}," for name in ok[:-1]), ok[-1]], width, sep=" ")
+    text = [strip_control(line) for line in out]
+    if style:
+        text = [f"{_BOLD}{line}{_RESET}" if i in titles else line for i, line in enumerate(text)]
+    return "\n".join(text) + "\n"
 
 
-def _roots(topology: Topology) -> list[tuple[str, list[str]]]:
+def _roots(topology: Topology, names: Mapping[tuple[int, int], str]) -> list[tuple[str, list[list[str]]]]:
+    """Each root complex with its endpoints; each endpoint as its lines from fullest to shortest."""
     gpu_at = {g.address: f"GPU{g.index}" for g in topology.gpus if g.address is not None}
     nic_at: dict[object, list[str]] = defaultdict(list)
     for n in topology.nics:
@@ -199,23 +397,27 @@ def _roots(topology: Topology) -> list[tuple[str, list[str]]]:
     for d in topology.pci_devices:
         if not d.is_bridge:
             by_root[d.root or "(unknown root)"].append(d)
-    result: list[tuple[str, list[str]]] = []
-    for root in sorted(by_root):
+    result: list[tuple[str, list[list[str]]]] = []
+    for root in sorted(by_root):  # pciDDDD:BB: fixed-width hex, sorted as text
         devices = by_root[root]
         numa = sorted({d.numa_node for d in devices if d.numa_node is not None})
         label = f"{root} (NUMA {','.join(map(str, numa))})" if numa else root
-        lines = []
+        lines: list[list[str]] = []
         for d in devices:
-            names = [gpu_at[d.address]] if d.address in gpu_at else nic_at.get(d.address, [])
+            found = [gpu_at[d.address]] if d.address in gpu_at else nic_at.get(d.address, [])
             kind = (
                 "NVSwitch"
                 if d.is_nvswitch
                 else _CLASS_NAMES.get(d.class_code >> 8, f"class {d.class_code >> 8:04x}")
             )
-            what = f"{', '.join(names)} " if names else ""
+            what = f"{', '.join(sorted(found, key=natural_key))} " if found else ""
+            ids = f"{d.vendor:04x}:{d.device:04x}"
+            name = names.get((d.vendor, d.device))
             bridges = (
-                f"  via {len(d.upstream)} bridge{'s' if len(d.upstream) != 1 else ''}" if d.upstream else ""
+                f" via {len(d.upstream)} bridge{'s' if len(d.upstream) != 1 else ''}" if d.upstream else ""
             )
-            lines.append(f"{d.address}  {what}[{kind}] {d.vendor:04x}:{d.device:04x}{bridges}")
+            start = f"{d.address}  {what}[{kind}]{bridges}  "
+            choices = [f"{name} ({ids})", name] if name else [ids]
+            lines.append([_clean(start + choice) for choice in choices])
         result.append((label, lines))
     return result

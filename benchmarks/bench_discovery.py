@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from common import (
@@ -69,7 +70,9 @@ def breakdown(name: str, path: Path, runs: int) -> str:
     return table(["step", "median"], rows, title=f"Where the in-process time goes: {name}")
 
 
-def run(quick: bool) -> Section:
+def run(quick: bool, only: Sequence[str] = ()) -> Section:
+    """``only``: the names of the inputs to measure (a bundle's directory name or the corpus tree's
+    name); default every input."""
     from nodetopo.discover import bundle_context, scan
 
     section = Section("discovery", "1. Discovery: in process, as a process, versus lstopo (hwloc)")
@@ -79,11 +82,15 @@ def run(quick: bool) -> Section:
     worst_ratio: tuple[float, str] = (0.0, "")
     dgx_in = None
     with tempfile.TemporaryDirectory(prefix="nodetopo-bench-") as tmp:
-        inputs: list[tuple[str, Path]] = [(b.name, b) for b in sorted(BUNDLES.iterdir()) if b.is_dir()]
-        tarball = CORPUS / "sysfs" / "hwloc" / f"{LARGEST_TREE}.tar.bz2"
-        if tarball.is_file():
+        inputs: list[tuple[str, Path]] = [
+            (b.name, b) for b in sorted(BUNDLES.iterdir()) if b.is_dir() and (not only or b.name in only)
+        ]
+        tarball: Path | None = CORPUS / "sysfs" / "hwloc" / f"{LARGEST_TREE}.tar.bz2"
+        if only and LARGEST_TREE not in only:
+            tarball = None
+        if tarball is not None and tarball.is_file():
             inputs.append((f"{LARGEST_TREE} (corpus, sysfs only)", unpack_tree(LARGEST_TREE, Path(tmp))))
-        else:
+        elif tarball is not None:
             section.notes.append(f"corpus tree {tarball} not found: skipped")
         for name, path in inputs:
             in_s, _ = median_seconds(lambda path=path: scan(bundle_context(path)), runs_in)
@@ -114,8 +121,9 @@ def run(quick: bool) -> Section:
                     f"{ratio_proc:.1f}×" if ratio_proc is not None else "n/a",
                 ]
             )
-    if worst_ratio[1]:
-        section.tables.append(breakdown(worst_ratio[1], dict(inputs)[worst_ratio[1]], runs_in))
+        # Inside the with: the worst input may be the corpus tree, unpacked under tmp.
+        if worst_ratio[1]:
+            section.tables.append(breakdown(worst_ratio[1], dict(inputs)[worst_ratio[1]], runs_in))
     if dgx_in is not None:
         section.rows.append(
             Row(

@@ -3,6 +3,7 @@
     python benchmarks/run.py                 # everything (~10 minutes on 2 cores)
     python benchmarks/run.py --quick         # fewer repetitions, shorter windows (~3 minutes)
     python benchmarks/run.py discovery scale # some of them (discovery, scale, agent, extender)
+    python benchmarks/run.py --compare OLD.md  # also print (and append) the deltas against OLD.md
 
 See benchmarks/README.md for what each one measures and how to read the ratios.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import Section, ensure_paths, machine, table
+from compare import compare
 
 log = logging.getLogger("benchmarks")
 
@@ -77,7 +79,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("benchmarks", nargs="*", choices=[*NAMES, []], metavar="NAME", help=", ".join(NAMES))
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and shorter windows")
     parser.add_argument("-o", "--output", type=Path, default=RESULTS, help="default: %(default)s")
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        metavar="OLD.md",
+        help="an earlier RESULTS.md: print the figure-by-figure deltas and append them to the output",
+    )
     args = parser.parse_args(argv)
+    old_text = args.compare.read_text() if args.compare else None  # before -o may overwrite it
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("nodetopo").setLevel(logging.WARNING)  # the sources' own notes are not results
     ensure_paths()
@@ -99,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         sections += produced
         log.info("%s done in %.0f s", name, time.monotonic() - begun)
     text = render(sections, args.quick, sys.argv[1:] if argv is None else argv, time.monotonic() - started)
+    if old_text is not None:
+        deltas = compare(old_text, text)
+        print(deltas)
+        text += f"\n## Against an earlier run ({args.compare.name})\n\n{deltas}\n"
     args.output.write_text(text + "\n")
     log.info("wrote %s", args.output)
     return 1 if failed else 0

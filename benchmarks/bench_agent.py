@@ -37,7 +37,8 @@ SIMULATED_CYCLES = 30
 
 IMPORTS = (
     ("bare `python -c pass`", "pass"),
-    ("`import nodetopo.discover` (sources, graph, derive)", "import nodetopo.discover"),
+    ("`import networkx`", "import networkx"),
+    ("`import nodetopo.discover` (sources, graph, derive; networkx)", "import nodetopo.discover"),
     ("`import kubernetes`", "import kubernetes"),
     ("`import urllib3, yaml` (what a thin client needs)", "import urllib3, yaml"),
     ("`import prometheus_client`", "import prometheus_client"),

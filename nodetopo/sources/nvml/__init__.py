@@ -1,0 +1,71 @@
+"""NVML (``pynvml``) behind a narrow protocol, plus a recorded dump that replays through it.
+
+One module per role:
+
+* ``protocol``: ``NvmlApi`` (a ``Protocol``: the few NVML calls nodetopo needs, in its own types),
+  ``NvmlCallError`` and NVML's enumerations;
+* ``live``: ``PynvmlApi``, the protocol over the real library (the only import of ``pynvml`` in
+  nodetopo, and a lazy one: importing nodetopo never needs ``libnvidia-ml.so.1``);
+* ``replay``: ``RecordedNvml``, a dump (``nvml.json``, format ``nodetopo-nvml-dump/v1``) replayed
+  through the protocol; its reader validates the dump per device and per field;
+* ``dump``: ``dump_nvml(api) -> dict``, what ``nodetopo capture`` writes to ``nvml.json``;
+* ``source``: ``read_nvml(api) -> (NvmlSnapshot, conditions)`` (pure over the protocol) and
+  ``collect(ctx)``, the source.
+"""
+
+from __future__ import annotations
+
+from nodetopo.sources.nvml.dump import dump_nvml
+from nodetopo.sources.nvml.live import PynvmlApi
+from nodetopo.sources.nvml.protocol import (
+    ERROR_TEXT,
+    FUNCTION_NOT_FOUND,
+    GPU_IS_LOST,
+    INVALID_ARGUMENT,
+    LINK_CLASS_OF_LEVEL,
+    MAX_DEVICES,
+    MAX_NVLINKS,
+    NAME,
+    NOT_FOUND,
+    NOT_SUPPORTED,
+    MigMode,
+    NvmlApi,
+    NvmlCallError,
+    P2pCapability,
+    P2pStatus,
+    TopologyLevel,
+    cpus_of_bitmask,
+    mig_profile_of_name,
+    nvml_bus_id,
+)
+from nodetopo.sources.nvml.replay import FORMAT, RecordedNvml
+from nodetopo.sources.nvml.source import NOT_THIS_SYSTEM, collect, read_nvml
+
+__all__ = [
+    "ERROR_TEXT",
+    "FORMAT",
+    "FUNCTION_NOT_FOUND",
+    "GPU_IS_LOST",
+    "INVALID_ARGUMENT",
+    "LINK_CLASS_OF_LEVEL",
+    "MAX_DEVICES",
+    "MAX_NVLINKS",
+    "NAME",
+    "NOT_FOUND",
+    "NOT_SUPPORTED",
+    "NOT_THIS_SYSTEM",
+    "MigMode",
+    "NvmlApi",
+    "NvmlCallError",
+    "P2pCapability",
+    "P2pStatus",
+    "PynvmlApi",
+    "RecordedNvml",
+    "TopologyLevel",
+    "collect",
+    "cpus_of_bitmask",
+    "dump_nvml",
+    "mig_profile_of_name",
+    "nvml_bus_id",
+    "read_nvml",
+]

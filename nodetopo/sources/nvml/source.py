@@ -1,0 +1,236 @@
+"""The NVML source: ``read_nvml`` (protocol -> ``NvmlSnapshot``, pure over the protocol) and ``collect``."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
+from nodetopo.model import (
+    Condition,
+    ConditionReason,
+    Facts,
+    LinkClass,
+    MigDevice,
+    NvmlGpu,
+    NvmlLink,
+    NvmlSnapshot,
+    RemoteDeviceType,
+    SourceStatus,
+)
+from nodetopo.sources.base import Context, SourceResult, condition, failed, guarded
+from nodetopo.sources.nvml.live import PynvmlApi
+from nodetopo.sources.nvml.protocol import (
+    FUNCTION_NOT_FOUND,
+    INVALID_ARGUMENT,
+    LINK_CLASS_OF_LEVEL,
+    MAX_NVLINKS,
+    NAME,
+    NOT_SUPPORTED,
+    NvmlApi,
+    NvmlCallError,
+    sorted_migs,
+)
+from nodetopo.sources.nvml.replay import RecordedNvml
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class _DeviceScan:
+    """Asks one GPU's questions; "not supported" is a silent None, other failures are noted.
+
+    Once the GPU is lost (``NVML_ERROR_GPU_IS_LOST``) nothing more is asked of it.
+    """
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.failures: list[str] = []
+        self.lost_at: NvmlCallError | None = None
+
+    def ask(self, question: Callable[[], T], *, required: bool = False) -> T | None:
+        if self.lost_at is not None:
+            return None
+        try:
+            return question()
+        except NvmlCallError as e:
+            if e.gpu_lost:
+                self.lost_at = e
+            elif required or not e.not_supported:
+                self.failures.append(str(e))
+            return None
+
+
+def _read_links(api: NvmlApi, scan: _DeviceScan) -> tuple[NvmlLink, ...]:
+    links: list[NvmlLink] = []
+    index = scan.index
+    for link in range(MAX_NVLINKS):
+        if scan.lost_at is not None:
+            break
+        try:
+            active = api.nvlink_active(index, link)
+        except NvmlCallError as e:
+            if e.gpu_lost:
+                scan.lost_at = e
+                break
+            if e.code in (INVALID_ARGUMENT, NOT_SUPPORTED, FUNCTION_NOT_FOUND):
+                break
+            scan.failures.append(f"{e} (link {link})")
+            continue
+        if not active:
+            continue
+        remote_type = scan.ask(functools.partial(api.nvlink_remote_type, index, link))
+        links.append(
+            NvmlLink(
+                link=link,
+                remote_address=scan.ask(functools.partial(api.nvlink_remote_pci_bus_id, index, link)),
+                remote_type=remote_type if remote_type is not None else RemoteDeviceType.UNKNOWN,
+            )
+        )
+    return tuple(links)
+
+
+def _read_gpu(api: NvmlApi, index: int) -> tuple[NvmlGpu | None, Condition | None, bool]:
+    """One GPU's facts (None when its identity cannot be read), a condition, and whether it was lost."""
+    scan = _DeviceScan(index)
+    uuid = scan.ask(lambda: api.uuid(index), required=True)
+    model = scan.ask(lambda: api.name(index), required=True)
+    address = scan.ask(lambda: api.pci_bus_id(index), required=True)
+    memory = scan.ask(lambda: api.memory_total(index))
+    cpus = scan.ask(lambda: api.cpu_affinity(index))
+    numa = scan.ask(lambda: api.numa_node_id(index))
+    mig_mode = scan.ask(lambda: api.mig_mode(index))
+    links = _read_links(api, scan)
+    fabric = scan.ask(lambda: api.fabric_info(index))
+    if fabric is not None and fabric.state == "NOT_SUPPORTED":
+        fabric = None
+    migs: tuple[MigDevice, ...] = ()
+    if mig_mode is not None and mig_mode.current:
+        found = scan.ask(lambda: api.mig_devices(index)) or ()
+        migs = tuple(dataclasses.replace(m, parent_uuid=uuid, parent_index=index) for m in found)
+
+    gpu = None
+    if uuid is not None and model is not None and address is not None:
+        gpu = NvmlGpu(
+            index=index,
+            uuid=uuid,
+            model=model,
+            address=address,
+            memory_bytes=memory,
+            cpu_affinity=cpus,
+            numa_node=numa,
+            mig_current=mig_mode.current if mig_mode is not None else None,
+            mig_pending=mig_mode.pending if mig_mode is not None else None,
+            links=links,
+            fabric=fabric,
+            migs=sorted_migs(migs),
+        )
+    lost = scan.lost_at is not None
+    if not scan.failures and not lost:
+        return gpu, None, False
+    name = f"GPU {index}" + (f" ({address})" if address is not None else "")
+    parts: list[str] = []
+    if scan.lost_at is not None:
+        parts.append(f"lost during the scan: {scan.lost_at}")
+    parts.extend(scan.failures)
+    if gpu is None:
+        parts.append("left out: its UUID, name or PCI bus id could not be read")
+    return gpu, condition(NAME, ConditionReason.DEGRADED, f"{name}: " + "; ".join(parts)), lost
+
+
+def read_nvml(api: NvmlApi) -> tuple[NvmlSnapshot, tuple[Condition, ...]]:
+    """What NVML says about the GPUs, plus Degraded conditions for the calls that failed.
+
+    Raises ``NvmlCallError`` only when the device count itself cannot be read (NVML unusable).
+    """
+    conditions: list[Condition] = []
+    try:
+        driver: str | None = api.driver_version()
+    except NvmlCallError as e:
+        driver = None
+        if not e.not_supported:
+            conditions.append(condition(NAME, ConditionReason.DEGRADED, str(e)))
+    count = api.device_count()
+    gpus: list[NvmlGpu] = []
+    usable: list[int] = []  #: GPUs still there to ask about pairs
+    for index in range(count):
+        gpu, problem, lost = _read_gpu(api, index)
+        if gpu is not None:
+            gpus.append(gpu)
+            if not lost:
+                usable.append(index)
+        if problem is not None:
+            conditions.append(problem)
+    ancestors: list[tuple[tuple[int, int], LinkClass]] = []
+    pair_failures: list[str] = []
+    for i, a in enumerate(usable):
+        for b in usable[i + 1 :]:
+            try:
+                level = api.common_ancestor(a, b)
+            except NvmlCallError as e:
+                if not e.not_supported:
+                    pair_failures.append(f"GPUs {a},{b}: {e}")
+                continue
+            ancestors.append(((a, b), LINK_CLASS_OF_LEVEL[level]))
+    if pair_failures:
+        conditions.append(condition(NAME, ConditionReason.DEGRADED, "; ".join(pair_failures)))
+    snapshot = NvmlSnapshot(driver_version=driver, gpus=tuple(gpus), common_ancestor=tuple(sorted(ancestors)))
+    return snapshot, tuple(conditions)
+
+
+# --------------------------------------------------------------------------------------------
+# The source
+# --------------------------------------------------------------------------------------------
+
+NOT_THIS_SYSTEM = "NVML sees only the live host; no nvml.json in the bundle"
+
+
+def _facts(api: NvmlApi) -> Facts:
+    try:
+        snapshot, conditions = read_nvml(api)
+    except NvmlCallError as e:
+        return failed(NAME, ConditionReason.UNAVAILABLE, str(e))
+    for problem in conditions:
+        log.warning("source %s: %s", NAME, problem.message, extra={"source": NAME})
+    summary = f"{len(snapshot.gpus)} GPUs, driver {snapshot.driver_version or 'unknown'}"
+    status = SourceStatus(
+        name=NAME,
+        ok=not conditions,
+        message=summary if not conditions else f"Degraded: {summary}; {len(conditions)} problem(s)",
+    )
+    return Facts(nvml=snapshot, sources=(status,), conditions=conditions)
+
+
+def _collect(ctx: Context) -> Facts:
+    given = ctx.nvml
+    if isinstance(given, str | os.PathLike):
+        given = RecordedNvml.from_json(given)
+    if given is not None:
+        if not isinstance(given, NvmlApi):
+            raise TypeError(f"Context.nvml must be an NvmlApi or a dump path, not {type(given).__name__}")
+        return _facts(given)
+    live = ctx.live_nvml if ctx.live_nvml is not None else ctx.root.is_this_system
+    if not live:
+        return failed(NAME, ConditionReason.UNAVAILABLE, NOT_THIS_SYSTEM)
+    api = PynvmlApi()
+    try:
+        api.open()
+    except NvmlCallError as e:
+        return failed(NAME, ConditionReason.UNAVAILABLE, f"NVML cannot start: {e}")
+    with api:
+        return _facts(api)
+
+
+def collect(ctx: Context) -> SourceResult:
+    """NVML's view: ``ctx.nvml`` (an ``NvmlApi``, or the path of a dump) or the live host.
+
+    Without ``ctx.nvml`` the live NVML is used only when ``ctx.root`` is this system; a bundle
+    without ``nvml.json`` gives Unavailable. NVML that cannot start (no library, no driver,
+    driver/library mismatch, no permission) gives Unavailable with NVML's own words; failed
+    calls on some GPUs give Degraded, with the other GPUs kept.
+    """
+    return guarded(NAME, lambda: _collect(ctx))

@@ -110,7 +110,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     _add_input(p)
     p.add_argument(
-        "-o", "--output", choices=["table", "yaml", "json"], default="table", help="default: table"
+        "-o",
+        "--output",
+        choices=["table", "yaml", "json", "dot", "svg"],
+        default="table",
+        help="table (default), the NodeTopology as yaml or json, or a picture of the node: a Graphviz "
+        "graph (dot) or that graph drawn as SVG (svg; needs Graphviz's `dot` program)",
     )
     p.add_argument(
         "--node-name",
@@ -212,6 +217,10 @@ def cmd_discover(args: argparse.Namespace) -> int:
         sys.stdout.write(
             table_text(result.topology, result.facts, args.node_name, sys.stdout, matrix=args.matrix)
         )
+    elif args.output in ("dot", "svg"):
+        from nodetopo.views.dot import picture
+
+        sys.stdout.write(picture(result.topology, result.facts, args.node_name, args.output))
     else:
         body = to_nodetopology(result.topology, args.node_name)
         if args.output == "json":

@@ -9,6 +9,7 @@ BUNDLE/
   cmd/nvidia-smi-nvlink-s.txt  `nvidia-smi nvlink -s`
   cmd/ibstat.txt               `ibstat`
   cmd/ibv_devinfo.txt          `ibv_devinfo` (used when ibstat is missing)
+  cmd/lldpcli-neighbors.json   `lldpcli -f json0 show neighbors` (LLDP neighbours, when lldpd runs)
   nvml.json                    NVML dump (sources.nvml)
 ```
 
@@ -46,6 +47,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "nvidia-smi-nvlink-s.txt": ("nvidia-smi", "nvlink", "-s"),
     "ibstat.txt": ("ibstat",),
     "ibv_devinfo.txt": ("ibv_devinfo",),
+    "lldpcli-neighbors.json": ("lldpcli", "-f", "json0", "show", "neighbors"),
 }
 
 NVML_DUMP = "nvml.json"

@@ -26,6 +26,7 @@ from nodetopo.model import (
     Topology,
     format_cpulist,
 )
+from nodetopo.network import nvlink_domain
 
 GROUP = "nodetopo.io"
 VERSION = "v1alpha1"
@@ -88,6 +89,7 @@ def to_nodetopology(topology: Topology, node_name: str) -> dict[str, Any]:
             if topology.fabric is not None
             else None
         ),
+        "network": network(topology),
         "sources": [_source(s) for s in _unique_sources(topology.sources)],
         "conditions": conditions(topology),
     }
@@ -98,6 +100,52 @@ def to_nodetopology(topology: Topology, node_name: str) -> dict[str, Any]:
         "metadata": {"name": node_name, "labels": {"app.kubernetes.io/managed-by": "nodetopo"}},
         "status": status,
     }
+
+
+def network(topology: Topology) -> dict[str, Any]:
+    """``status.network``: the NVLink domain, the tiers above the node (nearest first), per-NIC neighbours."""
+    domain, healthy = nvlink_domain(topology.fabric)
+    position = topology.network
+    return {
+        "nvlinkDomain": {"id": domain, "healthy": healthy} if domain is not None else None,
+        "tierSource": position.tier_source,
+        "tiers": [
+            {
+                "level": t.level,
+                "id": _bounded(t.id),
+                "name": _bounded(t.name),
+                "members": [_bounded(m) for m in t.members[:MAX_TIER_MEMBERS]],
+            }
+            for t in position.tiers[:MAX_TIERS]
+        ],
+        "neighbours": [
+            {
+                "nic": n.nic,
+                "port": n.port,
+                "source": n.source,
+                "state": n.state,
+                "switchID": _bounded(n.switch_id),
+                "switchName": _bounded(n.switch_name),
+                "switchPort": _bounded(n.switch_port),
+                "peerIsSwitch": n.peer_is_switch,
+            }
+            for n in position.neighbours[:MAX_NEIGHBOURS]
+        ],
+    }
+
+
+#: bounds of ``status.network`` (the CRD's maxItems/maxLength): a node has at most a few dozen NIC ports
+MAX_NEIGHBOURS = 64
+MAX_TIER_MEMBERS = 16
+MAX_TIERS = 8
+MAX_TEXT = 256
+
+
+def _bounded(text: str | None) -> str | None:
+    """A free-text fact (LLDP names come from the network) cut to the schema's maxLength."""
+    if text is None or len(text) <= MAX_TEXT:
+        return text
+    return text[: MAX_TEXT - 3] + "..."
 
 
 def content_hash(status: dict[str, Any]) -> str:

@@ -47,6 +47,7 @@ from nodetopo.model import (
     PreferredGpuSets,
     Topology,
 )
+from nodetopo.network import network_position
 
 #: The most NVLinks any single GPU has (H100/H200/B200: 18). A uniform complete NV mesh whose
 #: per-GPU total (links per pair × peers) exceeds this cannot be direct wiring: it is an NVSwitch.
@@ -499,6 +500,9 @@ def topology_from_graph(g: nx.Graph, facts: Facts, join_conditions: Sequence[Con
     preferred = preferred_gpu_sets(gpus, islands, nvlink_counts, pcie_classes) if gpus else ()
 
     fabric = _node_fabric(_gpu_records(g))
+    gpu_fabric = frozenset(n for gpu in gpus for n in gpu.nearest_nics)
+    network, network_conditions = network_position(facts, nics, gpu_fabric)
+    conditions += network_conditions
     pci_devices = tuple(
         data["device"] for _, data in sorted(g.nodes(data=True)) if data["kind"] == "pci" and data["device"]
     )
@@ -514,6 +518,7 @@ def topology_from_graph(g: nx.Graph, facts: Facts, join_conditions: Sequence[Con
         pci_devices=tuple(sorted(pci_devices, key=lambda d: d.address)),
         sources=facts.sources,
         conditions=tuple(conditions),
+        network=network,
     )
 
 

@@ -18,6 +18,7 @@ import re
 from nodetopo.crd import model_of, worst_nic_distance
 from nodetopo.graph import GRAPH_SOURCE
 from nodetopo.model import ConditionReason, Topology
+from nodetopo.network import nvlink_domain
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,9 @@ _NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 GPU_SOURCES = ("nvml", "nvidia-smi")
 RDMA_SOURCES = ("sysfs.rdma", "ibstat", "nvidia-smi")
 NUMA_SOURCES = ("sysfs.numa",)
+#: the fabric sources, and ``fabric`` (their join: a disagreement between them)
+FABRIC_SOURCES = ("fabric.ib", "fabric.lldp", "fabric.cloud", "fabric")
+MAX_FABRIC_TIERS = 4
 KEYS: dict[str, tuple[str, ...]] = {
     "gpu.count": (*GPU_SOURCES, "sysfs.pci"),
     "gpu.model": GPU_SOURCES,
@@ -44,6 +48,9 @@ KEYS: dict[str, tuple[str, ...]] = {
     "gpu-nic.distance": GPU_SOURCES + RDMA_SOURCES + ("sysfs.pci",),
     "numa.count": NUMA_SOURCES,
     "mig.enabled": GPU_SOURCES,
+    "nvlink.domain": ("nvml",),
+    "nvlink.domain-healthy": ("nvml",),
+    **{f"fabric.tier-{level}": FABRIC_SOURCES for level in range(MAX_FABRIC_TIERS)},
 }
 
 #: Reasons that mean "the source is there but this round's answer cannot be trusted".
@@ -103,6 +110,7 @@ def to_labels(topology: Topology) -> dict[str, str]:
         labels["gpu-nic.distance"] = worst.name
     if topology.numa_nodes:
         labels["numa.count"] = str(len(topology.numa_nodes))
+    labels.update(fabric_labels(topology))
     result: dict[str, str] = {}
     for name, value in labels.items():
         key = PREFIX + name
@@ -111,6 +119,23 @@ def to_labels(topology: Topology) -> dict[str, str]:
         else:
             log.warning("dropping invalid label %s=%r", key, value)
     return dict(sorted(result.items()))
+
+
+def fabric_labels(topology: Topology) -> dict[str, str]:
+    """``nvlink.domain`` (+ ``-healthy`` when the driver says) and ``fabric.tier-N`` (0 = leaf).
+
+    Tier ids longer than 63 characters (OCI OCIDs) are shortened by ``label_value``: the first 52
+    characters, ``-``, and 10 hex digits of the id's sha256, so equal ids give equal labels.
+    """
+    labels: dict[str, str] = {}
+    domain, healthy = nvlink_domain(topology.fabric)
+    if domain is not None:
+        labels["nvlink.domain"] = label_value(domain)
+        if healthy is not None:
+            labels["nvlink.domain-healthy"] = _bool(healthy)
+    for tier in topology.network.tiers[:MAX_FABRIC_TIERS]:
+        labels[f"fabric.tier-{tier.level}"] = label_value(tier.id)
+    return labels
 
 
 def uncertain_keys(topology: Topology) -> frozenset[str]:
@@ -126,6 +151,10 @@ def uncertain_keys(topology: Topology) -> frozenset[str]:
             s == p or s.startswith(p + " ") or s.startswith(p + ".")
             for s in unreliable_sources
             for p in producers
+        ):
+            uncertain.add(PREFIX + name)
+        if name.startswith("fabric.") and any(
+            c.source == "fabric" and c.reason is ConditionReason.INCONSISTENT for c in topology.conditions
         ):
             uncertain.add(PREFIX + name)
         if gpus_hidden and set(producers) & set(GPU_SOURCES) and name != "gpu.count":

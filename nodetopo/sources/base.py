@@ -40,6 +40,12 @@ class Context:
     #: reads sysfs under ``/host`` but sees the host's GPUs through the NVIDIA runtime: it sets True.
     live_nvml: bool | None = None
     command_timeout_s: float = 20.0
+    #: a fabric map written by ``nodetopo fabric`` (InfiniBand leaf/tiers for every host port);
+    #: None: each InfiniBand port asks only the switch at its far end (see sources.fabric.infiniband)
+    fabric_map: str | None = None
+    #: cloud instance metadata as ``<provider>=<base URL>`` (gce, aws, oci); None = off (the default)
+    cloud_metadata: str | None = None
+    cloud_timeout_s: float = 1.0
 
 
 class Source(Protocol):

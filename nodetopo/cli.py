@@ -90,6 +90,23 @@ def _add_input(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_fabric(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--fabric-map",
+        default=os.environ.get("NODETOPO_FABRIC_MAP") or None,
+        metavar="FILE",
+        help="InfiniBand fabric map written by `nodetopo fabric` (env NODETOPO_FABRIC_MAP); without it each "
+        "IB port asks only the switch at its far end (tier 0)",
+    )
+    p.add_argument(
+        "--cloud-metadata",
+        default=os.environ.get("NODETOPO_CLOUD_METADATA") or None,
+        metavar="PROVIDER=URL",
+        help="read the cloud's topology metadata: gce=URL, aws=URL or oci=URL (env NODETOPO_CLOUD_METADATA; "
+        "default: off)",
+    )
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser, or (``command`` given) one that knows only the built-in subcommands and
     ``command``: enough to parse a command line that runs ``command``."""
@@ -109,6 +126,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "Sources that fail become conditions in the output; discovery itself does not fail.",
     )
     _add_input(p)
+    _add_fabric(p)
     p.add_argument(
         "-o",
         "--output",
@@ -153,6 +171,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "the nodetopo.io/ labels of NODE, once. The agent does this in a loop.",
     )
     _add_input(p)
+    _add_fabric(p)
     p.add_argument(
         "--node-name", default=os.environ.get("NODE_NAME"), required=not os.environ.get("NODE_NAME")
     )
@@ -175,6 +194,8 @@ _MODULE_COMMANDS: tuple[tuple[str, str], ...] = (
     ("agent", "nodetopo.agent.cli"),
     ("extender", "nodetopo.extender.cli"),
     ("ray", "nodetopo.ray.cli"),
+    ("export", "nodetopo.export.cli"),
+    ("fabric", "nodetopo.export.fabric_cli"),
 )
 _BUILTIN_COMMANDS = ("discover", "capture", "publish")
 
@@ -202,7 +223,13 @@ def _context(args: argparse.Namespace) -> Any:
 
     if getattr(args, "bundle", None):
         return bundle_context(args.bundle)
-    return host_context(args.host_root, timeout_s=args.command_timeout, nvml=args.nvml)
+    return host_context(
+        args.host_root,
+        timeout_s=args.command_timeout,
+        nvml=args.nvml,
+        fabric_map=getattr(args, "fabric_map", None),
+        cloud_metadata=getattr(args, "cloud_metadata", None),
+    )
 
 
 def cmd_discover(args: argparse.Namespace) -> int:

@@ -54,16 +54,25 @@ def host_context(
     runner: CommandRunner | None = None,
     timeout_s: float = 20.0,
     nvml: str = "auto",
+    *,
+    fabric_map: str | None = None,
+    cloud_metadata: str | None = None,
 ) -> Context:
     """The seams for a live host (``root`` is ``/host`` in the DaemonSet).
 
     ``nvml``: ``auto`` uses the live NVML library only when ``root`` is ``/``; ``on`` also under
     another root (a container that reads the host's sysfs at /host and sees its GPUs through the
-    NVIDIA container runtime); ``off`` never.
+    NVIDIA container runtime); ``off`` never. ``fabric_map`` and ``cloud_metadata``: see the
+    fabric sources (both off when None).
     """
     live = {"auto": None, "on": True, "off": False}[nvml]
     return Context(
-        root=HostRoot(root), runner=runner or SubprocessRunner(), command_timeout_s=timeout_s, live_nvml=live
+        root=HostRoot(root),
+        runner=runner or SubprocessRunner(),
+        command_timeout_s=timeout_s,
+        live_nvml=live,
+        fabric_map=fabric_map,
+        cloud_metadata=cloud_metadata,
     )
 
 

@@ -131,7 +131,14 @@ def build_agent(
     ctx = (
         bundle_context(config.bundle)
         if config.bundle
-        else host_context(config.host_root, timeout_s=config.command_timeout_seconds, nvml=config.nvml)
+        else host_context(
+            config.host_root,
+            timeout_s=config.command_timeout_seconds,
+            nvml=config.nvml,
+            # the fabric sources' settings come from the DaemonSet's env (see `nodetopo fabric`)
+            fabric_map=os.environ.get("NODETOPO_FABRIC_MAP") or None,
+            cloud_metadata=os.environ.get("NODETOPO_CLOUD_METADATA") or None,
+        )
     )
     node_name = config.node_name
     if publisher is None:

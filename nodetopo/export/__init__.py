@@ -1,0 +1,268 @@
+"""``nodetopo export``: the published NodeTopology objects → what gang schedulers read.
+
+Pure functions over ``NodePlace`` values (node name, tier ids nearest first, NVLink domain), read from
+NodeTopology objects (``status.network``). Outputs:
+
+* Kueue: a ``Topology`` (``kueue.x-k8s.io/v1beta2``, levels coarsest first, ending in
+  ``kubernetes.io/hostname``) and a ``ResourceFlavor`` naming it;
+* Volcano: ``HyperNode`` objects (``topology.volcano.sh/v1alpha1``), tier 1 = the leaf groups;
+* KAI: a ``Topology`` (``kai.scheduler/v1alpha1``) with the same levels as Kueue's;
+* Slurm: ``topology.conf`` for the tree plugin (switches and their nodes) or the block plugin (one block per
+  NVLink domain, else per leaf).
+
+Label-based outputs (Kueue, KAI) rely on the ``nodetopo.io/fabric.tier-N`` node labels the agent writes;
+object-based ones (Volcano, Slurm) list nodes by name. A node that lacks a level the others have is
+reported in ``Export.missing`` (and by the CLI on stderr), never silently dropped: in the tree outputs it
+sits under no switch at that level.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+LABEL_PREFIX = "nodetopo.io/"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+NVLINK_LABEL = LABEL_PREFIX + "nvlink.domain"
+
+
+def tier_label(level: int) -> str:
+    return f"{LABEL_PREFIX}fabric.tier-{level}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class NodePlace:
+    """Where one node sits: ``tiers[level]`` = group id (0 = leaf), its NVLink domain, if any."""
+
+    name: str
+    tiers: Mapping[int, str]
+    tier_names: Mapping[int, str | None] = dataclasses.field(default_factory=dict)
+    nvlink_domain: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Export:
+    """What an exporter produced: Kubernetes objects or a text file, plus the nodes it could not place."""
+
+    objects: tuple[dict[str, Any], ...] = ()
+    text: str = ""
+    missing: tuple[str, ...] = ()  #: "<node>: no <level>" lines
+
+
+def places_from_nodetopologies(objects: Iterable[Mapping[str, Any]]) -> tuple[NodePlace, ...]:
+    """``NodePlace`` per NodeTopology object (as ``kubectl get ntopo -o json`` gives them)."""
+    places: list[NodePlace] = []
+    for obj in objects:
+        status = obj.get("status") or {}
+        name = status.get("nodeName") or (obj.get("metadata") or {}).get("name")
+        if not name:
+            continue
+        network = status.get("network") or {}
+        tiers = {int(t["level"]): str(t["id"]) for t in network.get("tiers") or []}
+        names = {int(t["level"]): t.get("name") for t in network.get("tiers") or []}
+        domain = (network.get("nvlinkDomain") or {}).get("id")
+        places.append(NodePlace(name=str(name), tiers=tiers, tier_names=names, nvlink_domain=domain))
+    return tuple(sorted(places, key=lambda p: p.name))
+
+
+def depth(places: Sequence[NodePlace]) -> int:
+    """How many tiers the fleet shows (the deepest node's)."""
+    return max((max(p.tiers) + 1 for p in places if p.tiers), default=0)
+
+
+def missing_levels(places: Sequence[NodePlace], levels: int) -> tuple[str, ...]:
+    return tuple(
+        f"{p.name}: no {tier_label(level)}" for p in places for level in range(levels) if level not in p.tiers
+    )
+
+
+def label_levels(places: Sequence[NodePlace], *, nvlink: bool = False) -> list[str]:
+    """Node labels, coarsest first, ending with the hostname (Kueue's and KAI's ``levels``)."""
+    levels = [tier_label(level) for level in reversed(range(depth(places)))]
+    if nvlink:
+        levels.append(NVLINK_LABEL)
+    return [*levels, HOSTNAME_LABEL]
+
+
+# --------------------------------------------------------------------------------------------
+# Kueue and KAI
+# --------------------------------------------------------------------------------------------
+
+
+def kueue(
+    places: Sequence[NodePlace],
+    *,
+    name: str = "nodetopo",
+    flavor: str = "nodetopo",
+    flavor_node_labels: Mapping[str, str] | None = None,
+    nvlink: bool = False,
+) -> Export:
+    levels = label_levels(places, nvlink=nvlink)
+    topology = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Topology",
+        "metadata": {"name": name},
+        "spec": {"levels": [{"nodeLabel": level} for level in levels]},
+    }
+    spec: dict[str, Any] = {"topologyName": name}
+    if flavor_node_labels:
+        spec["nodeLabels"] = dict(flavor_node_labels)
+    resource_flavor = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": flavor},
+        "spec": spec,
+    }
+    missing = missing_levels(places, depth(places))
+    if nvlink:
+        missing += tuple(f"{p.name}: no {NVLINK_LABEL}" for p in places if p.nvlink_domain is None)
+    return Export(objects=(topology, resource_flavor), missing=missing)
+
+
+def kai(places: Sequence[NodePlace], *, name: str = "nodetopo", nvlink: bool = False) -> Export:
+    levels = label_levels(places, nvlink=nvlink)
+    topology = {
+        "apiVersion": "kai.scheduler/v1alpha1",
+        "kind": "Topology",
+        "metadata": {"name": name},
+        "spec": {"levels": [{"nodeLabel": level} for level in levels]},
+    }
+    return Export(objects=(topology,), missing=missing_levels(places, depth(places)))
+
+
+# --------------------------------------------------------------------------------------------
+# Volcano HyperNodes
+# --------------------------------------------------------------------------------------------
+
+_DNS = re.compile(r"[^a-z0-9-]+")
+
+
+def hypernode_name(level: int, group: str) -> str:
+    """A DNS-1123 name for a tier group: ``t<level>-<id>``, hashed when longer than 63."""
+    base = _DNS.sub("-", group.lower()).strip("-") or "group"
+    name = base if base.startswith(f"t{level}-") else f"t{level}-{base}"
+    if len(name) > 63:
+        name = f"t{level}-{base[:40].strip('-')}-{hashlib.sha256(group.encode()).hexdigest()[:12]}"
+    return name
+
+
+def volcano(places: Sequence[NodePlace]) -> Export:
+    """HyperNodes: Volcano tier 1 = nodetopo tier 0 (members: Nodes); tier n+1 = tier n (HyperNodes)."""
+    levels = depth(places)
+    objects: list[dict[str, Any]] = []
+    for level in range(levels):
+        groups: dict[str, set[str]] = {}
+        for p in places:
+            if level not in p.tiers:
+                continue
+            if level == 0:
+                groups.setdefault(p.tiers[0], set()).add(p.name)
+            elif level - 1 in p.tiers:
+                groups.setdefault(p.tiers[level], set()).add(hypernode_name(level - 1, p.tiers[level - 1]))
+        for group, members in sorted(groups.items()):
+            objects.append(
+                {
+                    "apiVersion": "topology.volcano.sh/v1alpha1",
+                    "kind": "HyperNode",
+                    "metadata": {
+                        "name": hypernode_name(level, group),
+                        "labels": {"app.kubernetes.io/managed-by": "nodetopo"},
+                    },
+                    "spec": {
+                        "tier": level + 1,
+                        "members": [
+                            {
+                                "type": "Node" if level == 0 else "HyperNode",
+                                "selector": {"exactMatch": {"name": m}},
+                            }
+                            for m in sorted(members)
+                        ],
+                    },
+                }
+            )
+    return Export(objects=tuple(objects), missing=missing_levels(places, levels))
+
+
+# --------------------------------------------------------------------------------------------
+# Slurm topology.conf
+# --------------------------------------------------------------------------------------------
+
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+def hostlist(names: Iterable[str]) -> str:
+    """Slurm's compressed hostlist: ``a-c01,a-c02,a-c03,a-c07`` → ``a-c[01-03,07]`` (zero padding kept)."""
+    by_prefix: dict[tuple[str, int], list[int]] = {}
+    plain: list[str] = []
+    for name in sorted(set(names)):
+        match = _NUMBERED.match(name)
+        if match is None:
+            plain.append(name)
+            continue
+        by_prefix.setdefault((match[1], len(match[2])), []).append(int(match[2]))
+    parts = list(plain)
+    for (prefix, width), numbers in sorted(by_prefix.items()):
+        numbers.sort()
+        if len(numbers) == 1:
+            parts.append(f"{prefix}{numbers[0]:0{width}d}")
+            continue
+        ranges: list[str] = []
+        start = prev = numbers[0]
+        for n in [*numbers[1:], None]:
+            if n is not None and n == prev + 1:
+                prev = n
+                continue
+            ranges.append(f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}")
+            if n is not None:
+                start = prev = n
+        parts.append(f"{prefix}[{','.join(ranges)}]")
+    return ",".join(sorted(parts))
+
+
+def slurm_switch_name(level: int, group: str) -> str:
+    """Slurm switch names: the id as is when Slurm-safe (``S-2c5e...``), else hashed."""
+    if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", group):
+        return group
+    return f"t{level}-{hashlib.sha256(group.encode()).hexdigest()[:16]}"
+
+
+def slurm_tree(places: Sequence[NodePlace]) -> Export:
+    """``topology/tree``: a ``SwitchName`` per group; leaves list ``Nodes=``, tiers above ``Switches=``."""
+    levels = depth(places)
+    lines: list[str] = []
+    for level in reversed(range(levels)):
+        groups: dict[str, set[str]] = {}
+        for p in places:
+            if level not in p.tiers:
+                continue
+            if level == 0:
+                groups.setdefault(p.tiers[0], set()).add(p.name)
+            elif level - 1 in p.tiers:
+                groups.setdefault(p.tiers[level], set()).add(slurm_switch_name(level - 1, p.tiers[level - 1]))
+        for group, members in sorted(groups.items()):
+            key = "Nodes" if level == 0 else "Switches"
+            value = hostlist(members) if level == 0 else ",".join(sorted(members))
+            lines.append(f"SwitchName={slurm_switch_name(level, group)} {key}={value}")
+    return Export(text="".join(line + "\n" for line in lines), missing=missing_levels(places, levels))
+
+
+def slurm_block(places: Sequence[NodePlace], *, block_size: int | None = None) -> Export:
+    """``topology/block``: one ``BlockName`` per NVLink domain, else per leaf (tier 0)."""
+    blocks: dict[str, set[str]] = {}
+    missing: list[str] = []
+    for p in places:
+        key = p.nvlink_domain or p.tiers.get(0)
+        if key is None:
+            missing.append(f"{p.name}: no {NVLINK_LABEL} and no {tier_label(0)}")
+            continue
+        blocks.setdefault(key, set()).add(p.name)
+    lines = [
+        f"BlockName={slurm_switch_name(0, key)} Nodes={hostlist(nodes)}"
+        for key, nodes in sorted(blocks.items())
+    ]
+    if block_size:
+        lines.append(f"BlockSizes={block_size}")
+    return Export(text="".join(line + "\n" for line in lines), missing=tuple(missing))

@@ -1,0 +1,139 @@
+"""``nodetopo export kueue|volcano|kai|slurm``: scheduler topology from published NodeTopology objects."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nodetopo import export
+from nodetopo.errors import BundleError
+
+HELP = "write Kueue/Volcano/KAI/Slurm topology from the published NodeTopology objects"
+DESCRIPTION = """\
+Read NodeTopology objects (from the cluster, from files written by `kubectl get ntopo -o yaml`, or
+from capture bundles) and write what a gang scheduler reads:
+
+  kueue    a Topology (kueue.x-k8s.io/v1beta2; levels coarsest first, ending in kubernetes.io/hostname)
+           and a ResourceFlavor that names it
+  volcano  HyperNode objects (topology.volcano.sh/v1alpha1): tier 1 = the leaf groups
+  kai      a Topology (kai.scheduler/v1alpha1)
+  slurm    topology.conf: --plugin tree (switches) or block (one block per NVLink domain, else per leaf)
+
+Nodes missing a level the others have are listed on stderr (and exit 4 with --strict), never dropped.
+"""
+
+
+def register(sub: Any, add_common: Callable[..., None], add_input: Callable[..., None]) -> None:
+    del add_input
+    p = sub.add_parser(
+        "export", help=HELP, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("format", choices=["kueue", "volcano", "kai", "slurm"])
+    source = p.add_mutually_exclusive_group()
+    source.add_argument(
+        "-f",
+        "--file",
+        action="append",
+        metavar="FILE",
+        help="NodeTopology objects (YAML/JSON; a List too)",
+    )
+    source.add_argument(
+        "--from-bundle",
+        action="append",
+        metavar="DIR",
+        help="discover capture bundles (node: dir name)",
+    )
+    p.add_argument("--kubeconfig", default=None, help="cluster to read (default: in-cluster, $KUBECONFIG)")
+    p.add_argument("--name", default="nodetopo", help="Topology name (kueue, kai; default: %(default)s)")
+    p.add_argument("--flavor", default="nodetopo", help="Kueue ResourceFlavor name (default: %(default)s)")
+    p.add_argument(
+        "--flavor-node-label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Kueue ResourceFlavor spec.nodeLabels entry (repeatable)",
+    )
+    p.add_argument(
+        "--nvlink-level",
+        action="store_true",
+        help="kueue/kai: add nodetopo.io/nvlink.domain as a level between the leaf and the host",
+    )
+    p.add_argument("--plugin", choices=["tree", "block"], default="tree", help="slurm plugin (default: tree)")
+    p.add_argument("--block-size", type=int, default=None, help="slurm block: BlockSizes= (nodes per block)")
+    p.add_argument("-o", "--output", default="-", metavar="FILE", help="where to write (default: stdout)")
+    p.add_argument("--strict", action="store_true", help="exit 4 when a node is missing a level")
+    add_common(p)
+    p.set_defaults(func=cmd_export)
+
+
+def load_objects(paths: Iterable[str]) -> list[dict[str, Any]]:
+    """NodeTopology objects from files: one object, a ``List`` (``items``), or several YAML documents."""
+    objects: list[dict[str, Any]] = []
+    for path in paths:
+        try:
+            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+            documents = list(yaml.safe_load_all(text))
+        except (OSError, yaml.YAMLError) as e:
+            raise BundleError(f"{path}: cannot read NodeTopology objects: {e}") from e
+        for doc in documents:
+            if not isinstance(doc, dict):
+                continue
+            items = doc.get("items") if doc.get("kind", "").endswith("List") else [doc]
+            objects.extend(i for i in items or [] if isinstance(i, dict) and i.get("kind") == "NodeTopology")
+    return objects
+
+
+def _from_cluster(kubeconfig: str | None) -> list[dict[str, Any]]:
+    from nodetopo.publish.client import connect
+
+    with connect(kubeconfig) as api:
+        response = api.request("GET", "/apis/nodetopo.io/v1alpha1/nodetopologies")
+    if response.status != 200:
+        raise BundleError(f"listing NodeTopology objects: HTTP {response.status} {response.reason}")
+    items = json.loads(response.data).get("items") or []
+    return [i for i in items if isinstance(i, dict)]
+
+
+def _from_bundles(paths: Sequence[str]) -> list[dict[str, Any]]:
+    from nodetopo.crd import to_nodetopology
+    from nodetopo.discover import bundle_context, scan
+
+    return [to_nodetopology(scan(bundle_context(p)).topology, Path(p).name) for p in paths]
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    if args.file:
+        objects = load_objects(args.file)
+    elif args.from_bundle:
+        objects = _from_bundles(args.from_bundle)
+    else:
+        objects = _from_cluster(args.kubeconfig)
+    places = export.places_from_nodetopologies(objects)
+    if args.format == "kueue":
+        labels = dict(item.split("=", 1) for item in args.flavor_node_label if "=" in item)
+        result = export.kueue(
+            places, name=args.name, flavor=args.flavor, flavor_node_labels=labels, nvlink=args.nvlink_level
+        )
+    elif args.format == "kai":
+        result = export.kai(places, name=args.name, nvlink=args.nvlink_level)
+    elif args.format == "volcano":
+        result = export.volcano(places)
+    elif args.plugin == "block":
+        result = export.slurm_block(places, block_size=args.block_size)
+    else:
+        result = export.slurm_tree(places)
+    text = result.text or yaml.safe_dump_all(list(result.objects), sort_keys=False)
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.output).write_text(text)
+    for line in result.missing:
+        print(f"nodetopo export: {line}", file=sys.stderr)
+    print(f"nodetopo export: {len(places)} node(s), {len(result.missing)} missing level(s)", file=sys.stderr)
+    return 4 if args.strict and result.missing else 0

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from nodetopo.errors import ParseError
-from nodetopo.host import Replay, ReplayRunner
+from nodetopo.host import HostRoot, Replay, ReplayRunner
 from nodetopo.model import ConditionReason
 from nodetopo.sources.base import Context
 from nodetopo.sources.fabric import lldp
@@ -190,7 +190,7 @@ def test_garbage_is_a_parse_error_naming_the_source() -> None:
 @pytest.mark.corpus
 def test_source_reports_a_server_neighbour_as_a_condition(corpus: Path) -> None:
     runner = ReplayRunner({lldp.LLDPCLI_ARGV: corpus / H3C})
-    result = lldp.collect(Context(root=Path("/nonexistent"), runner=runner))  # type: ignore[arg-type]
+    result = lldp.collect(context(runner))
     (observation,) = result.facts.network
     assert [t.id for t in observation.tiers] == ["58:c7:ac:5f:2d:2c"]
     (condition,) = result.facts.conditions
@@ -198,17 +198,24 @@ def test_source_reports_a_server_neighbour_as_a_condition(corpus: Path) -> None:
     assert "enp5s0f0np0: neighbour 10-20-1-50 is a host, not a switch" in condition.message
 
 
+STAMPED = (
+    "2026-12-01T07:25:39 [WARN/control] unable to connect to socket /run/lldpd.socket: "
+    "No such file or directory\n"
+)
+
+
+def context(runner: ReplayRunner) -> Context:
+    return Context(root=HostRoot("/nonexistent"), runner=runner)
+
+
 def test_source_without_lldpd() -> None:
-    missing = lldp.collect(Context(root=Path("/"), runner=ReplayRunner({})))  # type: ignore[arg-type]
+    missing = lldp.collect(context(ReplayRunner({})))
     assert [c.reason for c in missing.facts.conditions] == [ConditionReason.UNAVAILABLE]
-    stopped = lldp.collect(
-        Context(
-            root=Path("/"),  # type: ignore[arg-type]
-            runner=ReplayRunner(
-                {lldp.LLDPCLI_ARGV: Replay(returncode=1, stderr="unable to connect to socket")}
-            ),
-        )
+    stopped = lldp.collect(context(ReplayRunner({lldp.LLDPCLI_ARGV: Replay(returncode=1, stderr=STAMPED)})))
+    # the time lldpcli stamps on its message is dropped: two scans of a stopped lldpd are equal
+    assert stopped.facts.conditions[0].message == (
+        "lldpcli -f json0 show neighbors: lldpd is not answering: "
+        "unable to connect to socket /run/lldpd.socket: No such file or directory"
     )
-    assert "lldpd is not answering" in stopped.facts.conditions[0].message
-    hung = lldp.collect(Context(root=Path("/"), runner=ReplayRunner({lldp.LLDPCLI_ARGV: Replay(hang=True)})))  # type: ignore[arg-type]
+    hung = lldp.collect(context(ReplayRunner({lldp.LLDPCLI_ARGV: Replay(hang=True)})))
     assert [c.reason for c in hung.facts.conditions] == [ConditionReason.TIMEOUT]

@@ -317,6 +317,7 @@ def lldp_tiers(neighbours: tuple[LldpNeighbour, ...]) -> tuple[FabricTier, ...]:
     return (group_tier([(i, name) for i, name in switches if i]),) if switches else ()
 
 
+_LOG_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\s+\[[A-Z]+/[a-z]+\]\s*")
 LLDPCLI_ARGV: tuple[str, ...] = ("lldpcli", "-f", "json0", "show", "neighbors")
 
 
@@ -332,7 +333,9 @@ def read_lldp(runner: CommandRunner, *, timeout: float) -> Facts:
     except CommandTimeout:
         return failed(NAME, ConditionReason.TIMEOUT, f"{command}: no answer within {timeout:g}s")
     if result.returncode != 0:
-        why = result.stderr.strip().splitlines()[-1:] or [f"exited {result.returncode}"]
+        # lldpcli stamps its log lines with the time: drop it, or every scan would differ
+        lines = [_LOG_STAMP.sub("", line) for line in result.stderr.strip().splitlines()]
+        why = lines[-1:] or [f"exited {result.returncode}"]
         return failed(NAME, ConditionReason.UNAVAILABLE, f"{command}: lldpd is not answering: {why[0][:200]}")
     neighbours = parse_lldp_json(result.stdout, command)
     servers = [n for n in neighbours if not n.is_switch]

@@ -1,0 +1,220 @@
+"""LLDP for real: two lldpd daemons in two network namespaces joined by a veth pair.
+
+One namespace plays a switch (system name ``leaf-07``, port ids announced by interface name, as
+SONiC and Cumulus do), the other a GPU node (lldpd's defaults: port id = MAC). Only those two
+namespaces are touched; IPv6 is disabled on the veth ends, so no address exists at all (LLDP is
+layer 2). The ``fabric.lldp`` source runs unchanged; its command runner only prefixes
+``ip netns exec <ns>`` and the daemon's control socket.
+
+Needs root and the Debian ``lldpd`` package: under ``CI=true`` their absence fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from nodetopo.host import CommandResult, HostRoot, SubprocessRunner
+from nodetopo.sources.base import Context
+from nodetopo.sources.fabric import lldp
+
+pytestmark = pytest.mark.slow
+
+
+def _require() -> None:
+    missing = [tool for tool in ("lldpd", "lldpcli", "ip") if shutil.which(tool) is None]
+    if os.geteuid() != 0:
+        missing.append("root (network namespaces)")
+    if missing:
+        message = f"live LLDP test needs {', '.join(missing)} (Debian packages lldpd, iproute2)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def run(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True, timeout=30)
+
+
+def configure(socket: Path, *words: str) -> None:
+    """``lldpcli configure ...``, retried while the daemon finishes starting (its socket comes first)."""
+    deadline = time.monotonic() + 20
+    while True:
+        done = subprocess.run(
+            ["lldpcli", "-u", str(socket), "configure", *words], capture_output=True, timeout=30
+        )
+        if done.returncode == 0:
+            return
+        assert time.monotonic() < deadline, f"lldpcli configure {' '.join(words)}: {done.stderr.decode()}"
+        time.sleep(0.2)
+
+
+class NetnsRunner:
+    """Runs ``lldpcli ...`` inside a namespace against one daemon's control socket."""
+
+    def __init__(self, namespace: str, socket: Path) -> None:
+        self.namespace, self.socket = namespace, socket
+        self.inner = SubprocessRunner()
+        self.calls: list[tuple[str, ...]] = []
+
+    def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        self.calls.append(tuple(argv))
+        assert argv[0] == "lldpcli"
+        full = ("ip", "netns", "exec", self.namespace, "lldpcli", "-u", str(self.socket), *argv[1:])
+        return self.inner.run(full, timeout=timeout)
+
+
+class Pair:
+    def __init__(self, tmp: Path) -> None:
+        tag = f"nt{os.getpid() % 100000}"
+        self.host_ns, self.switch_ns = f"{tag}h", f"{tag}s"
+        self.host_if, self.switch_if = f"{tag}vh", f"{tag}vs"
+        self.tmp = tmp
+        self.daemons: list[subprocess.Popen[bytes]] = []
+
+    def socket(self, side: str) -> Path:
+        return self.tmp / f"{side}.sock"
+
+    def up(self) -> None:
+        run("ip", "netns", "add", self.host_ns)
+        run("ip", "netns", "add", self.switch_ns)
+        run("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.switch_if)
+        for ns, iface in ((self.host_ns, self.host_if), (self.switch_ns, self.switch_if)):
+            run("ip", "link", "set", iface, "netns", ns)
+            run("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{iface}.disable_ipv6=1")
+            run("ip", "-n", ns, "link", "set", iface, "up")
+        empty = self.tmp / "empty.conf"
+        empty.write_text("")
+        for side, ns, iface, extra in (
+            (
+                "switch",
+                self.switch_ns,
+                self.switch_if,
+                ("-S", "SONiC Software Version: SONiC.test - HwSku: veth"),
+            ),
+            ("host", self.host_ns, self.host_if, ()),
+        ):
+            log = (self.tmp / f"{side}.log").open("wb")
+            self.daemons.append(
+                subprocess.Popen(
+                    [
+                        "ip",
+                        "netns",
+                        "exec",
+                        ns,
+                        "lldpd",
+                        "-d",
+                        "-u",
+                        str(self.socket(side)),
+                        "-I",
+                        iface,
+                        "-O",
+                        str(empty),
+                        *extra,
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        configure(self.socket("switch"), "system", "hostname", "leaf-07")
+        configure(self.socket("switch"), "lldp", "portidsubtype", "ifname")
+        for side in ("switch", "host"):
+            configure(self.socket(side), "lldp", "tx-interval", "1")
+
+    def down(self) -> None:
+        for daemon in self.daemons:
+            daemon.terminate()
+        for daemon in self.daemons:
+            try:
+                daemon.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()
+        for ns in (self.host_ns, self.switch_ns):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30, check=False)
+
+
+@pytest.fixture
+def pair() -> Iterator[Pair]:
+    _require()
+    # lldpd's unprivileged half must reach its control socket: pytest's tmp_path (under a 0700
+    # directory) is out of its reach, so the sockets live in a world-traversable directory.
+    tmp = Path(tempfile.mkdtemp(prefix="nodetopo-lldp-"))
+    tmp.chmod(0o755)
+    p = Pair(tmp)
+    try:
+        p.up()
+        yield p
+    finally:
+        p.down()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def collect_until_seen(runner: NetnsRunner) -> lldp.Facts:
+    deadline = time.monotonic() + 30
+    while True:
+        facts = lldp.collect(Context(root=HostRoot("/nonexistent"), runner=runner)).facts
+        if facts.network and facts.network[0].neighbours:
+            return facts
+        assert time.monotonic() < deadline, f"no LLDP neighbour after 30 s: {facts.conditions}"
+        time.sleep(0.5)
+
+
+def test_a_node_learns_its_switch_and_port_from_real_lldpd(pair: Pair) -> None:
+    runner = NetnsRunner(pair.host_ns, pair.socket("host"))
+    facts = collect_until_seen(runner)
+    assert runner.calls[0] == lldp.LLDPCLI_ARGV
+    (observation,) = facts.network
+    (n,) = observation.neighbours
+    assert (n.nic, n.switch_name, n.switch_port, n.peer_is_switch, n.source) == (
+        pair.host_if,
+        "leaf-07",
+        pair.switch_if,
+        True,
+        "fabric.lldp",
+    )
+    assert n.switch_id is not None and len(n.switch_id.split(":")) == 6
+    assert [(t.level, t.id, t.name) for t in observation.tiers] == [(0, n.switch_id, "leaf-07")]
+    assert facts.conditions == ()
+
+
+def test_the_switch_side_sees_a_server_and_never_a_tier(pair: Pair) -> None:
+    """lldpd's default on a host announces the port by MAC: the parser calls it a host, not a switch."""
+    runner = NetnsRunner(pair.switch_ns, pair.socket("switch"))
+    facts = collect_until_seen(runner)
+    (observation,) = facts.network
+    (n,) = observation.neighbours
+    assert n.peer_is_switch is False and observation.tiers == ()
+    (condition,) = facts.conditions
+    assert (
+        condition.source == "fabric.lldp" and "is a host, not a switch (port id is mac" in condition.message
+    )
+    # the same daemon's keyvalue form parses to the same neighbour
+    text = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            pair.switch_ns,
+            "lldpcli",
+            "-u",
+            str(pair.socket("switch")),
+            "-f",
+            "keyvalue",
+            "show",
+            "neighbors",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
+    (kv,) = lldp.parse_lldp_keyvalue(text)
+    assert (kv.interface, kv.port_id_type, kv.is_switch) == (pair.switch_if, "mac", False)

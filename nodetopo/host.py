@@ -128,7 +128,7 @@ class HostRoot:
             raise ValueError(f"{path} resolves outside the host root {root}: {resolved}")
         return Path(resolved)
 
-    def relative(self, path: Path) -> str:
+    def relative(self, path: str | os.PathLike[str]) -> str:
         """``path`` as the host would name it (``/sys/...``), for messages."""
         text, base = os.fspath(path), os.fspath(self.path).rstrip("/")
         if base and text.startswith(base + "/"):
@@ -140,7 +140,7 @@ class HostRoot:
         root = self._real
         return root == "/" or real == root or real.startswith(root + "/")
 
-    def read_bytes(self, path: Path, *, limit: int) -> bytes:
+    def read_bytes(self, path: str | os.PathLike[str], *, limit: int) -> bytes:
         """The bytes of one regular file under the root, at most ``limit`` of them.
 
         Raises ``FileNotFoundError`` when it is absent (a dangling link included), ``Refused`` when
@@ -179,7 +179,7 @@ class HostRoot:
         finally:
             os.close(handle)
 
-    def read_text(self, path: Path, *, limit: int) -> str:
+    def read_text(self, path: str | os.PathLike[str], *, limit: int) -> str:
         """``read_bytes`` decoded as UTF-8, undecodable bytes replaced."""
         return self.read_bytes(path, limit=limit).decode("utf-8", errors="replace")
 

@@ -45,35 +45,45 @@ class Unreadable(Exception):
         self.no_value = no_value
 
 
-def read_attribute(root: HostRoot, path: Path, *, shown_as: Path | None = None) -> str | None:
+def read_attribute(
+    root: HostRoot, path: str | os.PathLike[str], *, shown_as: str | os.PathLike[str] | None = None
+) -> str | None:
     """The text of one sysfs attribute, None when it does not exist.
 
     ``shown_as``: the path messages name instead of ``path`` (the unresolved sysfs path a user
-    knows, when ``path`` goes through a resolved device directory).
+    knows, when ``path`` goes through a resolved device directory). Either may be a ``str``: the
+    PCI source reads ~10 attributes per function and building ``Path`` objects for them cost more
+    than reading them.
 
     Raises ``Unreadable`` when it exists but cannot be read (see the module docstring). Bytes that
     are not UTF-8 are replaced rather than rejected: the parsers then report garbage precisely.
     """
-    shown = root.relative(shown_as if shown_as is not None else path)
     try:
         data = root.read_bytes(path, limit=SYSFS_ATTRIBUTE_LIMIT)
     except FileNotFoundError:
-        if path.is_symlink():
-            raise Unreadable(shown, f"dangling symlink to {excerpt(os.readlink(path))}") from None
+        if os.path.islink(path):
+            raise Unreadable(
+                _shown(root, path, shown_as), f"dangling symlink to {excerpt(os.readlink(path))}"
+            ) from None
         return None
     except Refused as e:
         if e.why == "a directory":
-            raise Unreadable(shown, "a directory where a file was expected") from None
-        raise Unreadable(shown, f"refused: {e.why}") from None
+            raise Unreadable(_shown(root, path, shown_as), "a directory where a file was expected") from None
+        raise Unreadable(_shown(root, path, shown_as), f"refused: {e.why}") from None
     except IsADirectoryError:
-        raise Unreadable(shown, "a directory where a file was expected") from None
+        raise Unreadable(_shown(root, path, shown_as), "a directory where a file was expected") from None
     except PermissionError as e:
-        raise Unreadable(shown, e.strerror or "permission denied") from None
+        raise Unreadable(_shown(root, path, shown_as), e.strerror or "permission denied") from None
     except OSError as e:
         raise Unreadable(
-            shown, e.strerror or type(e).__name__, no_value=e.errno in _NO_VALUE_ERRNOS
+            _shown(root, path, shown_as), e.strerror or type(e).__name__, no_value=e.errno in _NO_VALUE_ERRNOS
         ) from None
     return data.decode("utf-8", errors="replace")
+
+
+def _shown(root: HostRoot, path: str | os.PathLike[str], shown_as: str | os.PathLike[str] | None) -> str:
+    """The host path a message names (built only for a message)."""
+    return root.relative(shown_as if shown_as is not None else path)
 
 
 def numbered_entries(directory: Path, prefix: str, *, root: HostRoot | None = None) -> list[tuple[int, Path]]:

@@ -143,15 +143,18 @@ def read_pci_devices(root: HostRoot) -> tuple[tuple[PciDevice, ...], tuple[Condi
         return (), (_sysfs.unavailable(NAME, f"{root.relative(base)}: missing: no PCI bus in sysfs"),)
     devices: list[PciDevice] = []
     conditions: list[Condition] = []
+    root_real = os.fspath(root.real_path)
     for name in _sysfs.list_directory(base, root=root):
-        device = _read_device(root, base / name, conditions)
+        device = _read_device(root, root_real, base / name, conditions)
         if device is not None:
             devices.append(device)
     devices.sort(key=lambda d: d.address)
     return tuple(devices), tuple(conditions)
 
 
-def _read_device(root: HostRoot, entry: Path, conditions: list[Condition]) -> PciDevice | None:
+def _read_device(
+    root: HostRoot, root_real: str, entry: Path, conditions: list[Condition]
+) -> PciDevice | None:
     host_path = root.relative(entry)
     try:
         address = PciAddress.parse(entry.name)
@@ -167,11 +170,14 @@ def _read_device(root: HostRoot, entry: Path, conditions: list[Condition]) -> Pc
     except (ValueError, OSError, RuntimeError) as e:  # RuntimeError: a symlink loop (Python 3.11)
         conditions.append(_sysfs.unavailable(NAME, f"{host_path}: cannot resolve: {e}: left out"))
         return None
-    if not real.is_dir():
+    # Strings from here on: pathlib costs more than the reads (10 attributes per function).
+    real_dir, entry_dir = os.fspath(real), os.fspath(entry)
+    if not os.path.isdir(real_dir):
         conditions.append(_sysfs.unavailable(NAME, f"{host_path}: not a device directory: left out"))
         return None
 
-    pcie_root, upstream = parse_device_location(real.relative_to(root.real_path).parts)
+    # resolve() keeps real_dir inside the root: what follows the root are its components
+    pcie_root, upstream = parse_device_location(real_dir[len(root_real) :].strip("/").split("/"))
     if pcie_root is None:
         conditions.append(
             _sysfs.unavailable(
@@ -184,7 +190,7 @@ def _read_device(root: HostRoot, entry: Path, conditions: list[Condition]) -> Pc
         try:
             # through the resolved directory: an absolute link in a capture is re-rooted, not followed
             # to this machine's own /sys
-            texts[name] = _sysfs.read_attribute(root, real / name, shown_as=entry / name)
+            texts[name] = _sysfs.read_attribute(root, f"{real_dir}/{name}", shown_as=f"{entry_dir}/{name}")
         except _sysfs.Unreadable as e:
             conditions.append(_sysfs.unavailable(NAME, str(e)))
             texts[name] = None
@@ -192,7 +198,7 @@ def _read_device(root: HostRoot, entry: Path, conditions: list[Condition]) -> Pc
     required: dict[str, int] = {}
     for name, bits in _REQUIRED.items():
         value = _optional(texts[name], _hex_parser(bits), f"{host_path}/{name}", conditions)
-        if value is None and texts[name] is None and not _exists(entry / name):
+        if value is None and texts[name] is None and not _exists(f"{entry_dir}/{name}"):
             conditions.append(_sysfs.unavailable(NAME, f"{host_path}/{name}: missing: reported as 0"))
         required[name] = value if value is not None else 0
 
@@ -227,7 +233,7 @@ def _read_device(root: HostRoot, entry: Path, conditions: list[Condition]) -> Pc
         upstream=upstream,
         numa_node=numa_node,
         local_cpus=local_cpus,
-        driver=_driver(entry),
+        driver=_driver(entry_dir),
         subsystem_vendor=optional["subsystem_vendor"],
         subsystem_device=optional["subsystem_device"],
     )
@@ -253,16 +259,17 @@ def _optional(
         return None
 
 
-def _exists(path: Path) -> bool:
-    return path.exists() or path.is_symlink()
+def _exists(path: str) -> bool:
+    return os.path.lexists(path)
 
 
-def _driver(entry: Path) -> str | None:
+def _driver(entry: str) -> str | None:
     """The bound driver: the basename of the ``driver`` link (it may dangle in a capture)."""
-    link = entry / "driver"
-    if not link.is_symlink():
+    try:
+        target = os.readlink(f"{entry}/driver")
+    except OSError:  # absent, or not a link
         return None
-    return os.path.basename(os.readlink(link).rstrip("/")) or None
+    return os.path.basename(target.rstrip("/")) or None
 
 
 def _collect(root: HostRoot) -> Facts:

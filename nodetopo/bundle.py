@@ -15,9 +15,9 @@ BUNDLE/
 
 Every part is optional. A bundle is replayed through the same seams as a live host: ``HostRoot``
 on the bundle directory and a ``ReplayRunner`` that answers each command from its file. A command
-whose file is absent behaves as a tool that is not installed. ``cmd/<file>.rc`` (exit code) and
-``cmd/<file>.stderr`` may sit beside an output to replay a failing command; an ``.rc`` file that
-says ``timeout`` replays a command that hung.
+whose file is absent behaves as a tool that is not there ("not in the bundle"). ``cmd/<file>.rc``
+(exit code) and ``cmd/<file>.stderr`` may sit beside an output to replay a failing command; an
+``.rc`` file that says ``timeout`` replays a command that hung.
 """
 
 from __future__ import annotations
@@ -80,7 +80,16 @@ def bundle_runner(bundle: Path) -> ReplayRunner:
             hang=rc_text == "timeout",
             stderr=_side_file(root, path.with_name(path.name + ".stderr"), COMMAND_STDERR_LIMIT) or "",
         )
-    return ReplayRunner(answers)
+    captured = {argv[0] for argv in answers}
+    files = {argv: filename for filename, argv in COMMANDS.items()}
+
+    def absent(argv: tuple[str, ...]) -> str:
+        """One output missing: name its file; the whole program missing: say it once."""
+        if argv[0] in captured and argv in files:
+            return f"not in the bundle (no cmd/{files[argv]})"
+        return f"not in the bundle (no cmd/{argv[0]}* file)"
+
+    return ReplayRunner(answers, absent=absent)
 
 
 def _side_file(root: HostRoot, path: Path, limit: int) -> str | None:

@@ -141,7 +141,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="name to put in the NodeTopology object (default: $NODE_NAME or the hostname)",
     )
     p.add_argument(
-        "--strict", action="store_true", help="exit 3 when the result is not Ready (a source failed)"
+        "--strict",
+        action="store_true",
+        help="exit 3 when the result is not Ready: an essential source (sysfs PCI, sysfs NUMA) observed "
+        "nothing (Missing: a wrong --host-root), a source failed (ParseError, Timeout, Degraded) or "
+        "sources disagree (Inconsistent). A tool that is simply absent (no ibstat, no nvidia-smi on a "
+        "CPU node) is not a failure",
     )
     p.add_argument(
         "--matrix",

@@ -42,6 +42,7 @@ NOT_READY_REASONS = frozenset(
         ConditionReason.DEGRADED,
         ConditionReason.STALE,
         ConditionReason.INCONSISTENT,
+        ConditionReason.MISSING,
     }
 )
 
@@ -186,7 +187,8 @@ def summary(topology: Topology) -> dict[str, Any]:
         "rdmaNICs": sum(1 for n in topology.nics if n.rdma),
         "worstNICDistance": worst.name if worst is not None else None,
         "migDevices": len(topology.mig_devices),
-        "numaNodes": len(topology.numa_nodes),
+        # every Linux host has a NUMA node: none means the NUMA layout is unknown (no sysfs), not 0
+        "numaNodes": len(topology.numa_nodes) or None,
     }
 
 
@@ -296,13 +298,20 @@ def conditions(topology: Topology) -> list[dict[str, Any]]:
             {
                 "type": condition_type(s.name),
                 "status": "True" if s.ok else "False",
-                "reason": mine[0].reason.value
-                if mine and not s.ok
-                else ("Discovered" if s.ok else "Unavailable"),
+                "reason": mine[0].reason.value if mine and not s.ok else _status_reason(s),
                 "message": _join(c.message for c in mine) if mine else (s.message or "ok"),
             }
         )
     return result
+
+
+def _status_reason(s: SourceStatus) -> str:
+    """The reason of a source status without a condition of the same name (``nvidia-smi topo -m``
+    reports under ``nvidia-smi``): the ``Reason:`` its message starts with, else Unavailable."""
+    if s.ok:
+        return "Discovered"
+    prefix = s.message.split(":", 1)[0]
+    return prefix if prefix in {r.value for r in ConditionReason} else ConditionReason.UNAVAILABLE.value
 
 
 def _join(messages: Any, limit: int = 1024) -> str:

@@ -13,7 +13,7 @@ from nodetopo.bundle import open_bundle
 from nodetopo.derive import derive_topology
 from nodetopo.host import CommandRunner, HostRoot, SubprocessRunner
 from nodetopo.model import Facts, Topology
-from nodetopo.sources.base import Context, Source, SourceResult
+from nodetopo.sources.base import Context, Source, SourceResult, check_essential
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def collect(ctx: Context, selected: Sequence[Source] | None = None) -> tuple[Fac
     facts = Facts()
     results: list[SourceResult] = []
     for source in selected if selected is not None else sources.ALL:
-        result = source.collect(ctx)
+        result = check_essential(source.collect(ctx), ctx)
         log.debug(
             "source %s: %.3fs ok=%s", source.NAME, result.duration_s, result.ok, extra={"source": source.NAME}
         )
@@ -84,4 +84,4 @@ def bundle_context(path: str | Path) -> Context:
         from nodetopo.sources.nvml import RecordedNvml
 
         nvml_api = RecordedNvml.from_json(nvml_dump)
-    return Context(root=root, runner=runner, nvml=nvml_api)
+    return Context(root=root, runner=runner, nvml=nvml_api, bundle=True)

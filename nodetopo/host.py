@@ -21,7 +21,7 @@ import selectors
 import stat
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -243,7 +243,18 @@ class CommandResult:
 
 
 class CommandNotFound(Exception):
-    """The program is not installed (or not on PATH)."""
+    """The program is not there: not installed (live host) or not in the bundle (a replay).
+
+    ``detail`` completes "<program> is ..." for messages.
+    """
+
+    def __init__(self, program: str, detail: str = "not installed (not found on PATH)") -> None:
+        super().__init__(program)
+        self.program = program
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.program} is {self.detail}"
 
 
 class CommandTimeout(Exception):
@@ -358,9 +369,16 @@ class Replay:
 
 
 class ReplayRunner:
-    """Serves captured outputs instead of running anything. Unknown commands are not installed."""
+    """Serves captured outputs instead of running anything. Unknown commands are not installed;
+    ``absent`` (argv → text) says so otherwise, e.g. "not in the bundle (no cmd/ibstat.txt)"."""
 
-    def __init__(self, answers: Mapping[tuple[str, ...], Replay | str | Path]) -> None:
+    def __init__(
+        self,
+        answers: Mapping[tuple[str, ...], Replay | str | Path],
+        *,
+        absent: Callable[[tuple[str, ...]], str] | None = None,
+    ) -> None:
+        self.absent = absent
         self.answers: dict[tuple[str, ...], Replay] = {}
         for argv, answer in answers.items():
             if isinstance(answer, Path):
@@ -380,7 +398,9 @@ class ReplayRunner:
         self.calls.append(key)
         answer = self.answers.get(key)
         if answer is None:
-            raise CommandNotFound(key[0])
+            if self.absent is None:
+                raise CommandNotFound(key[0])
+            raise CommandNotFound(key[0], self.absent(key))
         if answer.hang:
             raise CommandTimeout(f"{' '.join(key)} did not finish in {timeout:g}s")
         if answer.refused is not None:

@@ -77,7 +77,14 @@ def is_valid(key: str, value: str) -> bool:
 
 
 def to_labels(topology: Topology) -> dict[str, str]:
-    """The label set for a topology (keys with the prefix). Invalid pairs are logged and dropped."""
+    """The label set for a topology (keys with the prefix). Invalid pairs are logged and dropped.
+
+    Empty when an essential source is ``Missing``: such a round observed nothing a label may say
+    (``gpu.count=0``, ``rdma=false`` would be confident wrong answers); ``uncertain_keys`` then
+    names every key, so published labels keep their last good values.
+    """
+    if essential_missing(topology):
+        return {}
     labels: dict[str, str] = {}
     gpus = topology.gpus
     labels["gpu.count"] = str(len(gpus))
@@ -139,7 +146,13 @@ def fabric_labels(topology: Topology) -> dict[str, str]:
 
 
 def uncertain_keys(topology: Topology) -> frozenset[str]:
-    """Keys whose producing source could not be trusted this round (keep their last good value)."""
+    """Keys whose producing source could not be trusted this round (keep their last good value).
+
+    Every key when an essential source is ``Missing`` (a wrong host root): facts joined on the PCI
+    tree and NUMA nodes are unknown then, and ``gpu.count=0``/``rdma=false`` would be wrong.
+    """
+    if essential_missing(topology):
+        return frozenset(PREFIX + name for name in KEYS)
     unreliable_sources = {c.source for c in topology.conditions if c.reason in _UNRELIABLE}
     gpus_hidden = any(
         c.source == GRAPH_SOURCE and c.reason in (ConditionReason.DEGRADED, ConditionReason.INCONSISTENT)
@@ -160,6 +173,11 @@ def uncertain_keys(topology: Topology) -> frozenset[str]:
         if gpus_hidden and set(producers) & set(GPU_SOURCES) and name != "gpu.count":
             uncertain.add(PREFIX + name)
     return frozenset(uncertain)
+
+
+def essential_missing(topology: Topology) -> bool:
+    """An essential source (sysfs PCI or NUMA) observed nothing this round (a wrong host root)."""
+    return any(c.reason is ConditionReason.MISSING for c in topology.conditions)
 
 
 def _bool(value: bool) -> str:

@@ -80,6 +80,9 @@ class ConditionReason(enum.StrEnum):
     INCONSISTENT = "Inconsistent"  #: two sources disagree about one fact
     DEGRADED = "Degraded"  #: the source answered, partly (e.g. ERR! cells, a missing GPU)
     STALE = "Stale"  #: facts kept from an earlier scan because this one failed
+    #: an essential source (sysfs PCI or NUMA) observed nothing: the host root is wrong (not
+    #: mounted, empty) or the bundle lacks it; nothing derived from it can be trusted
+    MISSING = "Missing"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -222,7 +222,7 @@ def render_table(
         f"NVLink islands: {islands_text(topology) or 'none'}",
         f"RDMA NICs: {len(rdma)}",
         f"worst GPU→NIC: {worst.name if worst else '-'}",
-        f"NUMA nodes: {len(topology.numa_nodes)}",
+        f"NUMA nodes: {len(topology.numa_nodes) or 'unknown'}",
     ]
     if consistent["status"] != "True":
         head.append("Consistent: False")

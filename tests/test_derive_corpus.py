@@ -256,7 +256,7 @@ def test_summary_columns(tmp_path: Path, corpus: Path) -> None:
         "rdmaNICs": 12,
         "worstNICDistance": "PXB",
         "migDevices": 0,
-        "numaNodes": 0,  # topo -m names NUMA ids but not the nodes themselves (no sysfs here)
+        "numaNodes": None,  # topo -m names NUMA ids but not the nodes themselves: unknown, not 0
     }
     _, body = _discover(tmp_path / "p9", corpus / "topo-m" / "power9-ac922-v100-4x-nv3-numa0-8-traverse.txt")
     assert body["status"]["summary"]["islands"] == "2x2"

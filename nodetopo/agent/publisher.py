@@ -3,7 +3,9 @@
 * ``ApiPublisher`` writes to the cluster through ``nodetopo.publish`` (server-side apply, field
   manager ``nodetopo-agent``). On its first publish (and after ``resync()``) it reads the stored
   NodeTopology once and does not write it when its ``status.contentHash`` and owner already match:
-  a restarted agent on an unchanged node makes zero writes.
+  a restarted agent on an unchanged node makes zero writes. A scan whose essential sources
+  observed nothing (a wrong host root) keeps the stored object's facts (``held_body``): it says
+  Ready=False and why, and never overwrites published facts with zeros.
 * ``DryRunPublisher`` prints what would be written (the NodeTopology body and the Node label patch,
   as YAML documents) whenever it changes, and makes no API call at all.
 
@@ -20,6 +22,7 @@ from typing import IO, Any, Protocol
 import yaml
 
 from nodetopo.errors import PublishError
+from nodetopo.model import ConditionReason
 from nodetopo.publish import Publisher, PublishOutcome
 from nodetopo.publish.client import ApiSession
 from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelOutcome, LabelTracker
@@ -59,6 +62,34 @@ class AgentPublisher(Protocol):
         """Forget what was written, so the next publish compares with the server again."""
 
 
+def essential_missing(body: Mapping[str, Any]) -> bool:
+    """The body comes from a scan whose essential sources observed nothing (reason ``Missing``)."""
+    conditions = (body.get("status") or {}).get("conditions") or ()
+    return any(c.get("reason") == ConditionReason.MISSING.value for c in conditions)
+
+
+def held_body(body: Mapping[str, Any], stored: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """``body`` (a scan whose essential sources are ``Missing``) with the facts of the ``stored``
+    NodeTopology instead of its own: a wrong host root never overwrites published facts with
+    zeros. This scan's sources and conditions (Ready False, Missing) are kept, so the object says
+    it is not Ready and why. ``body`` itself when nothing is stored."""
+    old = (stored or {}).get("status") or {}
+    if not old or not old.get("summary"):
+        return body
+    new = dict(body.get("status") or {})
+    mine = ("sources", "conditions", "agentVersion", "contentHash")
+    status = {k: v for k, v in old.items() if k not in mine}
+    status.update({k: new[k] for k in ("nodeName", "agentVersion", "sources") if k in new})
+    conditions = [dict(c) for c in new.get("conditions") or ()]
+    for c in conditions:
+        c.pop("lastTransitionTime", None)
+        if c.get("type") == "Ready":
+            c["message"] = f"{c.get('message', '')}; facts kept from the last published scan"
+    status["conditions"] = conditions
+    status["contentHash"] = status_content_hash(status)
+    return {**body, "status": status}
+
+
 def _body_hash(body: Mapping[str, Any]) -> str:
     status = body.get("status") or {}
     return str(status.get("contentHash") or status_content_hash(status))
@@ -95,8 +126,11 @@ class ApiPublisher:
     def publish(
         self, body: Mapping[str, Any], labels: Mapping[str, str], *, uncertain_keys: Iterable[str]
     ) -> PublishOutcome:
-        wanted = _body_hash(body)
         with tagged("nodetopology"):
+            if essential_missing(body):
+                name = str(body["metadata"]["name"])
+                body = held_body(body, self._session.read_cluster_object(GROUP, VERSION, PLURAL, name))
+            wanted = _body_hash(body)
             if self._stored_hash is None and self._stored_matches(body, wanted):
                 self._stored_hash = wanted
             if self._stored_hash == wanted:

@@ -1,12 +1,14 @@
 """A failed source keeps its last good facts, marked Stale, until it is clean again.
 
 design.md "Node labels": a missing observation is not evidence of absence. A source's round is
-*failed* when it reports ParseError, Timeout or Degraded, or when a part of it that answered in its
-last good round is now Unavailable (nvidia-smi gone after a driver reload). A failed round with a
-last good round on record is replaced by that round's facts, with this round's statuses and
-conditions plus a ``Stale`` condition; the topology is then derived from the merged facts. A clean
-round becomes the new last good round. Memory only: a restarted agent starts afresh (the
-publisher then keeps the labels it finds on the Node for sources that are not trustworthy).
+*failed* when it reports ParseError, Timeout, Degraded or Missing (an essential source saw
+nothing), or when a part of it that answered in its last good round is now Unavailable
+(nvidia-smi gone after a driver reload). A failed round with a last good round on record is
+replaced by that round's facts, with this round's statuses and conditions plus a ``Stale``
+condition; the topology is then derived from the merged facts. A clean round becomes the new
+last good round. Memory only: a restarted agent starts afresh (the publisher then keeps the
+labels it finds on the Node for sources that are not trustworthy, and the stored NodeTopology's
+facts when an essential source is Missing).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from nodetopo.sources.base import SourceResult
 
 log = logging.getLogger(__name__)
 
-FAILED_REASONS = frozenset({ConditionReason.PARSE_ERROR, ConditionReason.TIMEOUT, ConditionReason.DEGRADED})
+FAILED_REASONS = frozenset(
+    {ConditionReason.PARSE_ERROR, ConditionReason.TIMEOUT, ConditionReason.DEGRADED, ConditionReason.MISSING}
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -28,6 +28,18 @@ class SourceResult:
         return all(status.ok for status in self.facts.sources)
 
 
+#: Sources without which a node's topology is unknown, and how to tell that one observed nothing.
+#: Every Linux host with GPUs or RDMA NICs has PCI functions and at least one NUMA node (a
+#: non-NUMA kernel still has ``cpu/online``, which the NUMA source reads as node 0): when either is
+#: empty, the host root is wrong (``/sys`` not mounted where ``--host-root`` says, an empty
+#: directory) and every fact read under it, zeros included, would be a confident wrong answer.
+#: Any other source may be absent on a healthy node (no ``ibstat`` on a CPU node, no driver).
+ESSENTIAL: dict[str, Callable[[Facts], bool]] = {
+    "sysfs.pci": lambda facts: bool(facts.pci_devices),
+    "sysfs.numa": lambda facts: bool(facts.numa_nodes),
+}
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Context:
     """The seams a source may use. ``nvml`` is an ``NvmlApi`` or None (see sources.nvml)."""
@@ -46,6 +58,8 @@ class Context:
     #: cloud instance metadata as ``<provider>=<base URL>`` (gce, aws, oci); None = off (the default)
     cloud_metadata: str | None = None
     cloud_timeout_s: float = 1.0
+    #: ``root`` is a capture bundle (an absent file is "not in the bundle")
+    bundle: bool = False
 
 
 class Source(Protocol):
@@ -72,6 +86,56 @@ def failed(name: str, reason: ConditionReason, message: str) -> Facts:
     )
 
 
+def settled(facts: Facts) -> Facts:
+    """``facts`` with a source's status made to agree with its conditions: a source that reports
+    any condition of its own is not ok (a status says ok only when it had nothing to say), so no
+    source is both "ok" and listed under its own Unavailable/ParseError/... condition."""
+
+    def has_own(status: SourceStatus) -> bool:
+        # nvidia-smi reports its commands' statuses (``nvidia-smi topo -m``) under the source name,
+        # each condition's message starting with the command
+        return any(
+            c.source == status.name
+            or (status.name.startswith(c.source + " ") and c.message.startswith(status.name + ":"))
+            for c in facts.conditions
+        )
+
+    if not any(s.ok and has_own(s) for s in facts.sources):
+        return facts
+    sources = tuple(dataclasses.replace(s, ok=False) if s.ok and has_own(s) else s for s in facts.sources)
+    return dataclasses.replace(facts, sources=sources)
+
+
+def check_essential(result: SourceResult, ctx: Context) -> SourceResult:
+    """``result`` with a ``Missing`` condition when it is an essential source (``ESSENTIAL``) that
+    observed nothing; its ``Unavailable`` conditions become that one condition. Other results and
+    essential ones that failed otherwise (ParseError, Timeout) are returned unchanged."""
+    observed = ESSENTIAL.get(result.name)
+    facts = result.facts
+    if observed is None or observed(facts):
+        return result
+    if any(c.reason is not ConditionReason.UNAVAILABLE for c in facts.conditions if c.source == result.name):
+        return result
+    said = "; ".join(c.message for c in facts.conditions if c.source == result.name) or "no facts"
+    if ctx.bundle:
+        hint = f"the bundle {ctx.root.path} lacks it."
+    else:
+        hint = f"is the host's /sys mounted at {ctx.root.sys()}?"
+    message = f"essential source observed nothing ({said}): {hint} The topology is unknown, not empty"
+    log.error("source %s: %s", result.name, message, extra={"source": result.name})
+    kept = tuple(c for c in facts.conditions if c.source != result.name)
+    status = tuple(
+        SourceStatus(name=s.name, ok=False, message=f"{ConditionReason.MISSING.value}: {said}")
+        if s.name == result.name
+        else s
+        for s in facts.sources
+    ) or (SourceStatus(name=result.name, ok=False, message=f"{ConditionReason.MISSING.value}: no facts"),)
+    missing = condition(result.name, ConditionReason.MISSING, message)
+    return dataclasses.replace(
+        result, facts=dataclasses.replace(facts, sources=status, conditions=(missing, *kept))
+    )
+
+
 def guarded(name: str, collect: Callable[[], Facts]) -> SourceResult:
     """Run one source's collection, so that nothing it raises escapes as a crash.
 
@@ -86,4 +150,4 @@ def guarded(name: str, collect: Callable[[], Facts]) -> SourceResult:
     except Exception as e:
         log.exception("source %s failed unexpectedly", name, extra={"source": name})
         facts = failed(name, ConditionReason.DEGRADED, f"internal error: {type(e).__name__}: {e}")
-    return SourceResult(name=name, facts=facts, duration_s=time.monotonic() - start)
+    return SourceResult(name=name, facts=settled(facts), duration_s=time.monotonic() - start)

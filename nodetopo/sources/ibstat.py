@@ -242,8 +242,9 @@ def _run(
     argv: Sequence[str],
     timeout: float,
     read: Callable[[str, str], tuple[tuple[model.IbstatCa, ...], list[str]]],
+    absent: list[str],
 ) -> Facts | None:
-    """Facts from one command, or None when the command is not installed."""
+    """Facts from one command, or None when the command is not there (said in ``absent``)."""
     command = " ".join(argv)
 
     def failed(reason: ConditionReason, message: str) -> Facts:
@@ -256,7 +257,8 @@ def _run(
 
     try:
         result = runner.run(argv, timeout=timeout)
-    except CommandNotFound:
+    except CommandNotFound as e:
+        absent.append(str(e))
         return None
     except CommandTimeout:
         return failed(ConditionReason.TIMEOUT, f"no answer within {timeout:g}s")
@@ -287,11 +289,12 @@ def _run(
 
 def read_facts(runner: CommandRunner, *, timeout: float) -> Facts:
     """``ibstat``, or ``ibv_devinfo`` where only rdma-core is installed; neither -> Unavailable."""
-    facts = _run(runner, IBSTAT_ARGV, timeout, _read_ibstat)
+    absent: list[str] = []
+    facts = _run(runner, IBSTAT_ARGV, timeout, _read_ibstat, absent)
     if facts is None:
-        facts = _run(runner, IBV_DEVINFO_ARGV, timeout, _read_ibv_devinfo)
+        facts = _run(runner, IBV_DEVINFO_ARGV, timeout, _read_ibv_devinfo, absent)
     if facts is None:
-        message = "ibstat is not installed, nor ibv_devinfo (normal on nodes without InfiniBand/RDMA tools)"
+        message = "; ".join(absent) + " (normal on nodes without InfiniBand/RDMA tools)"
         log.info("%s: %s", NAME, message, extra={"source": NAME})
         return Facts(
             sources=(SourceStatus(name=NAME, ok=False, message=f"Unavailable: {message}"),),

@@ -761,10 +761,8 @@ def _run(
     command = " ".join(argv)
     try:
         result = runner.run(argv, timeout=timeout)
-    except CommandNotFound:
-        return _failed(
-            command, ConditionReason.UNAVAILABLE, f"{argv[0]} is not installed (not found on PATH)"
-        )
+    except CommandNotFound as e:
+        return _failed(command, ConditionReason.UNAVAILABLE, str(e))
     except CommandTimeout:
         return _failed(
             command, ConditionReason.TIMEOUT, f"no answer within {timeout:g}s (a hung GPU or driver?)"

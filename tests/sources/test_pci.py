@@ -343,7 +343,7 @@ def test_collect_without_a_pci_bus_fails_as_unavailable(tmp_path: Path) -> None:
 def test_collect_keeps_devices_and_problems(tmp_path: Path) -> None:
     root = _tree(tmp_path, pci_function("0000:3b:00.0", attributes={"numa_node": "x"}))
     result = pci.collect(_context(root))
-    assert result.ok and [str(d.address) for d in result.facts.pci_devices] == ["0000:3b:00.0"]
+    assert not result.ok and [str(d.address) for d in result.facts.pci_devices] == ["0000:3b:00.0"]
     assert [c.reason for c in result.facts.conditions] == [ConditionReason.PARSE_ERROR]
 
 

@@ -79,6 +79,8 @@ def test_ready_and_the_reason_when_not(tmp_path: Path, capsys: pytest.CaptureFix
     bundle = tmp_path / "b"
     (bundle / "cmd").mkdir(parents=True)
     (bundle / "cmd" / "nvidia-smi-topo-m.txt").write_text("\tGPU0\tGPU1\nGPU0\t X \tWAT\nGPU1\tWAT\t X \n")
+    # with a sysfs tree: without one the essential sources are Missing, which Ready names first
+    shutil.copytree(BUNDLES / "cpu-only" / "sys", bundle / "sys", symlinks=True)
     out = _discover(capsys, "--from", str(bundle))
     assert "Ready: False (ParseError)" in out
     assert re.search(r"^  not ready: nvidia-smi.*WAT", out, re.M)

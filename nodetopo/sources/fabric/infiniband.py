@@ -900,10 +900,8 @@ def read_position(root: HostRoot, runner: CommandRunner, *, timeout: float, map_
             command = " ".join(argv)
             try:
                 result = runner.run(argv, timeout=timeout)
-            except CommandNotFound:
-                return failed(
-                    NAME, ConditionReason.UNAVAILABLE, "iblinkinfo (infiniband-diags) is not installed"
-                )
+            except CommandNotFound as e:
+                return failed(NAME, ConditionReason.UNAVAILABLE, f"{e} (iblinkinfo: infiniband-diags)")
             except CommandTimeout:
                 return failed(NAME, ConditionReason.TIMEOUT, f"{command}: no answer within {timeout:g}s")
             if result.returncode != 0 and not result.stdout.strip():

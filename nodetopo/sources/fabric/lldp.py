@@ -326,10 +326,9 @@ def read_lldp(runner: CommandRunner, *, timeout: float) -> Facts:
     command = " ".join(LLDPCLI_ARGV)
     try:
         result = runner.run(LLDPCLI_ARGV, timeout=timeout)
-    except CommandNotFound:
-        return failed(
-            NAME, ConditionReason.UNAVAILABLE, "lldpcli is not installed (lldpd is not used on this host)"
-        )
+    except CommandNotFound as e:
+        # "not installed" on a host, "not in the bundle" in a replay: the runner knows which
+        return failed(NAME, ConditionReason.UNAVAILABLE, f"{e} (lldpd is not used here)")
     except CommandTimeout:
         return failed(NAME, ConditionReason.TIMEOUT, f"{command}: no answer within {timeout:g}s")
     if result.returncode != 0:

@@ -79,9 +79,5 @@ def host_context(
 def bundle_context(path: str | Path) -> Context:
     """The seams for a capture bundle: its sys/ tree, its cmd/ outputs, its NVML dump."""
     root, runner, nvml_dump = open_bundle(path)
-    nvml_api: object | None = None
-    if nvml_dump is not None:
-        from nodetopo.sources.nvml import RecordedNvml
-
-        nvml_api = RecordedNvml.from_json(nvml_dump)
-    return Context(root=root, runner=runner, nvml=nvml_api, bundle=True)
+    # the path, not a loaded dump: the NVML source reads it, so a bad nvml.json is its condition
+    return Context(root=root, runner=runner, nvml=nvml_dump, bundle=True)

@@ -552,6 +552,8 @@ class Topology:
 #: the largest CPU (and NUMA node) id a cpulist may name: Linux's NR_CPUS is at most 8192 (x86_64;
 #: 4096 on arm64), so this leaves headroom while bounding what a hostile file can make us build
 MAX_CPU_ID = 65535
+#: the largest NUMA node id: Linux's MAX_NUMNODES is at most 1024 (NODES_SHIFT 10)
+MAX_NUMA_NODE_ID = 1023
 
 _CPULIST_ELEMENT = re.compile(r"([0-9]{1,6})(?:-([0-9]{1,6}))?")
 

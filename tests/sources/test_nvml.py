@@ -125,30 +125,39 @@ def mutate(name: str, change: Callable[[dict[str, Any]], None]) -> dict[str, Any
     return data
 
 
+def test_a_dump_of_another_format_is_a_parse_error() -> None:
+    with pytest.raises(ParseError) as e:
+        nvml.RecordedNvml.from_dict(
+            mutate("dgx-h100-8x-nvswitch.json", lambda d: d.update(format="nodetopo-nvml-dump/v2")),
+            path="x/nvml.json",
+        )
+    assert (e.value.source, e.value.path) == ("nvml", "x/nvml.json")
+    assert "format" in e.value.detail
+
+
 @pytest.mark.parametrize(
-    ("change", "expected"),
+    ("change", "expected", "gpus"),
     [
-        (lambda d: d.update(format="nodetopo-nvml-dump/v2"), "format"),
-        (lambda d: d["devices"][1].update(index=5), "devices[1].index: expected 1, found 5"),
-        (lambda d: d["devices"][0].update(memoryTotal=True), "devices[0].memoryTotal: expected int"),
-        (lambda d: d["devices"][0].update(pciBusId="18:00"), "devices[0].pciBusId"),
-        (lambda d: d["devices"][0].update(cpuAffinity="0-3,x"), "devices[0].cpuAffinity"),
-        (lambda d: d["devices"][0]["nvlinks"][0].update(remoteType="NVSWITCH"), "GPU | SWITCH"),
-        (lambda d: d["devices"][0].update(errors={"numaNodeId": "not supported"}), "NVML_ERROR_"),
-        (lambda d: d["devices"][0]["nvlinks"].append(d["devices"][0]["nvlinks"][0]), "recorded twice"),
-        (lambda d: d["commonAncestor"].append({"a": 1, "b": 1, "level": "NVML_TOPOLOGY_NODE"}), "a < b"),
-        (lambda d: d["commonAncestor"][0].update(level="NVML_TOPOLOGY_CPU"), "NVML_TOPOLOGY_SYSTEM"),
-        (lambda d: d.update(devices={}), "devices: expected a JSON array"),
+        (lambda d: d["devices"][1].update(index=5), "devices[1].index: expected 1, found 5", 8),
+        (lambda d: d["devices"][0].update(memoryTotal=True), "devices[0].memoryTotal: expected int", 8),
+        (lambda d: d["devices"][0].update(pciBusId="18:00"), "devices[0].pciBusId", 7),
+        (lambda d: d["devices"][0].update(cpuAffinity="0-3,x"), "devices[0].cpuAffinity", 8),
+        (lambda d: d["devices"][0]["nvlinks"][0].update(remoteType="NVSWITCH"), "GPU | SWITCH", 8),
+        (lambda d: d["devices"][0].update(errors={"numaNodeId": "not supported"}), "NVML_ERROR_", 8),
+        (lambda d: d["devices"][0]["nvlinks"].append(d["devices"][0]["nvlinks"][0]), "recorded twice", 8),
+        (lambda d: d["commonAncestor"].append({"a": 1, "b": 1, "level": "NVML_TOPOLOGY_NODE"}), "a < b", 8),
+        (lambda d: d["commonAncestor"][0].update(level="NVML_TOPOLOGY_CPU"), "NVML_TOPOLOGY_SYSTEM", 8),
+        (lambda d: d.update(devices={}), "devices: expected a JSON array", 0),
     ],
 )
-def test_malformed_dumps_are_parse_errors_naming_the_key(
-    change: Callable[[dict[str, Any]], None], expected: str
+def test_a_malformed_field_is_a_problem_naming_the_key_and_the_rest_replays(
+    change: Callable[[dict[str, Any]], None], expected: str, gpus: int
 ) -> None:
-    with pytest.raises(ParseError) as e:
-        nvml.RecordedNvml.from_dict(mutate("dgx-h100-8x-nvswitch.json", change), path="x/nvml.json")
-    assert e.value.source == "nvml"
-    assert e.value.path == "x/nvml.json"
-    assert expected in e.value.detail
+    api = nvml.RecordedNvml.from_dict(mutate("dgx-h100-8x-nvswitch.json", change), path="x/nvml.json")
+    assert expected in api.problems[0]
+    assert len(api.problems) == 1 or gpus == 0  # no devices: every pair is orphaned too
+    snapshot, _ = nvml.read_nvml(api)
+    assert len(snapshot.gpus) == gpus
 
 
 def test_a_file_that_is_not_json_is_a_parse_error_with_its_line(tmp_path: Path) -> None:

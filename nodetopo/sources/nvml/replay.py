@@ -10,6 +10,14 @@ One JSON object. Keys are camelCase; lists are sorted as described; every object
 not-supported call; ``dump_nvml`` always writes it, except for the "not asked" cases named below).
 Unknown keys are ignored; a missing optional key reads as ``null``.
 
+Validation is per device, per pair and per field, as every other source reads its input: only a file
+that is not such a dump at all (not JSON, nested too deep, larger than ``NVML_DUMP_LIMIT``, not an
+object, another ``format``) fails the source. A value of the wrong type or out of the range real
+hardware has (``RANGES``; strings at most ``MAX_TEXT`` characters) is left out and replays as "not
+asked"; a link, pair or MIG device without its identifying keys is left out; more than
+``MAX_DEVICES`` devices are cut to that many. Each such problem is kept in ``RecordedNvml.problems``
+(the source reports them as one ``ParseError`` condition) and the rest of the dump replays.
+
 ``` text
 {
   "format":        "nodetopo-nvml-dump/v1",                  required, exactly this
@@ -91,10 +99,20 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from nodetopo.errors import ParseError
-from nodetopo.model import FabricInfo, MigDevice, PciAddress, RemoteDeviceType, parse_cpulist
+from nodetopo.errors import ParseError, excerpt
+from nodetopo.host import NVML_DUMP_LIMIT, HostRoot, Refused, read_regular_file
+from nodetopo.model import (
+    MAX_NUMA_NODE_ID,
+    FabricInfo,
+    MigDevice,
+    PciAddress,
+    RemoteDeviceType,
+    parse_cpulist,
+)
 from nodetopo.sources.nvml.protocol import (
     INVALID_ARGUMENT,
+    MAX_DEVICES,
+    MAX_NVLINKS,
     NAME,
     NOT_SUPPORTED,
     MigMode,
@@ -107,7 +125,24 @@ from nodetopo.sources.nvml.protocol import (
 
 FORMAT = "nodetopo-nvml-dump/v1"
 
-_ERROR_CODE = re.compile(r"^NVML_ERROR_[A-Z0-9_]+$")
+_ERROR_CODE = re.compile(r"^NVML_ERROR_[A-Z0-9_]{1,60}$")
+
+#: the longest string a dump field may hold (UUIDs are 40 characters, names about 30)
+MAX_TEXT = 256
+#: (lowest, highest) value of each integer field: what hardware can have, with headroom
+RANGES: dict[str, tuple[int, int]] = {
+    "index": (0, MAX_DEVICES - 1),
+    "memoryTotal": (0, 1 << 50),  # 1 PiB of GPU memory; 2025's largest GPU has 288 GB
+    "numaNodeId": (0, MAX_NUMA_NODE_ID),
+    "link": (0, MAX_NVLINKS - 1),
+    "cliqueId": (0, 0xFFFFFFFF),
+    "gpuInstanceId": (0, 0xFFFF),
+    "computeInstanceId": (0, 0xFFFF),
+    "a": (0, MAX_DEVICES - 1),
+    "b": (0, MAX_DEVICES - 1),
+}
+#: problems listed one by one in the source's condition (the rest are counted)
+SHOWN_PROBLEMS = 5
 
 T = TypeVar("T")
 E = TypeVar("E", bound=enum.Enum)
@@ -171,30 +206,62 @@ class RecordedNvml:
         devices: tuple[_RecordedDevice, ...],
         pairs: Mapping[tuple[int, int], _RecordedPair],
         errors: Mapping[str, str],
+        path: str = "<nvml dump>",
+        problems: tuple[str, ...] = (),
     ) -> None:
         self._driver_version = driver_version
         self._nvml_version = nvml_version
         self._devices = devices
         self._pairs = pairs
         self._errors = errors
+        #: where the dump came from, for messages
+        self.path = path
+        #: what was left out of the dump, one ``<key path>: <why>`` each (module docstring)
+        self.problems = problems
 
     @classmethod
-    def from_json(cls, path: str | os.PathLike[str]) -> RecordedNvml:
-        """Load ``nvml.json``; raises ``ParseError`` naming the file and the bad key."""
+    def from_json(cls, path: str | os.PathLike[str], *, root: HostRoot | None = None) -> RecordedNvml:
+        """Load ``nvml.json`` (inside ``root`` when given: a bundle's own dump may not leave it).
+
+        Raises ``ParseError`` naming the file when it is not a dump at all (module docstring).
+        """
         where = str(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            if root is not None:
+                raw = root.read_bytes(Path(path), limit=NVML_DUMP_LIMIT)
+            else:
+                raw = read_regular_file(path, limit=NVML_DUMP_LIMIT)
+        except Refused as e:
+            raise ParseError(NAME, where, f"not read: {e.why}") from None
         except OSError as e:
-            raise ParseError(NAME, where, f"cannot read the NVML dump: {e.strerror or e}") from e
+            raise ParseError(NAME, where, f"cannot read the NVML dump: {e.strerror or e}") from None
+        text = raw.decode("utf-8", errors="replace")
+        flattened: list[int] = []
         try:
-            data = json.loads(text)
+            data = _loads(text)
+        except RecursionError:
+            # Nesting no dump has: replace each too-deep value by null (that value is then "not
+            # asked", noted below) and read the rest.
+            text, flattened = _flatten_deep(text)
+            try:
+                data = _loads(text)
+            except RecursionError:
+                raise ParseError(NAME, where, "not a dump: JSON nested too deep") from None
+            except json.JSONDecodeError as e:
+                raise ParseError(NAME, where, f"not JSON: {e.msg}", line=e.lineno) from None
         except json.JSONDecodeError as e:
-            raise ParseError(NAME, where, f"not JSON: {e.msg}", line=e.lineno) from e
-        return cls.from_dict(data, path=where)
+            raise ParseError(NAME, where, f"not JSON: {e.msg}", line=e.lineno) from None
+        dump = cls.from_dict(data, path=where)
+        if flattened:
+            shown = ", ".join(str(line) for line in flattened[:SHOWN_PROBLEMS])
+            more = f" and {len(flattened) - SHOWN_PROBLEMS} more" if len(flattened) > SHOWN_PROBLEMS else ""
+            note = f"values nested deeper than {MAX_DEPTH} levels on lines {shown}{more}: read as null"
+            dump.problems = (note, *dump.problems)
+        return dump
 
     @classmethod
     def from_dict(cls, data: object, *, path: str = "<nvml dump>") -> RecordedNvml:
-        """Build from a parsed dump; raises ``ParseError`` (source ``nvml``) on a malformed one."""
+        """Build from a parsed dump; ``ParseError`` only when it is not a dump at all."""
         return _DumpReader(path).read(data)
 
     # -- NvmlApi --------------------------------------------------------------------------------
@@ -290,47 +357,72 @@ class RecordedNvml:
 
 
 class _DumpReader:
-    """Validates a dump while turning it into recorded answers; every problem is a ParseError."""
+    """Validates a dump while turning it into recorded answers (see "Validation" in the docstring).
+
+    ``fail`` is for a file that is not a dump at all; everything else is ``note``-d in ``problems``
+    and left out, so that one bad value costs that value.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self.problems: list[str] = []
 
     def fail(self, where: str, detail: str) -> ParseError:
         return ParseError(NAME, self.path, f"{where}: {detail}")
 
-    def obj(self, value: object, where: str) -> dict[str, object]:
+    def note(self, where: str, detail: str) -> None:
+        self.problems.append(f"{where}: {detail}")
+
+    def obj(self, value: object, where: str, *, element: bool = False) -> dict[str, object] | None:
+        """``value`` as an object; None when null (noted for an ``element`` of an array) or wrong."""
+        if value is None and not element:
+            return None
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise self.fail(where, f"expected a JSON object, found {type(value).__name__}")
+            self.note(where, f"expected a JSON object, found {type(value).__name__}")
+            return None
         return value
 
     def array(self, value: object, where: str) -> list[object]:
         if value is None:
             return []
         if not isinstance(value, list):
-            raise self.fail(where, f"expected a JSON array, found {type(value).__name__}")
+            self.note(where, f"expected a JSON array, found {type(value).__name__}")
+            return []
         return value
 
     def opt(self, data: dict[str, object], key: str, kind: type[T], where: str) -> T | None:
+        """``data[key]`` when it is a ``kind`` in range, else None (noted when present but bad)."""
         value = data.get(key)
         if value is None:
             return None
         # bool is an int in Python; an int key must not accept true/false
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self.fail(f"{where}.{key}", f"expected {kind.__name__}, found {value!r}")
+            self.note(f"{where}.{key}", f"expected {kind.__name__}, found {_shown(value)}")
+            return None
+        problem = _out_of_range(key, value)
+        if problem is not None:
+            self.note(f"{where}.{key}", problem)
+            return None
         return value
 
-    def need(self, data: dict[str, object], key: str, kind: type[T], where: str) -> T:
-        value = self.opt(data, key, kind, where)
-        if value is None:
-            raise self.fail(f"{where}.{key}", "required")
-        return value
+    def need(self, data: dict[str, object], key: str, kind: type[T], where: str) -> T | None:
+        """``opt``, noting an absent key too: the caller leaves its element out on None."""
+        if data.get(key) is None:
+            self.note(f"{where}.{key}", "required")
+            return None
+        return self.opt(data, key, kind, where)
 
     def errors(self, data: dict[str, object], where: str) -> dict[str, str]:
-        raw = self.obj(data.get("errors") or {}, f"{where}.errors")
+        raw = self.obj(data.get("errors"), f"{where}.errors") or {}
+        errors: dict[str, str] = {}
         for key, code in raw.items():
-            if not isinstance(code, str) or not _ERROR_CODE.match(code):
-                raise self.fail(f"{where}.errors.{key}", f"expected an NVML_ERROR_* name, found {code!r}")
-        return {key: str(code) for key, code in raw.items()}
+            if isinstance(code, str) and _ERROR_CODE.match(code) and len(key) <= MAX_TEXT:
+                errors[key] = code
+            else:
+                self.note(
+                    f"{where}.errors.{excerpt(key)}", f"expected an NVML_ERROR_* name, found {_shown(code)}"
+                )
+        return errors
 
     def address(self, data: dict[str, object], key: str, where: str) -> PciAddress | None:
         text = self.opt(data, key, str, where)
@@ -339,7 +431,8 @@ class _DumpReader:
         try:
             return PciAddress.parse(text)
         except ValueError as e:
-            raise self.fail(f"{where}.{key}", str(e)) from None
+            self.note(f"{where}.{key}", str(e))
+            return None
 
     def choice(self, data: dict[str, object], key: str, kind: type[E], where: str) -> E | None:
         text = self.opt(data, key, str, where)
@@ -349,47 +442,57 @@ class _DumpReader:
             return kind(text)
         except ValueError:
             allowed = " | ".join(member.value for member in kind)
-            raise self.fail(f"{where}.{key}", f"expected {allowed}, found {text!r}") from None
+            self.note(f"{where}.{key}", f"expected {allowed}, found {excerpt(text)}")
+            return None
 
     def read(self, data: object) -> RecordedNvml:
-        top = self.obj(data, "dump")
+        if not isinstance(data, dict):
+            raise self.fail("dump", f"expected a JSON object, found {type(data).__name__}")
+        top = self.obj(data, "dump") or {}
         if top.get("format") != FORMAT:
-            raise self.fail("format", f"expected {FORMAT!r}, found {top.get('format')!r}")
-        devices = tuple(
-            self.device(raw, f"devices[{i}]")
-            for i, raw in enumerate(self.array(top.get("devices"), "devices"))
-        )
-        for position, device in enumerate(devices):
-            if device.index != position:
-                raise self.fail(f"devices[{position}].index", f"expected {position}, found {device.index}")
+            raise self.fail("format", f"expected {FORMAT!r}, found {_shown(top.get('format'))}")
+        raw_devices = self.array(top.get("devices"), "devices")
+        if len(raw_devices) > MAX_DEVICES:
+            self.note("devices", f"{len(raw_devices)} devices, more than {MAX_DEVICES}: the rest left out")
+            raw_devices = raw_devices[:MAX_DEVICES]
+        devices = tuple(self.device(raw, position) for position, raw in enumerate(raw_devices))
         errors = self.errors(top, "dump")
         if "deviceCount" in errors and devices:
-            raise self.fail("errors.deviceCount", "a failed device count cannot list devices")
+            self.note("errors.deviceCount", "a failed device count cannot list devices: devices left out")
+            devices = ()
         pairs: dict[tuple[int, int], dict[str, object]] = {}
         for list_key, fields in (("commonAncestor", ("level",)), ("p2p", ("read", "nvlink"))):
             for i, raw in enumerate(self.array(top.get(list_key), list_key)):
                 where = f"{list_key}[{i}]"
-                entry = self.obj(raw, where)
+                entry = self.obj(raw, where, element=True)
+                if entry is None:
+                    continue
                 a, b = self.need(entry, "a", int, where), self.need(entry, "b", int, where)
-                if not 0 <= a < b < len(devices):
-                    raise self.fail(where, f"expected device indices a < b < {len(devices)}, found {a}, {b}")
+                if a is None or b is None:
+                    continue
+                if not a < b < len(devices):
+                    self.note(where, f"expected device indices a < b < {len(devices)}, found {a}, {b}")
+                    continue
                 merged = pairs.setdefault((a, b), {"errors": {}})
+                if any(key in merged for key in fields):
+                    self.note(where, f"pair ({a}, {b}) recorded twice: the first kept")
+                    continue
+                errors_of_entry = self.errors(entry, where)
                 for key in fields:
-                    if key in merged:
-                        raise self.fail(where, f"pair ({a}, {b}) recorded twice")
                     merged[key] = entry.get(key)
-                    errors_of_entry = self.errors(entry, where)
                     if key in errors_of_entry:
                         merged_errors = merged["errors"]
                         assert isinstance(merged_errors, dict)
                         merged_errors[key] = errors_of_entry[key]
-                merged["where"] = where
+                merged.setdefault("where", where)
         return RecordedNvml(
             driver_version=self.opt(top, "driverVersion", str, "dump"),
             nvml_version=self.opt(top, "nvmlVersion", str, "dump"),
             devices=devices,
             pairs={key: self.pair(raw) for key, raw in pairs.items()},
             errors=errors,
+            path=self.path,
+            problems=tuple(self.problems),
         )
 
     def pair(self, raw: dict[str, object]) -> _RecordedPair:
@@ -403,37 +506,45 @@ class _DumpReader:
             errors=errors,
         )
 
-    def device(self, raw: object, where: str) -> _RecordedDevice:
-        data = self.obj(raw, where)
+    def device(self, raw: object, position: int) -> _RecordedDevice:
+        """The device at ``position`` (its NVML index); a bad one replays with nothing known."""
+        where = f"devices[{position}]"
+        data = self.obj(raw, where, element=True) or {}
+        index = self.opt(data, "index", int, where)
+        if index is not None and index != position:
+            self.note(f"{where}.index", f"expected {position}, found {index}: read as device {position}")
         cpus_text = self.opt(data, "cpuAffinity", str, where)
-        try:
-            cpus = parse_cpulist(cpus_text) if cpus_text is not None else None
-        except ValueError as e:
-            raise self.fail(f"{where}.cpuAffinity", str(e)) from None
-        mig_mode_raw = data.get("migMode")
+        cpus = None
+        if cpus_text is not None:
+            try:
+                cpus = parse_cpulist(cpus_text)
+            except ValueError as e:
+                self.note(f"{where}.cpuAffinity", str(e))
         mig_mode = None
-        if mig_mode_raw is not None:
-            mode = self.obj(mig_mode_raw, f"{where}.migMode")
-            mig_mode = MigMode(
-                current=self.need(mode, "current", bool, f"{where}.migMode"),
-                pending=self.need(mode, "pending", bool, f"{where}.migMode"),
-            )
+        mode = self.obj(data.get("migMode"), f"{where}.migMode")
+        if mode is not None:
+            current = self.need(mode, "current", bool, f"{where}.migMode")
+            pending = self.need(mode, "pending", bool, f"{where}.migMode")
+            if current is not None and pending is not None:
+                mig_mode = MigMode(current=current, pending=pending)
         links: dict[int, _RecordedLink] = {}
         for i, link_raw in enumerate(self.array(data.get("nvlinks"), f"{where}.nvlinks")):
             link = self.link(link_raw, f"{where}.nvlinks[{i}]")
+            if link is None:
+                continue
             if link.link in links:
-                raise self.fail(f"{where}.nvlinks[{i}]", f"link {link.link} recorded twice")
+                self.note(f"{where}.nvlinks[{i}]", f"link {link.link} recorded twice: the first kept")
+                continue
             links[link.link] = link
         mig_devices = None
         if data.get("migDevices") is not None:
-            mig_devices = sorted_migs(
-                [
-                    self.mig(mig_raw, f"{where}.migDevices[{i}]")
-                    for i, mig_raw in enumerate(self.array(data["migDevices"], f"{where}.migDevices"))
-                ]
+            found = (
+                self.mig(mig_raw, f"{where}.migDevices[{i}]")
+                for i, mig_raw in enumerate(self.array(data["migDevices"], f"{where}.migDevices"))
             )
+            mig_devices = sorted_migs([mig for mig in found if mig is not None])
         return _RecordedDevice(
-            index=self.need(data, "index", int, where),
+            index=position,
             uuid=self.opt(data, "uuid", str, where),
             name=self.opt(data, "name", str, where),
             address=self.address(data, "pciBusId", where),
@@ -447,10 +558,15 @@ class _DumpReader:
             errors=self.errors(data, where),
         )
 
-    def link(self, raw: object, where: str) -> _RecordedLink:
-        data = self.obj(raw, where)
+    def link(self, raw: object, where: str) -> _RecordedLink | None:
+        data = self.obj(raw, where, element=True)
+        if data is None:
+            return None
+        number = self.need(data, "link", int, where)
+        if number is None:
+            return None
         return _RecordedLink(
-            link=self.need(data, "link", int, where),
+            link=number,
             active=self.opt(data, "active", bool, where),
             remote_address=self.address(data, "remotePciBusId", where),
             remote_type=self.choice(data, "remoteType", RemoteDeviceType, where),
@@ -458,21 +574,106 @@ class _DumpReader:
         )
 
     def fabric(self, raw: object, where: str) -> FabricInfo | None:
-        if raw is None:
-            return None
         data = self.obj(raw, where)
+        if data is None:
+            return None
+        cluster = self.need(data, "clusterUuid", str, where)
+        clique = self.need(data, "cliqueId", int, where)
+        state = self.need(data, "state", str, where)
+        if cluster is None or clique is None or state is None:
+            return None
         return FabricInfo(
-            cluster_uuid=self.need(data, "clusterUuid", str, where),
-            clique_id=self.need(data, "cliqueId", int, where),
-            state=self.need(data, "state", str, where),
-            health=self.opt(data, "health", str, where),
+            cluster_uuid=cluster, clique_id=clique, state=state, health=self.opt(data, "health", str, where)
         )
 
-    def mig(self, raw: object, where: str) -> MigDevice:
-        data = self.obj(raw, where)
+    def mig(self, raw: object, where: str) -> MigDevice | None:
+        data = self.obj(raw, where, element=True)
+        if data is None:
+            return None
+        uuid = self.need(data, "uuid", str, where)
+        if uuid is None:
+            return None
         return MigDevice(
-            uuid=self.need(data, "uuid", str, where),
+            uuid=uuid,
             gpu_instance=self.opt(data, "gpuInstanceId", int, where),
             compute_instance=self.opt(data, "computeInstanceId", int, where),
             profile=self.opt(data, "profile", str, where),
         )
+
+
+class _LongNumber:
+    """A JSON number of more digits than any field holds (``int()`` of it would raise or be slow)."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+def _bounded_int(text: str) -> int | _LongNumber:
+    return int(text) if len(text) <= 40 else _LongNumber(len(text))
+
+
+def _loads(text: str) -> object:
+    """``json.loads``, with integers of more than 40 digits as ``_LongNumber`` (a field problem)."""
+    return json.loads(text, parse_int=_bounded_int)
+
+
+#: the deepest nesting read (a dump has 5 levels: dump, devices, device, nvlinks, link errors)
+MAX_DEPTH = 32
+#: a JSON string (skipped), or a run of opening or of closing brackets
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{]+|[\]}]+')
+
+
+def _flatten_deep(text: str) -> tuple[str, list[int]]:
+    """``text`` with each value nested deeper than ``MAX_DEPTH`` replaced by ``null``, and its lines.
+
+    One pass over the strings and bracket runs, linear in the size of the text (a run of a million
+    ``[`` is one step).
+    """
+    pieces: list[str] = []
+    lines: list[int] = []
+    depth = 0
+    kept_to = 0
+    cut_from: int | None = None
+    line, counted_to = 1, 0
+    for match in _JSON_TOKEN.finditer(text):
+        token = match.group()
+        if token[0] == '"':
+            continue
+        if token[0] in "[{":
+            if cut_from is None and depth + len(token) > MAX_DEPTH:
+                cut_from = match.start() + (MAX_DEPTH - depth)  # the bracket opening level MAX_DEPTH + 1
+            depth += len(token)
+            continue
+        if cut_from is not None and depth - len(token) <= MAX_DEPTH:
+            end = match.start() + (depth - MAX_DEPTH)  # just past the bracket closing level MAX_DEPTH + 1
+            pieces += [text[kept_to:cut_from], "null"]
+            kept_to = end
+            line += text.count("\n", counted_to, cut_from)
+            counted_to = cut_from
+            lines.append(line)
+            cut_from = None
+        depth -= len(token)
+    pieces.append(text[kept_to:])
+    return "".join(pieces), lines
+
+
+def _out_of_range(key: str, value: object) -> str | None:
+    """Why an integer or string value is more than hardware has (``RANGES``, ``MAX_TEXT``), or None."""
+    if isinstance(value, int) and key in RANGES:
+        low, high = RANGES[key]
+        if not low <= value <= high:
+            return f"{_shown(value)} is outside {low}..{high}"
+    if isinstance(value, str) and len(value) > MAX_TEXT:
+        return f"{len(value)} characters, more than {MAX_TEXT}"
+    return None
+
+
+def _shown(value: object) -> str:
+    """A dump value for a message: its JSON type for containers, a short excerpt otherwise."""
+    if isinstance(value, _LongNumber):
+        return f"a number of {value.digits} digits"
+    if isinstance(value, dict | list):
+        return f"a JSON {'object' if isinstance(value, dict) else 'array'}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**12:
+        return f"an integer of {value.bit_length()} bits"  # str() of a huge int raises
+    return excerpt(json.dumps(value))

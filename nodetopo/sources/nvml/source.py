@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from typing import TypeVar
 
+from nodetopo.errors import clip
 from nodetopo.model import (
     Condition,
     ConditionReason,
@@ -27,6 +28,7 @@ from nodetopo.sources.nvml.protocol import (
     FUNCTION_NOT_FOUND,
     INVALID_ARGUMENT,
     LINK_CLASS_OF_LEVEL,
+    MAX_DEVICES,
     MAX_NVLINKS,
     NAME,
     NOT_SUPPORTED,
@@ -34,7 +36,7 @@ from nodetopo.sources.nvml.protocol import (
     NvmlCallError,
     sorted_migs,
 )
-from nodetopo.sources.nvml.replay import RecordedNvml
+from nodetopo.sources.nvml.replay import SHOWN_PROBLEMS, RecordedNvml
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +157,10 @@ def read_nvml(api: NvmlApi) -> tuple[NvmlSnapshot, tuple[Condition, ...]]:
         if not e.not_supported:
             conditions.append(condition(NAME, ConditionReason.DEGRADED, str(e)))
     count = api.device_count()
+    if count > MAX_DEVICES:
+        message = f"NVML reports {count} GPUs, more than {MAX_DEVICES}: only the first {MAX_DEVICES} read"
+        conditions.append(condition(NAME, ConditionReason.DEGRADED, message))
+        count = MAX_DEVICES
     gpus: list[NvmlGpu] = []
     usable: list[int] = []  #: GPUs still there to ask about pairs
     for index in range(count):
@@ -177,7 +183,10 @@ def read_nvml(api: NvmlApi) -> tuple[NvmlSnapshot, tuple[Condition, ...]]:
                 continue
             ancestors.append(((a, b), LINK_CLASS_OF_LEVEL[level]))
     if pair_failures:
-        conditions.append(condition(NAME, ConditionReason.DEGRADED, "; ".join(pair_failures)))
+        message = "; ".join(pair_failures[:SHOWN_PROBLEMS])
+        if len(pair_failures) > SHOWN_PROBLEMS:
+            message += f"; and {len(pair_failures) - SHOWN_PROBLEMS} more pairs"
+        conditions.append(condition(NAME, ConditionReason.DEGRADED, message))
     snapshot = NvmlSnapshot(driver_version=driver, gpus=tuple(gpus), common_ancestor=tuple(sorted(ancestors)))
     return snapshot, tuple(conditions)
 
@@ -189,11 +198,22 @@ def read_nvml(api: NvmlApi) -> tuple[NvmlSnapshot, tuple[Condition, ...]]:
 NOT_THIS_SYSTEM = "NVML sees only the live host; no nvml.json in the bundle"
 
 
+def _dump_problems(api: RecordedNvml) -> Condition:
+    """One ParseError condition for what was left out of a dump (``replay``'s validation)."""
+    shown = "; ".join(clip(problem, 160) for problem in api.problems[:SHOWN_PROBLEMS])
+    more = len(api.problems) - SHOWN_PROBLEMS
+    message = f"{api.path}: left out: {shown}" + (f"; and {more} more" if more > 0 else "")
+    return condition(NAME, ConditionReason.PARSE_ERROR, message)
+
+
 def _facts(api: NvmlApi) -> Facts:
     try:
-        snapshot, conditions = read_nvml(api)
+        snapshot, read_conditions = read_nvml(api)
     except NvmlCallError as e:
         return failed(NAME, ConditionReason.UNAVAILABLE, str(e))
+    conditions = read_conditions
+    if isinstance(api, RecordedNvml) and api.problems:
+        conditions = (_dump_problems(api), *conditions)
     for problem in conditions:
         log.warning("source %s: %s", NAME, problem.message, extra={"source": NAME})
     summary = f"{len(snapshot.gpus)} GPUs, driver {snapshot.driver_version or 'unknown'}"
@@ -208,7 +228,9 @@ def _facts(api: NvmlApi) -> Facts:
 def _collect(ctx: Context) -> Facts:
     given = ctx.nvml
     if isinstance(given, str | os.PathLike):
-        given = RecordedNvml.from_json(given)
+        # a bundle's own nvml.json is read inside the bundle: a link out of it is refused
+        inside = os.path.abspath(given).startswith(os.path.abspath(ctx.root.path) + os.sep)
+        given = RecordedNvml.from_json(given, root=ctx.root if inside else None)
     if given is not None:
         if not isinstance(given, NvmlApi):
             raise TypeError(f"Context.nvml must be an NvmlApi or a dump path, not {type(given).__name__}")

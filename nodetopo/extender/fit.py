@@ -13,7 +13,7 @@ close to reality; when it is not, the capacity check still holds and only the is
 Choosing GPUs for a request of ``k``:
 
 1. candidates are the node's whole GPUs (not MIG-enabled) that are free; with ``rdma`` only GPUs with
-   a usable RDMA NIC (not DOWN); with ``max-nic-distance`` only GPUs whose best (RDMA) NIC class is
+   a usable RDMA NIC (not DOWN; its link layer may be unknown); with ``max-nic-distance`` only GPUs whose best (RDMA) NIC class is
    that close or closer;
 2. candidates are grouped by NVLink island (``gpus-in-one-island``, for k > 1) and by NUMA node
    (``numa-aligned``); only groups with at least k candidates qualify;
@@ -67,6 +67,13 @@ class NodeShape:
     gpus: tuple[GpuSlot, ...]
     rdma_layers: tuple[str, ...]  #: link layers of the node's usable RDMA NICs (sorted, unique)
     ready: bool = True
+    #: usable RDMA NICs (not DOWN), whatever their link layer: one whose link layer or state is
+    #: unknown (``topo -m`` names NICs, not layers) is usable. None: as many as ``rdma_layers``
+    rdma_nics: int | None = None
+
+    @property
+    def has_rdma(self) -> bool:
+        return bool(self.rdma_nics if self.rdma_nics is not None else self.rdma_layers)
 
     @property
     def whole_gpus(self) -> frozenset[int]:
@@ -128,6 +135,7 @@ def node_shape(status: Mapping[str, Any]) -> NodeShape:
         gpus=tuple(sorted(slots, key=lambda g: g.index)),
         rdma_layers=tuple(sorted({str(v) for v in usable_rdma.values() if v})),
         ready=ready or not status.get("conditions"),
+        rdma_nics=len(usable_rdma),
     )
 
 
@@ -156,7 +164,7 @@ def place(shape: NodeShape, free: frozenset[int], request: PodRequest) -> tuple[
         note = f" ({mig} MIG-enabled GPUs are not handed out whole)" if mig else ""
         return f"{_gpus(len(candidates))} available (whole), pod needs {k}{note}"
     if request.rdma:
-        if not shape.rdma_layers:
+        if not shape.has_rdma:  # an unknown link layer is not a missing NIC
             return "no usable RDMA NIC on this node"
         candidates = [g for g in candidates if g.rdma_nic is not None]
     if request.max_nic_distance is not None:

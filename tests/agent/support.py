@@ -144,7 +144,7 @@ def bundle_with(
             answers.pop(argv, None)
         else:
             answers[argv] = answer
-    return dataclasses.replace(ctx, runner=ReplayRunner(answers))
+    return dataclasses.replace(ctx, runner=ReplayRunner(answers, absent=runner.absent))
 
 
 def all_nvidia_smi(answer: Replay | None) -> dict[tuple[str, ...], Replay | None]:

@@ -13,8 +13,8 @@ close to reality; when it is not, the capacity check still holds and only the is
 Choosing GPUs for a request of ``k``:
 
 1. candidates are the node's whole GPUs (not MIG-enabled) that are free; with ``rdma`` only GPUs with
-   a usable RDMA NIC (not DOWN; its link layer may be unknown); with ``max-nic-distance`` only GPUs whose best (RDMA) NIC class is
-   that close or closer;
+   a usable RDMA NIC (not DOWN; its link layer may be unknown); with ``max-nic-distance`` only GPUs
+   whose best (RDMA) NIC class is that close or closer;
 2. candidates are grouped by NVLink island (``gpus-in-one-island``, for k > 1) and by NUMA node
    (``numa-aligned``); only groups with at least k candidates qualify;
 3. inside a group GPUs are taken from the islands with the fewest free GPUs first, then the best NIC

@@ -1,4 +1,5 @@
-"""Capture a node into a bundle directory (design.md §2): the sysfs part, and the hook for the rest.
+"""Capture a node into a bundle directory (see ``nodetopo.bundle``): the sysfs part, the manifest,
+and the hook for the rest.
 
 ``capture_sysfs`` copies into ``DEST/sys`` exactly the subset of ``/sys`` that the sysfs sources
 (``sources.numa``, ``sources.pci``, ``sources.rdma``) read, so that reading the copy gives the same
@@ -23,12 +24,17 @@ other modules, wired by the CLI), collecting their warnings.
 
 from __future__ import annotations
 
+import datetime
 import errno
+import json
 import logging
 import os
+import platform
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path, PurePosixPath
 
+from nodetopo import __version__
+from nodetopo.bundle import MANIFEST, Manifest, driver_version, parse_manifest
 from nodetopo.host import HostRoot
 from nodetopo.sources import _sysfs, numa, pci, rdma
 
@@ -56,6 +62,23 @@ def capture_bundle(root: HostRoot, dest: Path, steps: Sequence[CaptureStep] = ()
             log.exception("capture step %s failed", getattr(step, "__name__", step))
             warnings.append(f"{getattr(step, '__name__', step)}: failed: {type(e).__name__}: {e}")
     return warnings
+
+
+def write_manifest(root: HostRoot, dest: Path, host: str | None) -> Manifest:
+    """Write ``dest/manifest.json`` (after the other parts: the driver version may come from the
+    captured ``nvidia-smi -q -x``). Values that would not read back (a hostname that is not a valid
+    node name) are left out, exactly as ``discover --from`` would drop them."""
+    now = datetime.datetime.now(datetime.UTC)
+    draft = Manifest(
+        host=host.lower() if host else None,
+        kernel=platform.release() or None,
+        driver=driver_version(root, dest),
+        nodetopo_version=__version__,
+        captured_at=now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z",
+    )
+    manifest = parse_manifest(json.dumps(draft.to_json()))
+    (dest / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
+    return manifest
 
 
 def capture_sysfs(root: HostRoot, dest: Path) -> list[str]:

@@ -137,8 +137,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--node-name",
-        default=os.environ.get("NODE_NAME") or socket.gethostname(),
-        help="name to put in the NodeTopology object (default: $NODE_NAME or the hostname)",
+        default=None,
+        help="name to put in the NodeTopology object (default: with --from, the host the bundle's "
+        "manifest names; else $NODE_NAME or the hostname)",
     )
     p.add_argument(
         "--strict",
@@ -166,6 +167,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--host-root", default="/", metavar="DIR", help="host root to capture (default: /)")
     p.add_argument("--command-timeout", type=float, default=30.0, metavar="SECONDS")
     p.add_argument("--no-nvml", action="store_true", help="do not try to dump NVML")
+    p.add_argument(
+        "--tar",
+        action="store_true",
+        help="write one archive, DIR.tar.gz (or DIR itself when it ends in .tar.gz/.tgz/.tar), instead of "
+        "a directory; `discover --from` reads it as it is",
+    )
+    p.add_argument(
+        "--node-name",
+        default=None,
+        help="node name to record in the bundle's manifest (default: $NODE_NAME or the hostname)",
+    )
     _add_common(p)
     p.set_defaults(func=cmd_capture)
 
@@ -243,11 +255,19 @@ def cmd_discover(args: argparse.Namespace) -> int:
 
     result = scan(_context(args))
     log.info("discovery took %.3fs", result.duration_s)
+    args.node_name = _node_name(args, args.bundle)
     if args.output == "table":
         from nodetopo.views.table import table_text
 
         sys.stdout.write(
-            table_text(result.topology, result.facts, args.node_name, sys.stdout, matrix=args.matrix)
+            table_text(
+                result.topology,
+                result.facts,
+                args.node_name,
+                sys.stdout,
+                matrix=args.matrix,
+                bundle=args.bundle,
+            )
         )
     elif args.output in ("dot", "svg"):
         from nodetopo.views.dot import picture
@@ -270,13 +290,26 @@ def cmd_discover(args: argparse.Namespace) -> int:
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
-    from nodetopo.bundle import NVML_DUMP, capture_commands
-    from nodetopo.capture import capture_bundle
+    import shutil
+    import tempfile
+
+    from nodetopo.bundle import ARCHIVE_SUFFIXES, NVML_DUMP, capture_commands, write_archive
+    from nodetopo.capture import capture_bundle, write_manifest
     from nodetopo.host import HostRoot, SubprocessRunner
 
-    dest = Path(args.directory)
-    if dest.exists() and any(dest.iterdir()):
-        raise BundleError(f"{dest}: exists and is not empty; choose a new directory")
+    target = Path(args.directory)
+    if args.tar:
+        if not str(target).endswith(ARCHIVE_SUFFIXES):
+            target = target.with_name(target.name + ".tar.gz")
+        if target.exists():
+            raise BundleError(f"{target}: exists; choose a new name")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".nodetopo-capture-", dir=target.parent))
+        dest = work / "bundle"
+    else:
+        dest = target
+        if dest.exists() and any(dest.iterdir()):
+            raise BundleError(f"{dest}: exists and is not empty; choose a new directory")
     notes: list[str] = []
 
     def command_outputs(bundle: Path) -> list[str]:
@@ -287,17 +320,44 @@ def cmd_capture(args: argparse.Namespace) -> int:
         notes.append(_capture_nvml(bundle / NVML_DUMP))
         return []
 
+    def manifest(bundle: Path) -> list[str]:
+        notes.append(
+            f"manifest.json: {write_manifest(HostRoot(args.host_root), bundle, _node_name(args)).describe()}"
+        )
+        return []
+
     steps = [command_outputs] if args.no_nvml else [command_outputs, nvml_dump]
-    warnings = capture_bundle(HostRoot(args.host_root), dest, steps)
+    try:
+        warnings = capture_bundle(HostRoot(args.host_root), dest, [*steps, manifest])
+        entries = sum(1 for _ in (dest / "sys").rglob("*")) if (dest / "sys").exists() else 0
+        if args.tar:
+            write_archive(dest, target)
+    finally:
+        if args.tar:
+            shutil.rmtree(work, ignore_errors=True)
     for w in warnings:
         log.warning("capture: %s", w)
-    print(f"captured {dest}:")
-    print(f"  sys/: {sum(1 for _ in (dest / 'sys').rglob('*')) if (dest / 'sys').exists() else 0} entries")
+    print(strip_control(f"captured {target}:"))
+    print(f"  sys/: {entries} entries")
     for note in notes:
-        print(f"  {note}")
+        print(f"  {strip_control(note)}")
     if warnings:
         print(f"  {len(warnings)} part(s) could not be captured (see log)")
     return 0
+
+
+def _node_name(args: argparse.Namespace, bundle: str | None = None) -> str:
+    """--node-name, else (reading a bundle) the host its manifest names, else $NODE_NAME, else the
+    hostname."""
+    if args.node_name:
+        return str(args.node_name)
+    if bundle:
+        from nodetopo.bundle import read_manifest
+
+        manifest = read_manifest(bundle)
+        if manifest is not None and manifest.host:
+            return manifest.host
+    return os.environ.get("NODE_NAME") or socket.gethostname()
 
 
 def _capture_nvml(path: Path) -> str:

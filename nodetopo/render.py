@@ -195,10 +195,12 @@ def render_table(
     style: bool = False,
     pci_names: Mapping[tuple[int, int], str] | None = None,
     gpu_matrix: Mapping[tuple[int, int], str] | None = None,
+    origin: str | None = None,
 ) -> str:
     """The table. ``width``: lay out for a terminal this wide (None: a pipe, nothing shortened);
     ``style``: bold section titles; ``pci_names``: ``(vendor, device)`` → name (from pci.ids);
-    ``gpu_matrix``: GPU pair → ``NV#``/PCIe class cell (``views.matrix``), shown as a topo -m matrix.
+    ``gpu_matrix``: GPU pair → ``NV#``/PCIe class cell (``views.matrix``), shown as a topo -m matrix;
+    ``origin``: where the facts come from (a bundle's manifest), a line under the summary.
     """
     out: list[str] = []
     titles: set[int] = set()
@@ -227,6 +229,8 @@ def render_table(
     if consistent["status"] != "True":
         head.append("Consistent: False")
     out += _pack(head, width)
+    if origin:
+        out += _wrap(origin, width, indent=_INDENT, hang=_INDENT + "  ")
     if ready["status"] != "True":
         out += _wrap(f"not ready: {ready['message']}", width, indent=_INDENT, hang=_INDENT + "  ")
 

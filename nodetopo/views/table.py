@@ -12,9 +12,22 @@ from nodetopo.views.pciids import read_pci_names
 
 
 def table_text(
-    topology: Topology, facts: Facts, node_name: str | None, stream: TextIO, *, matrix: bool = False
+    topology: Topology,
+    facts: Facts,
+    node_name: str | None,
+    stream: TextIO,
+    *,
+    matrix: bool = False,
+    bundle: str | None = None,
 ) -> str:
-    """The table for ``stream``: laid out for its width when it is a terminal, plain when piped."""
+    """The table for ``stream``: laid out for its width when it is a terminal, plain when piped.
+    ``bundle``: the bundle read, whose manifest says where and when it was captured."""
+    origin = None
+    if bundle is not None:
+        from nodetopo.bundle import read_manifest
+
+        manifest = read_manifest(bundle)
+        origin = f"bundle {bundle}: {manifest.describe()}" if manifest else f"bundle {bundle} (no manifest)"
     names = read_pci_names({(d.vendor, d.device) for d in topology.pci_devices})
     cells = None
     if matrix:
@@ -28,4 +41,5 @@ def table_text(
         style=use_style(stream),
         pci_names=names,
         gpu_matrix=cells,
+        origin=origin,
     )

@@ -381,7 +381,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
     result = scan(_context(args))
     body = to_nodetopology(result.topology, args.node_name)
-    labels = to_labels(result.topology)
+    labels = to_labels(result.topology, args.node_name)
     run_publish(
         body,
         labels,

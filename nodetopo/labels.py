@@ -14,16 +14,19 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
-from nodetopo.crd import model_of, worst_nic_distance
+from nodetopo.crd import to_nodetopology
 from nodetopo.graph import GRAPH_SOURCE
 from nodetopo.model import ConditionReason, Topology
-from nodetopo.network import nvlink_domain
 
 log = logging.getLogger(__name__)
 
 PREFIX = "nodetopo.io/"
 
+_CLASSES = ("PIX", "PXB", "PHB", "NODE", "SYS")
 _VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 
@@ -50,6 +53,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "mig.enabled": GPU_SOURCES,
     "nvlink.domain": ("nvml",),
     "nvlink.domain-healthy": ("nvml",),
+    "gpu-domain": GPU_SOURCES,
     **{f"fabric.tier-{level}": FABRIC_SOURCES for level in range(MAX_FABRIC_TIERS)},
 }
 
@@ -76,8 +80,12 @@ def is_valid(key: str, value: str) -> bool:
     return bool(_NAME.match(name)) and len(name) <= 63 and len(value) <= 63 and bool(_VALUE.match(value))
 
 
-def to_labels(topology: Topology) -> dict[str, str]:
+def to_labels(topology: Topology, node_name: str | None = None) -> dict[str, str]:
     """The label set for a topology (keys with the prefix). Invalid pairs are logged and dropped.
+
+    The projection of the NodeTopology status (``labels_of``): the node labels and the Ray bridge's
+    labels come from that one function. ``node_name`` names the node-local island in
+    ``gpu-domain`` (without it, a node outside a multi-node NVLink domain has no ``gpu-domain``).
 
     Empty when an essential source is ``Missing``: such a round observed nothing a label may say
     (``gpu.count=0``, ``rdma=false`` would be confident wrong answers); ``uncertain_keys`` then
@@ -85,39 +93,69 @@ def to_labels(topology: Topology) -> dict[str, str]:
     """
     if essential_missing(topology):
         return {}
-    labels: dict[str, str] = {}
-    gpus = topology.gpus
-    labels["gpu.count"] = str(len(gpus))
-    model = model_of(topology)
-    if model:
-        labels["gpu.model"] = label_value(model)
-    if gpus:
-        islands = topology.nvlink_islands
+    return labels_of(to_nodetopology(topology, node_name or "")["status"])
+
+
+def labels_of(status: Mapping[str, Any], gpus: Collection[int] | None = None) -> dict[str, str]:
+    """The ``nodetopo.io/`` labels of a NodeTopology ``status`` (what the API serves), for the GPUs
+    whose indices are in ``gpus`` (all when None): THE label function, used for the Node (all
+    GPUs) and by the Ray bridge (the GPUs a Ray node owns).
+
+    Per selected GPUs: ``gpu.*``, ``nvlink.island-*`` (islands cut to the selection),
+    ``nvlink.nvswitch``, ``mig.enabled``, ``gpu-nic.distance``, ``rdma.link-layer``/``rate-gbps``
+    (the selected GPUs' nearest RDMA NICs), ``gpu-domain``. Per node: ``rdma``, ``rdma.nic-count``,
+    ``numa.count``, ``nvlink.clique``, ``nvlink.domain``, ``fabric.tier-N``.
+    """
+    every = [g for g in status.get("gpus") or () if isinstance(g, Mapping)]
+    chosen = every if gpus is None else [g for g in every if g.get("index") in gpus]
+    indices = {g.get("index") for g in chosen}
+    labels: dict[str, str] = {"gpu.count": str(len(chosen))}
+    models = Counter(str(g["model"]) for g in chosen if g.get("model"))
+    if models:
+        labels["gpu.model"] = label_value(sorted(models.items(), key=lambda kv: (-kv[1], kv[0]))[0][0])
+    islands = [
+        members
+        for i in status.get("nvlinkIslands") or ()
+        if (members := indices & set(i.get("gpus") or ())) and (gpus is None or len(members) > 1)
+    ]
+    cut = [i for i in status.get("nvlinkIslands") or () if len(indices & set(i.get("gpus") or ())) > 1]
+    if chosen:
         labels["nvlink.island-count"] = str(len(islands))
-        labels["nvlink.island-size"] = str(max((len(i.gpus) for i in islands), default=1))
-        labels["nvlink.nvswitch"] = _bool(any(i.nvswitch for i in islands))
-        labels["mig.enabled"] = _bool(any(g.mig_enabled for g in gpus))
-    if topology.fabric is not None and topology.fabric.cluster_uuid:
-        labels["nvlink.clique"] = label_value(f"{topology.fabric.cluster_uuid}.{topology.fabric.clique_id}")
-    rdma = [n for n in topology.nics if n.rdma]
+        labels["nvlink.island-size"] = str(max((len(m) for m in islands), default=1))
+        labels["nvlink.nvswitch"] = _bool(any(i.get("nvswitch") for i in cut))
+        labels["mig.enabled"] = _bool(any(g.get("migEnabled") for g in chosen))
+    clique = _clique(status)
+    if clique is not None:
+        labels["nvlink.clique"] = clique
+    rdma = [n for n in status.get("nics") or () if isinstance(n, Mapping) and n.get("rdma")]
     labels["rdma"] = _bool(bool(rdma))
     labels["rdma.nic-count"] = str(len(rdma))
     # Link layer and rate describe the GPU fabric: the RDMA NICs nearest to a GPU (a DGX's storage
     # RoCE ports do not make its InfiniBand compute fabric "mixed"); all RDMA NICs without GPUs.
-    nearest = {name for g in topology.gpus for name in g.nearest_nics}
-    fabric = [n for n in rdma if n.name in nearest] or rdma
-    layers = sorted({n.link_layer for n in fabric if n.link_layer})
+    nearest = {str(name) for g in chosen for name in g.get("nearestNICs") or ()}
+    fabric = [n for n in rdma if n.get("name") in nearest] or (rdma if not chosen or gpus is None else [])
+    layers = sorted({str(n["linkLayer"]) for n in fabric if n.get("linkLayer")})
     if layers:
         labels["rdma.link-layer"] = layers[0] if len(layers) == 1 else "Mixed"
-    rates = [n.rate_gbps for n in fabric if n.rate_gbps]
+    rates = [float(n["rateGbps"]) for n in fabric if n.get("rateGbps")]
     if rates:
         labels["rdma.rate-gbps"] = _number(max(rates))
-    worst = worst_nic_distance(topology)
-    if worst is not None:
-        labels["gpu-nic.distance"] = worst.name
-    if topology.numa_nodes:
-        labels["numa.count"] = str(len(topology.numa_nodes))
-    labels.update(fabric_labels(topology))
+    classes = [str(g["nicDistance"]) for g in chosen if g.get("nicDistance") in _CLASSES]
+    if classes:
+        labels["gpu-nic.distance"] = max(classes, key=_CLASSES.index)
+    if status.get("numaNodes"):
+        labels["numa.count"] = str(len(status["numaNodes"]))
+    network = status.get("network") or {}
+    domain = network.get("nvlinkDomain") or None
+    if domain and domain.get("id"):
+        labels["nvlink.domain"] = label_value(str(domain["id"]))
+        if domain.get("healthy") is not None:
+            labels["nvlink.domain-healthy"] = _bool(bool(domain["healthy"]))
+    for tier in (network.get("tiers") or ())[:MAX_FABRIC_TIERS]:
+        labels[f"fabric.tier-{tier['level']}"] = label_value(str(tier["id"]))
+    gpu_domain = _gpu_domain(status, chosen, clique, labels.get("nvlink.domain"))
+    if gpu_domain is not None:
+        labels["gpu-domain"] = gpu_domain
     result: dict[str, str] = {}
     for name, value in labels.items():
         key = PREFIX + name
@@ -128,21 +166,28 @@ def to_labels(topology: Topology) -> dict[str, str]:
     return dict(sorted(result.items()))
 
 
-def fabric_labels(topology: Topology) -> dict[str, str]:
-    """``nvlink.domain`` (+ ``-healthy`` when the driver says) and ``fabric.tier-N`` (0 = leaf).
+def _clique(status: Mapping[str, Any]) -> str | None:
+    """``<clusterUUID>.<cliqueID>`` of the GPUs' multi-node NVLink fabric; None outside one (NVML
+    reports an all-zero cluster UUID for a GPU that is in no fabric)."""
+    fabric = status.get("fabric") or None
+    if not fabric or not str(fabric.get("clusterUUID") or "").strip("0-"):
+        return None
+    return label_value(f"{fabric['clusterUUID']}.{fabric.get('cliqueID', 0)}")
 
-    Tier ids longer than 63 characters (OCI OCIDs) are shortened by ``label_value``: the first 52
-    characters, ``-``, and 10 hex digits of the id's sha256, so equal ids give equal labels.
-    """
-    labels: dict[str, str] = {}
-    domain, healthy = nvlink_domain(topology.fabric)
-    if domain is not None:
-        labels["nvlink.domain"] = label_value(domain)
-        if healthy is not None:
-            labels["nvlink.domain-healthy"] = _bool(healthy)
-    for tier in topology.network.tiers[:MAX_FABRIC_TIERS]:
-        labels[f"fabric.tier-{tier.level}"] = label_value(tier.id)
-    return labels
+
+def _gpu_domain(
+    status: Mapping[str, Any], chosen: Sequence[Mapping[str, Any]], clique: str | None, domain: str | None
+) -> str | None:
+    """``gpu-domain``: the NVLink domain the (selected) GPUs belong to, for keeping a gang inside
+    one. The multi-node NVLink clique, else the NVLink domain, else ``<node>.nvl<island>`` when the
+    GPUs share one node-local island; None when they span islands or have no NVLink peer."""
+    if clique is not None or domain is not None:
+        return clique or domain
+    islands = {g.get("island") for g in chosen}
+    node = str(status.get("nodeName") or "")
+    if not chosen or not node or len(islands) != 1 or None in islands:
+        return None
+    return label_value(f"{node}.nvl{islands.pop()}")
 
 
 def uncertain_keys(topology: Topology) -> frozenset[str]:

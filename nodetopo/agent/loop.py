@@ -240,7 +240,7 @@ class Agent:
         topology = scan.topology
         self.stats.record_scan(trigger, scan.results, topology, self.keeper.stale_sources)
         body = to_nodetopology(topology, self.config.node_name)
-        labels = to_labels(topology)
+        labels = to_labels(topology, self.config.node_name)
         uncertain = uncertain_keys(topology)
         log.info(
             "scan (%s) in %.2fs: %d GPUs, %d NVLink islands, %d RDMA NICs%s",

@@ -21,9 +21,11 @@ log = logging.getLogger(__name__)
 
 DESCRIPTION = """\
 Turn a node's NodeTopology into a Ray labels file (`ray start --labels-file`) and a custom resources
-JSON (`ray start --resources`), including ray.io/gpu-domain (the multi-node NVLink clique, else the
-node-local NVLink island). The NodeTopology comes from the API (--node-name), from a file written by
-`nodetopo discover -o json` (--nodetopology), or from a capture bundle (--from, discovered offline).
+JSON (`ray start --resources`): the node's nodetopo.io/ labels (the same function and values as the
+Node's labels) for the GPUs the Ray node owns, including nodetopo.io/gpu-domain (the multi-node NVLink
+clique, else the NVLink domain, else the node-local NVLink island). The NodeTopology comes from the
+API (--node-name), from a file written by `nodetopo discover -o json` (--nodetopology), or from a
+capture bundle (--from, discovered offline).
 """
 
 EPILOG = """\
@@ -41,7 +43,7 @@ def register(
 ) -> None:
     p = sub.add_parser(
         "ray",
-        help="write Ray node labels/resources (ray.io/gpu-domain, nodetopo.io/...) for a node",
+        help="write Ray node labels/resources (nodetopo.io/gpu-domain, nodetopo.io/...) for a node",
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

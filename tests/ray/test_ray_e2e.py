@@ -1,7 +1,7 @@
 """A real local Ray node started with the labels file and resources nodetopo writes.
 
 It must report those labels; tasks and placement groups selecting them (``label_selector``,
-``bundle_label_selector``, ``topology_strategy`` on ``ray.io/gpu-domain``) are placed, and ones
+``bundle_label_selector``, ``topology_strategy`` on ``nodetopo.io/gpu-domain``) are placed, and ones
 whose selector does not match stay unscheduled. Footprint: one head node, ``--num-cpus=1``, no dashboard.
 """
 
@@ -123,7 +123,7 @@ def ray_node() -> Iterator[tuple[Any, dict[str, str]]]:
 def test_the_node_reports_the_labels_and_resources(ray_node: tuple[Any, dict[str, str]]) -> None:
     ray, labels = ray_node
     (node,) = [n for n in ray.nodes() if n["Alive"]]
-    assert labels["ray.io/gpu-domain"] == f"{NODE}.nvl0"
+    assert labels["nodetopo.io/gpu-domain"] == f"{NODE}.nvl0"
     assert {k: node["Labels"].get(k) for k in labels} == labels
     assert node["Resources"]["nodetopo.io/nvlink-island-8"] == 1
     assert node["Resources"]["nodetopo.io/rdma-nic"] == 10
@@ -135,13 +135,13 @@ def test_label_selector_places_or_holds_tasks(ray_node: tuple[Any, dict[str, str
     def where() -> str:
         return str(ray.get_runtime_context().get_node_id())
 
-    matching = ray.remote(num_cpus=0, label_selector={"ray.io/gpu-domain": labels["ray.io/gpu-domain"]})(
-        where
-    )
+    matching = ray.remote(
+        num_cpus=0, label_selector={"nodetopo.io/gpu-domain": labels["nodetopo.io/gpu-domain"]}
+    )(where)
     assert ray.get(matching.remote(), timeout=60)
     island = ray.remote(num_cpus=0, label_selector={"nodetopo.io/nvlink.island-size": "in(4,8)"})(where)
     assert ray.get(island.remote(), timeout=60)
-    elsewhere = ray.remote(num_cpus=0, label_selector={"ray.io/gpu-domain": "another-domain"})(where)
+    elsewhere = ray.remote(num_cpus=0, label_selector={"nodetopo.io/gpu-domain": "another-domain"})(where)
     ref = elsewhere.remote()
     ready, _ = ray.wait([ref], timeout=5)
     assert ready == []
@@ -152,18 +152,18 @@ def test_placement_groups_select_the_gpu_domain(ray_node: tuple[Any, dict[str, s
     ray, labels = ray_node
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    domain = labels["ray.io/gpu-domain"]
+    domain = labels["nodetopo.io/gpu-domain"]
     bundles = [{"CPU": 0.1, "nodetopo.io/nvlink-island-8": 0.5}, {"CPU": 0.1}]
     placed = placement_group(
-        bundles, strategy="STRICT_PACK", bundle_label_selector=[{"ray.io/gpu-domain": domain}] * 2
+        bundles, strategy="STRICT_PACK", bundle_label_selector=[{"nodetopo.io/gpu-domain": domain}] * 2
     )
     assert placed.wait(60)
     remove_placement_group(placed)
-    packed = placement_group([{"CPU": 0.1}] * 2, topology_strategy={"ray.io/gpu-domain": "STRICT_PACK"})
+    packed = placement_group([{"CPU": 0.1}] * 2, topology_strategy={"nodetopo.io/gpu-domain": "STRICT_PACK"})
     assert packed.wait(60)
     remove_placement_group(packed)
     unmatched = placement_group(
-        [{"CPU": 0.1}], bundle_label_selector=[{"ray.io/gpu-domain": "another-domain"}]
+        [{"CPU": 0.1}], bundle_label_selector=[{"nodetopo.io/gpu-domain": "another-domain"}]
     )
     assert not unmatched.wait(5)
     assert ray.util.placement_group_table(unmatched)["state"] == "PENDING"

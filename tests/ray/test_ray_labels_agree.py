@@ -1,0 +1,62 @@
+"""One label, one meaning (issue 16): the Ray bridge's labels are the Node's labels.
+
+Before, ``ray/labels.py`` had its own implementation and disagreed with ``labels.py`` (dgx-a100, 12
+RDMA NICs: node ``rdma.nic-count=12``, ``link-layer=InfiniBand``; Ray ``10`` and ``Mixed``; a CPU
+node 2 vs 1), and it wrote ``ray.io/gpu-domain`` into Ray's reserved prefix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nodetopo.crd import to_nodetopology
+from nodetopo.discover import bundle_context, scan
+from nodetopo.labels import to_labels
+from nodetopo.ray.labels import GPU_DOMAIN, ray_labels
+
+REPO = Path(__file__).resolve().parents[2]
+BUNDLES = sorted(p for p in (REPO / "tests" / "fixtures" / "bundles").iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("bundle", BUNDLES, ids=[b.name for b in BUNDLES])
+def test_every_key_both_publish_has_the_same_value(bundle: Path) -> None:
+    topology = scan(bundle_context(bundle)).topology
+    node = to_labels(topology, f"{bundle.name}-01")
+    ray = ray_labels(to_nodetopology(topology, f"{bundle.name}-01"))
+    shared = set(node) & set(ray)
+    assert set(node) <= shared, f"node labels Ray lacks: {sorted(set(node) - shared)}"
+    assert set(ray) - shared == {"nodetopo.io/node-name"}
+    differ = {k: (node[k], ray[k]) for k in shared if node[k] != ray[k]}
+    assert not differ, differ
+    assert not [k for k in ray if k.startswith("ray.io/")]
+
+
+def test_the_reported_disagreements_are_gone() -> None:
+    a100 = scan(bundle_context(REPO / "tests" / "fixtures" / "bundles" / "dgx-a100")).topology
+    ray = ray_labels(to_nodetopology(a100, "a"))
+    assert ray["nodetopo.io/rdma.nic-count"] == to_labels(a100)["nodetopo.io/rdma.nic-count"] == "12"
+    assert ray["nodetopo.io/rdma.link-layer"] == "InfiniBand"
+
+
+def test_gpu_domain_is_a_node_label_too() -> None:
+    """clique, else NVLink domain, else the node-local island: published on the Node as well."""
+    gh200 = scan(bundle_context(REPO / "tests" / "fixtures" / "bundles" / "gh200-nvl")).topology
+    labels = to_labels(gh200, "g1")
+    assert labels[GPU_DOMAIN] == labels["nodetopo.io/nvlink.clique"]
+    h100 = scan(bundle_context(REPO / "tests" / "fixtures" / "bundles" / "dgx-h100")).topology
+    assert to_labels(h100, "h1")[GPU_DOMAIN] == "h1.nvl0"
+    assert GPU_DOMAIN == "nodetopo.io/gpu-domain"
+
+
+def test_kuberay_example_uses_no_ray_io_label_of_ours() -> None:
+    text = (REPO / "deploy" / "examples" / "kuberay.yaml").read_text()
+    assert "ray.io/gpu-domain" not in text
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    cluster = next(d for d in docs if d.get("kind") == "RayCluster")
+    for group in cluster["spec"]["workerGroupSpecs"]:
+        labels = group.get("labels") or {}
+        assert labels, "KubeRay >= 1.5: group labels go in workerGroupSpec.labels"
+        assert not [k for k in labels if k.startswith("ray.io/")]

@@ -23,6 +23,7 @@ and disagree (seen in a real capture), ``local_cpulist`` wins and an ``Inconsist
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -104,9 +105,19 @@ def parse_cpumask(text: str, path: str) -> frozenset[int]:
     ``0000,00000000,0000ffff`` is CPUs 0-15.
     """
     value_text = text.replace("\x00", "").strip()
+    cpus = _mask_cpus(value_text)
+    if cpus is None:
+        raise ParseError(NAME, path, f"expected a CPU mask like 00000000,0000ffff, got {excerpt(value_text)}")
+    return cpus
+
+
+@functools.lru_cache(maxsize=16)
+def _mask_cpus(value_text: str) -> frozenset[int] | None:
+    """The CPUs of a mask, None when it is not one. Cached: every function of a NUMA node has the
+    same mask, and walking the bits of a 64-CPU mask cost more than reading the file."""
     words = value_text.split(",")
     if not value_text or not all(_MASK_WORD.match(word) for word in words):
-        raise ParseError(NAME, path, f"expected a CPU mask like 00000000,0000ffff, got {excerpt(value_text)}")
+        return None
     cpus: set[int] = set()
     for position, word in enumerate(reversed(words)):
         bits = int(word, 16)

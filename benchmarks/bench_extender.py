@@ -144,12 +144,12 @@ def serve(nodes: int, candidates: int, calls: int, null: bool) -> None:
             direct[verb].append(time.perf_counter() - start)
     if null:
         server.filter_nodes = lambda st, args: {  # type: ignore[assignment]
-            "NodeNames": args["NodeNames"],
+            "NodeNames": args.names,  # the server hands over parsed ExtenderArgs
             "FailedNodes": {},
             "FailedAndUnresolvableNodes": {},
             "Error": "",
         }
-        server.prioritize_nodes = lambda st, args: [{"Host": n, "Score": 0} for n in args["NodeNames"]]  # type: ignore[assignment]
+        server.prioritize_nodes = lambda st, args: [{"Host": n, "Score": 0} for n in args.names]  # type: ignore[assignment]
     http_server = server.make_server(state, "127.0.0.1", 0)
     http_server.start_background()
     info = {

@@ -34,6 +34,23 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "NodeTopology"
 PLURAL = "nodetopologies"
 
+# Upper bounds of the NodeTopology schema (crds/nodetopology.yaml `maxItems`), sized to real hardware
+# with headroom; tests/kube/test_crd_bounds.py checks the CRD against these and the API server against
+# both. Consumers (the scheduler extender) refuse an object over them whatever the CRD says.
+#: GPUs per node. The largest single-OS machines have 16 (DGX-2/HGX-2); a GB200 NVL72 rack is 18 nodes
+#: of 4. 1,024 leaves room for a whole 576-GPU NVLink domain behind one kernel.
+MAX_GPUS = 1024
+#: NICs per node (and per GPU's NIC list): RDMA devices include SR-IOV virtual functions, e.g. 12
+#: ConnectX ports with 127 VFs each is 1,536.
+MAX_NICS = 2048
+#: NUMA nodes: the kernel's own limit (MAX_NUMNODES with NODES_SHIFT=10).
+MAX_NUMA_NODES = 1024
+#: MIG devices: at most 7 per GPU.
+MAX_MIG_DEVICES = 7 * MAX_GPUS
+#: Sources and conditions (one condition per source, plus Ready and Consistent).
+MAX_SOURCES = 64
+MAX_SOURCE_MESSAGE = 4096
+
 #: Condition reasons that make the resource "not Ready": consumers should treat it as partial.
 NOT_READY_REASONS = frozenset(
     {
@@ -253,7 +270,10 @@ def _unique_sources(sources: tuple[SourceStatus, ...]) -> list[SourceStatus]:
 
 
 def _source(s: SourceStatus) -> dict[str, Any]:
-    return {"name": s.name, "ok": s.ok, "message": s.message}
+    message = (
+        s.message if len(s.message) <= MAX_SOURCE_MESSAGE else s.message[: MAX_SOURCE_MESSAGE - 3] + "..."
+    )
+    return {"name": s.name, "ok": s.ok, "message": message}
 
 
 def condition_type(source: str) -> str:

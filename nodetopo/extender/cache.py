@@ -50,7 +50,11 @@ class ClusterState:
         self._interned: dict[NodeShape, NodeShape] = {}
         self._pods: dict[str, BoundPod] = {}
         self._node_pods: dict[str, dict[str, BoundPod]] = {}
-        self._free: dict[str, frozenset[int]] = {}
+        #: node → (version, free GPUs): the model of a node's allocation, valid while its version holds
+        self._free: dict[str, tuple[int, frozenset[int]]] = {}
+        self._versions: dict[str, int] = {}  #: bumped on every change to a node's shape or pods
+        self._clock = 0
+        self._base = 0  #: the version of nodes not changed since the last replace
         self.topologies_synced = threading.Event()
         self.pods_synced = threading.Event()
 
@@ -78,21 +82,23 @@ class ClusterState:
 
     # ---- NodeTopology -----------------------------------------------------------------------
 
-    def _shape_of(self, obj: Mapping[str, Any]) -> NodeShape:
-        shape = node_shape(obj.get("status") or {})
-        return self._interned.setdefault(shape, shape)
+    def _touch(self, node: str) -> None:
+        """The node's shape or pods changed: its cached free set is stale (call under the lock)."""
+        self._clock += 1
+        self._versions[node] = self._clock
+        self._free.pop(node, None)
 
     def upsert_topology(self, obj: Mapping[str, Any]) -> None:
-        name = str(obj["metadata"]["name"])
+        name, shape = self.compact_topology(obj)  # the object's cost is paid here, outside the lock
         with self._lock:
-            self._shapes[name] = self._shape_of(obj)
-            self._free.pop(name, None)
+            self._shapes[name] = self._interned.setdefault(shape, shape)
+            self._touch(name)
 
     def delete_topology(self, obj: Mapping[str, Any]) -> None:
         name = str(obj["metadata"]["name"])
         with self._lock:
             self._shapes.pop(name, None)
-            self._free.pop(name, None)
+            self._touch(name)
 
     @staticmethod
     def compact_topology(obj: Mapping[str, Any]) -> tuple[str, NodeShape]:
@@ -106,6 +112,9 @@ class ClusterState:
             self._interned = {}
             self._shapes = {name: self._interned.setdefault(shape, shape) for name, shape in pairs}
             self._free.clear()
+            self._versions.clear()
+            self._clock += 1
+            self._base = self._clock
 
     # ---- Pods -------------------------------------------------------------------------------
 
@@ -137,7 +146,7 @@ class ClusterState:
                 on_node.pop(uid, None)
                 if not on_node:
                     del self._node_pods[old.node]
-            self._free.pop(old.node, None)
+            self._touch(old.node)
 
     def upsert_pod(self, obj: Mapping[str, Any]) -> None:
         uid = str(obj["metadata"]["uid"])
@@ -149,7 +158,7 @@ class ClusterState:
             if bound is not None:
                 self._pods[uid] = bound
                 self._node_pods.setdefault(bound.node, {})[uid] = bound
-                self._free.pop(bound.node, None)
+                self._touch(bound.node)
 
     def delete_pod(self, obj: Mapping[str, Any]) -> None:
         with self._lock:
@@ -170,35 +179,51 @@ class ClusterState:
             for uid, bound in fresh.items():
                 self._node_pods.setdefault(bound.node, {})[uid] = bound
             self._free.clear()
+            self._versions.clear()
+            self._clock += 1
+            self._base = self._clock
 
     # ---- queries ----------------------------------------------------------------------------
 
-    def _free_gpus(self, node: str, shape: NodeShape) -> frozenset[int]:
-        free = self._free.get(node)
-        if free is None:
-            pods = sorted((self._node_pods.get(node) or {}).values(), key=lambda b: b.order)
-            free = free_after(shape, tuple(b.request for b in pods))
-            self._free[node] = free
-        return free
-
     def verdicts(self, nodes: Iterable[str], request: PodRequest) -> Iterator[tuple[str, Verdict | None]]:
-        """(node, verdict) for each node; ``None`` when the node has no NodeTopology."""
+        """(node, verdict) for each node; ``None`` when the node has no NodeTopology.
+
+        The lock is held only to copy references (shape, cached free set, bound pods) for the
+        nodes asked about; placing bound pods and evaluating the request run outside it, so one
+        expensive node never stalls the reflectors or the other requests.
+        """
         with self._lock:
-            states = [
-                (node, shape, self._free_gpus(node, shape) if shape is not None else frozenset())
-                for node in nodes
-                for shape in (self._shapes.get(node),)
-            ]
+            rows: list[tuple[str, NodeShape | None, frozenset[int] | None, int, tuple[BoundPod, ...]]] = []
+            for node in nodes:
+                shape = self._shapes.get(node)
+                version = self._versions.get(node, self._base)
+                cached = self._free.get(node)
+                if shape is None or (cached is not None and cached[0] == version):
+                    rows.append((node, shape, cached[1] if cached else None, version, ()))
+                else:
+                    rows.append(
+                        (node, shape, None, version, tuple((self._node_pods.get(node) or {}).values()))
+                    )
         memo: dict[tuple[int, frozenset[int]], Verdict] = {}  # shapes are interned: id() is identity
-        for node, shape, free in states:
+        fresh: list[tuple[str, int, frozenset[int]]] = []
+        for node, shape, free, version, pods in rows:
             if shape is None:
                 yield node, None
                 continue
+            if free is None:
+                ordered = sorted(pods, key=lambda b: b.order)
+                free = free_after(shape, tuple(b.request for b in ordered))
+                fresh.append((node, version, free))
             key = (id(shape), free)
             verdict = memo.get(key)
             if verdict is None:
                 verdict = memo[key] = evaluate(shape, free, request)
             yield node, verdict
+        if fresh:
+            with self._lock:
+                for node, version, free in fresh:
+                    if self._versions.get(node, self._base) == version:
+                        self._free[node] = (version, free)
 
 
 # --------------------------------------------------------------------------------------------

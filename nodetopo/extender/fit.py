@@ -39,6 +39,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from nodetopo.crd import MAX_GPUS, MAX_NICS
 from nodetopo.extender.request import PodRequest
 from nodetopo.model import LinkClass
 
@@ -62,7 +63,13 @@ class GpuSlot:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeShape:
-    """What placement needs from one NodeTopology. Equal for identical machines (no names, no UUIDs)."""
+    """What placement needs from one NodeTopology. Equal for identical machines (no names, no UUIDs).
+
+    ``invalid`` is set (and ``gpus`` empty) when the NodeTopology could not be used at all: over the
+    schema's bounds (an object written before the CRD had them, or by a broken agent) or malformed.
+    Placement treats such a node like one without a NodeTopology (constrained pods are refused, with
+    the reason; others pass unscored).
+    """
 
     gpus: tuple[GpuSlot, ...]
     rdma_layers: tuple[str, ...]  #: link layers of the node's usable RDMA NICs (sorted, unique)
@@ -70,14 +77,26 @@ class NodeShape:
     #: usable RDMA NICs (not DOWN), whatever their link layer: one whose link layer or state is
     #: unknown (``topo -m`` names NICs, not layers) is usable. None: as many as ``rdma_layers``
     rdma_nics: int | None = None
+    invalid: str = ""
+    by_index: Mapping[int, GpuSlot] = dataclasses.field(init=False, compare=False, repr=False)
+    whole_gpus: frozenset[int] = dataclasses.field(init=False, compare=False, repr=False)
+    _hash: int = dataclasses.field(init=False, compare=False, repr=False)
 
     @property
     def has_rdma(self) -> bool:
         return bool(self.rdma_nics if self.rdma_nics is not None else self.rdma_layers)
 
-    @property
-    def whole_gpus(self) -> frozenset[int]:
-        return frozenset(g.index for g in self.gpus if g.whole)
+    def __post_init__(self) -> None:
+        # Derived once: placement looks GPUs up by index for every candidate, and the caches hash
+        # shapes on every lookup (a tuple does not cache its hash).
+        object.__setattr__(self, "by_index", {g.index: g for g in self.gpus})
+        object.__setattr__(self, "whole_gpus", frozenset(g.index for g in self.gpus if g.whole))
+        object.__setattr__(
+            self, "_hash", hash((self.gpus, self.rdma_layers, self.ready, self.rdma_nics, self.invalid))
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -100,43 +119,79 @@ def _link_class(text: Any) -> LinkClass | None:
         return None
 
 
-def node_shape(status: Mapping[str, Any]) -> NodeShape:
-    """The ``NodeShape`` of a NodeTopology ``status``; tolerant of missing fields (older agents)."""
+def node_shape(status: Any) -> NodeShape:
+    """The ``NodeShape`` of a NodeTopology ``status``; tolerant of missing fields (older agents).
+
+    The cost is linear in the object and bounded: a status over the schema's bounds (``MAX_GPUS``
+    GPUs, ``MAX_NICS`` NICs, per GPU too) or of the wrong shape yields an ``invalid`` shape at once.
+    """
+    try:
+        return _node_shape(status)
+    except _Unusable as e:
+        return NodeShape(gpus=(), rdma_layers=(), ready=False, invalid=str(e))
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        return NodeShape(gpus=(), rdma_layers=(), ready=False, invalid=f"malformed NodeTopology ({e})")
+
+
+class _Unusable(Exception):
+    pass
+
+
+def _items(value: Any, what: str, bound: int) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _Unusable(f"malformed NodeTopology ({what} is not a list)")
+    if len(value) > bound:
+        raise _Unusable(f"NodeTopology over the schema's bounds ({len(value)} {what}, at most {bound})")
+    return value
+
+
+def _node_shape(status: Any) -> NodeShape:
+    if not isinstance(status, Mapping):
+        raise _Unusable("malformed NodeTopology (status is not an object)")
     usable_rdma: dict[str, str | None] = {}
-    for nic in status.get("nics") or []:
+    for nic in _items(status.get("nics"), "NICs", MAX_NICS):
         if nic.get("rdma") and str(nic.get("state") or "").upper() != "DOWN":
             usable_rdma[str(nic.get("name"))] = nic.get("linkLayer")
-    slots = []
-    for gpu in status.get("gpus") or []:
+    slots: dict[int, GpuSlot] = {}
+    for gpu in _items(status.get("gpus"), "GPUs", MAX_GPUS):
         distances = [
             (cls, str(n.get("name")))
-            for n in gpu.get("nics") or []
+            for n in _items(gpu.get("nics"), "NICs of a GPU", MAX_NICS)
             if (cls := _link_class(n.get("distance"))) is not None
         ]
         best = min((c for c, _ in distances), default=_link_class(gpu.get("nicDistance")))
         rdma = [(c, name) for c, name in distances if name in usable_rdma]
         best_rdma = min((c for c, _ in rdma), default=None)
         layers = sorted({str(usable_rdma[name]) for c, name in rdma if c == best_rdma and usable_rdma[name]})
-        slots.append(
-            GpuSlot(
-                index=int(gpu["index"]),
-                island=gpu.get("island"),
-                numa=gpu.get("numaNode"),
-                nic=best,
-                rdma_nic=best_rdma,
-                rdma_layers=tuple(layers),
-                whole=gpu.get("migEnabled") is not True,
-            )
+        index = _index(gpu["index"], "index")
+        slots[index] = GpuSlot(
+            index=index,
+            island=_index(gpu.get("island"), "island"),
+            numa=_index(gpu.get("numaNode"), "numaNode"),
+            nic=best,
+            rdma_nic=best_rdma,
+            rdma_layers=tuple(layers),
+            whole=gpu.get("migEnabled") is not True,
         )
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
-    )
+    conditions = _items(status.get("conditions"), "conditions", 1024)
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     return NodeShape(
-        gpus=tuple(sorted(slots, key=lambda g: g.index)),
+        gpus=tuple(slots[i] for i in sorted(slots)),
         rdma_layers=tuple(sorted({str(v) for v in usable_rdma.values() if v})),
-        ready=ready or not status.get("conditions"),
+        ready=ready or not conditions,
         rdma_nics=len(usable_rdma),
     )
+
+
+def _index(value: Any, what: str) -> Any:
+    """A GPU index, island id or NUMA node: a non-negative int (or None where the field is optional)."""
+    if value is None and what != "index":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
+        raise _Unusable(f"malformed NodeTopology (GPU {what} {str(value)[:32]!r})")
+    return value
 
 
 def _gpus(n: int) -> str:
@@ -220,7 +275,7 @@ def place(shape: NodeShape, free: frozenset[int], request: PodRequest) -> tuple[
 def _cost(
     shape: NodeShape, island_free: Mapping[int, int], pick: Sequence[int], request: PodRequest
 ) -> tuple[int, int, int, tuple[int, ...]]:
-    by_index = {g.index: g for g in shape.gpus}
+    by_index = shape.by_index
     taken: dict[int, int] = defaultdict(int)
     for i in pick:
         island = by_index[i].island
@@ -237,7 +292,7 @@ def score(shape: NodeShape, free: frozenset[int], pick: Sequence[int], request: 
     waste = _cost(shape, island_free, pick, request)[0]
     available = sum(1 for g in shape.gpus if g.whole and g.index in free)
     fit = round(5 * (1 - waste / max(1, available)))
-    by_index = {g.index: g for g in shape.gpus}
+    by_index = shape.by_index
     classes = [_distance(by_index[i], request) for i in pick]
     nic = min((_NIC_POINTS.get(c, 0) if c is not None else 0) for c in classes) if classes else 0
     layer = request.link_layer
@@ -259,6 +314,10 @@ def evaluate(shape: NodeShape, free: frozenset[int], request: PodRequest) -> Ver
     """
     if request.gpus <= 0:
         return Verdict(fits=True, score=0)
+    if shape.invalid:  # like a node without a NodeTopology: only constrained pods are refused
+        if not request.constrained:
+            return Verdict(fits=True, score=0)
+        return Verdict(fits=False, reason=REASON_PREFIX + shape.invalid, unresolvable=True)
     empty = place(shape, shape.whole_gpus, request)
     if isinstance(empty, str):
         return Verdict(fits=False, reason=REASON_PREFIX + empty, unresolvable=True)

@@ -24,6 +24,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
 from nodetopo.errors import NodetopoError
@@ -44,10 +45,10 @@ ANNOTATIONS = (ONE_ISLAND, MAX_NIC_DISTANCE, NUMA_ALIGNED, RDMA, LINK_LAYER)
 _TRUE = frozenset({"true", "yes", "1"})
 _FALSE = frozenset({"false", "no", "0", ""})
 _LINK_LAYERS = {"infiniband": "InfiniBand", "ethernet": "Ethernet"}
-_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?\s*$")
-_SUFFIX = {
+_QUANTITY = re.compile(r"^\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?\s*$")
+_SUFFIX: dict[str, Fraction | int] = {
     "": 1,
-    "m": 0.001,
+    "m": Fraction(1, 1000),
     "k": 10**3,
     "M": 10**6,
     "G": 10**9,
@@ -67,6 +68,11 @@ class AnnotationError(NodetopoError):
     """A ``nodetopo.io/`` annotation or the GPU request of a pod could not be read."""
 
 
+class PodShapeError(AnnotationError):
+    """The pod object itself is malformed: a field of the wrong JSON type, or a quantity no API server
+    admits (beyond int64). Such a pod cannot have come from kube-scheduler: the extender answers 400."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class PodRequest:
     """The topology needs of one pod. Hashable: the extender memoizes verdicts on it."""
@@ -84,18 +90,51 @@ class PodRequest:
         return self.one_island or self.max_nic_distance is not None or self.numa_aligned or self.rdma
 
 
-def parse_quantity(text: str) -> float:
-    """A Kubernetes resource quantity (``2``, ``500m``, ``1Ki``) as a number."""
-    match = _QUANTITY.match(str(text))
-    if not match:
-        raise AnnotationError(f"not a resource quantity: {text!r}")
-    return float(match.group(1)) * _SUFFIX[match.group(2) or ""]
+#: the largest quantity the API server stores (int64); a pod asking for more is malformed
+MAX_QUANTITY = 2**63 - 1
 
 
-def _container_gpus(container: Mapping[str, Any]) -> int:
-    resources = container.get("resources") or {}
+def parse_quantity(text: Any) -> Fraction:
+    """A Kubernetes resource quantity (``2``, ``500m``, ``1Ki``) as an exact number.
+
+    A JSON integer is accepted as well as a string. Anything else, text that is not a quantity or a
+    value beyond int64 is a ``PodShapeError``: the API server admits no such pod.
+    """
+    if isinstance(text, bool) or not isinstance(text, (str, int)):
+        raise PodShapeError(f"a resource quantity must be a string, not {type(text).__name__}")
+    if isinstance(text, int):
+        value = Fraction(text)
+    else:
+        match = _QUANTITY.match(text[:64])
+        if len(text) > 64 or not match:
+            raise PodShapeError(f"not a resource quantity: {text[:64]!r}")
+        value = Fraction(match.group(1)) * _SUFFIX[match.group(2) or ""]
+    if not 0 <= value <= MAX_QUANTITY:
+        raise PodShapeError(f"resource quantity {str(text)[:64]!r} is out of range (0 to 2^63-1)")
+    return value
+
+
+def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    """``value`` when it is a JSON object (``None`` reads as empty), else a ``PodShapeError``."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise PodShapeError(f"{what} must be an object, not {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise PodShapeError(f"{what} must be a list, not {type(value).__name__}")
+    return value
+
+
+def _container_gpus(container: Any, what: str) -> int:
+    resources = _mapping(_mapping(container, what).get("resources"), f"{what}.resources")
     for kind in ("requests", "limits"):  # extended resources: requests == limits; limits alone imply requests
-        value = (resources.get(kind) or {}).get(GPU_RESOURCE)
+        value = _mapping(resources.get(kind), f"{what}.resources.{kind}").get(GPU_RESOURCE)
         if value is not None:
             return math.ceil(parse_quantity(value))
     return 0
@@ -103,25 +142,38 @@ def _container_gpus(container: Mapping[str, Any]) -> int:
 
 def pod_gpus(spec: Mapping[str, Any]) -> int:
     """GPUs a pod spec requests: the larger of the containers' sum and the largest init container."""
-    main = sum(_container_gpus(c) for c in spec.get("containers") or [])
-    init = max((_container_gpus(c) for c in spec.get("initContainers") or []), default=0)
+    spec = _mapping(spec, "spec")
+    containers = _list(spec.get("containers"), "spec.containers")
+    inits = _list(spec.get("initContainers"), "spec.initContainers")
+    main = sum(_container_gpus(c, f"spec.containers[{i}]") for i, c in enumerate(containers))
+    init = max((_container_gpus(c, f"spec.initContainers[{i}]") for i, c in enumerate(inits)), default=0)
     return max(main, init)
 
 
-def _flag(annotations: Mapping[str, str], key: str) -> bool:
+def _quote(value: Any) -> str:
+    """A value for an error message: repr'd, at most 64 characters of it (annotations reach 256 KiB)."""
+    text = str(value)
+    return repr(text[:64]) + ("..." if len(text) > 64 else "")
+
+
+def _flag(annotations: Mapping[str, Any], key: str) -> bool:
     value = str(annotations.get(key, "")).strip().lower()
     if value in _TRUE:
         return True
     if value in _FALSE:
         return False
-    raise AnnotationError(f'{key}: expected "true" or "false", got {annotations[key]!r}')
+    raise AnnotationError(f'{key}: expected "true" or "false", got {_quote(annotations[key])}')
 
 
-def parse_pod_request(pod: Mapping[str, Any]) -> PodRequest:
+def parse_pod_request(pod: Any) -> PodRequest:
     """The ``PodRequest`` of a pod object (a dict as the API serves it)."""
-    metadata = pod.get("metadata") or {}
-    annotations: Mapping[str, str] = metadata.get("annotations") or {}
-    gpus = pod_gpus(pod.get("spec") or {})
+    pod = _mapping(pod, "Pod")
+    metadata = _mapping(pod.get("metadata"), "Pod.metadata")
+    annotations = _mapping(metadata.get("annotations"), "Pod.metadata.annotations")
+    for key in ANNOTATIONS:
+        if key in annotations and not isinstance(annotations[key], str):
+            raise PodShapeError(f"annotation {key} must be a string, not {type(annotations[key]).__name__}")
+    gpus = pod_gpus(_mapping(pod.get("spec"), "Pod.spec"))
     distance = None
     text = str(annotations.get(MAX_NIC_DISTANCE, "")).strip().upper()
     if text:
@@ -130,7 +182,7 @@ def parse_pod_request(pod: Mapping[str, Any]) -> PodRequest:
         except KeyError:
             choices = "|".join(c.name for c in LinkClass)
             raise AnnotationError(
-                f"{MAX_NIC_DISTANCE}: expected one of {choices}, got {annotations[MAX_NIC_DISTANCE]!r}"
+                f"{MAX_NIC_DISTANCE}: expected one of {choices}, got {_quote(annotations[MAX_NIC_DISTANCE])}"
             ) from None
     rdma_text = str(annotations.get(RDMA, "")).strip().lower()
     if rdma_text in ("required", "true"):
@@ -138,13 +190,13 @@ def parse_pod_request(pod: Mapping[str, Any]) -> PodRequest:
     elif rdma_text in ("", "false", "optional"):
         rdma = False
     else:
-        raise AnnotationError(f'{RDMA}: expected "required", got {annotations[RDMA]!r}')
+        raise AnnotationError(f'{RDMA}: expected "required", got {_quote(annotations[RDMA])}')
     layer_text = str(annotations.get(LINK_LAYER, "")).strip().lower()
     link_layer = None
     if layer_text:
         if layer_text not in _LINK_LAYERS:
             raise AnnotationError(
-                f"{LINK_LAYER}: expected InfiniBand or Ethernet, got {annotations[LINK_LAYER]!r}"
+                f"{LINK_LAYER}: expected InfiniBand or Ethernet, got {_quote(annotations[LINK_LAYER])}"
             )
         link_layer = _LINK_LAYERS[layer_text]
     return PodRequest(

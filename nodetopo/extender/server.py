@@ -11,11 +11,23 @@ Go field names):
   short because of bound pods is in ``FailedNodes``.
 * ``POST /prioritize`` takes the same arguments and answers ``HostPriorityList``
   ``[{"Host": node, "Score": 0..10}]``.
-* ``GET /healthz`` (process alive), ``GET /readyz`` (caches synced; JSON counts).
+* ``GET /healthz`` (process alive), ``GET /readyz`` (caches synced; JSON counts), ``GET /metrics``
+  (Prometheus text format).
 
 Until the caches have synced, ``/filter`` and ``/prioritize`` answer ``503`` with a JSON ``Error``;
 kube-scheduler treats any non-200 as a failed scheduling attempt and retries the pod with backoff
 (unless the extender is configured ``ignorable``, which this one must not be).
+
+Every bad request gets a 4xx JSON ``{"Error": ...}``: a body that is not ``ExtenderArgs`` (a JSON
+object whose ``Pod`` is an object with fields of the API's types, ``NodeNames`` a list of strings) is
+400; a pod whose *values* are wrong (an unknown annotation value) is a normal answer that rejects every
+node with the reason, as kube-scheduler shows it in the pod's events.
+
+Memory is bounded by design (``RequestLimits``): a body is at most ``max_body_bytes`` (8 MiB: the
+largest real request is a 3 MiB pod, the API server's request limit, plus 20,000 node names of the
+maximum 253 characters), and each request reserves its worst-case decode cost from one shared
+``memory_budget_bytes`` before it is read and decoded (``decode_cost``: measured CPython bounds for
+JSON values and text); requests that do not fit wait briefly, then get 503 (kube-scheduler retries).
 
 Accepted sockets get ``TCP_NODELAY``: the scheduler sends each request in more than one segment and
 without it Nagle's algorithm plus delayed ACKs add ~40 ms to every call.
@@ -23,51 +35,126 @@ without it Nagle's algorithm plus delayed ACKs add ~40 ms to every call.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import logging
-import socket
+import ssl
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Mapping
 from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 from nodetopo.extender.cache import ClusterState
 from nodetopo.extender.fit import REASON_PREFIX
-from nodetopo.extender.request import AnnotationError, parse_pod_request
+from nodetopo.extender.limits import RequestLimits, decode_cost
+from nodetopo.extender.request import AnnotationError, PodRequest, PodShapeError, parse_pod_request
+from nodetopo.httpserver import BoundedHandler, BoundedHTTPServer, HttpError, Limits
 
 log = logging.getLogger(__name__)
 
 NO_TOPOLOGY = REASON_PREFIX + "no NodeTopology for this node (is the nodetopo agent running there?)"
-MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 class ProtocolError(ValueError):
     """The request body is not valid ``ExtenderArgs``."""
 
 
-def _candidate_names(args: dict[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
-    """Node names from ``NodeNames`` or, without the node cache, ``Nodes.items`` (kept for the answer)."""
+class MemoryBudget:
+    """Bytes that requests in flight may hold, shared by all connections."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+        self._cond = threading.Condition()
+
+    def acquire(self, amount: int, timeout: float) -> bool:
+        if amount > self.total:
+            return False
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self.used + amount > self.total:
+                left = deadline - time.monotonic()
+                if (left <= 0 or not self._cond.wait(left)) and self.used + amount > self.total:
+                    return False
+            self.used += amount
+            return True
+
+    def release(self, amount: int) -> None:
+        with self._cond:
+            self.used -= amount
+            self._cond.notify_all()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ExtenderArgs:
+    """What the extender keeps of a request: the node names, the pod's request (or why it is unusable)."""
+
+    names: list[str]
+    request: PodRequest | AnnotationError
+    pod: str  #: namespace/name, for logs
+    nodes: dict[str, Any] | None = None  #: without the node cache: the Node objects by name, for the answer
+
+
+def parse_extender_args(args: Any) -> ExtenderArgs:
+    """A decoded body → ``ExtenderArgs``; ``ProtocolError`` when its JSON shape is wrong."""
+    if not isinstance(args, Mapping):
+        raise ProtocolError("ExtenderArgs must be a JSON object")
+    pod = args.get("Pod")
+    if not isinstance(pod, Mapping):
+        raise ProtocolError(f"Pod must be an object, not {type(pod).__name__}")
+    try:
+        request: PodRequest | AnnotationError = parse_pod_request(pod)
+    except PodShapeError as e:
+        raise ProtocolError(f"Pod: {e}") from None
+    except AnnotationError as e:
+        request = e
+    meta = pod.get("metadata")
+    ref = (
+        f"{str(meta.get('namespace'))[:253]}/{str(meta.get('name'))[:253]}"
+        if isinstance(meta, Mapping)
+        else "?"
+    )
     names = args.get("NodeNames")
     if names is not None:
-        if not isinstance(names, list):
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ProtocolError("NodeNames must be a list of strings")
-        return [str(n) for n in names], None
-    nodes = args.get("Nodes") or {}
-    by_name = {str(n["metadata"]["name"]): n for n in nodes.get("items") or []}
-    return list(by_name), by_name
+        return ExtenderArgs(names=names, request=request, pod=ref)
+    nodes = args.get("Nodes")
+    if nodes is None:
+        return ExtenderArgs(names=[], request=request, pod=ref)
+    items = nodes.get("items") if isinstance(nodes, Mapping) else None
+    if not isinstance(nodes, Mapping) or not isinstance(items if items is not None else [], list):
+        raise ProtocolError("Nodes must be an object with a list of items")
+    by_name: dict[str, Any] = {}
+    for item in items or []:
+        meta = item.get("metadata") if isinstance(item, Mapping) else None
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        if not isinstance(name, str):
+            raise ProtocolError("every Nodes item needs metadata.name (a string)")
+        by_name[name] = item
+    return ExtenderArgs(names=list(by_name), request=request, pod=ref, nodes=by_name)
 
 
-def filter_nodes(state: ClusterState, args: dict[str, Any]) -> dict[str, Any]:
+def filter_nodes(state: ClusterState, args: Mapping[str, Any] | ExtenderArgs) -> dict[str, Any]:
     """``ExtenderArgs`` → ``ExtenderFilterResult``."""
-    names, objects = _candidate_names(args)
+    parsed = args if isinstance(args, ExtenderArgs) else parse_extender_args(args)
+    names = parsed.names
     passed: list[str] = []
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
-    try:
-        request = parse_pod_request(args.get("Pod") or {})
-    except AnnotationError as e:
-        unresolvable = {n: f"{REASON_PREFIX}{e}" for n in names}
+    request = parsed.request
+    if isinstance(request, AnnotationError):
+        unresolvable = {n: f"{REASON_PREFIX}{request}" for n in names}
     else:
         for node, verdict in state.verdicts(names, request):
             if verdict is None:
@@ -87,123 +174,183 @@ def filter_nodes(state: ClusterState, args: dict[str, Any]) -> dict[str, Any]:
         "FailedAndUnresolvableNodes": unresolvable,
         "Error": "",
     }
-    if objects is not None:
+    if parsed.nodes is not None:
         result["NodeNames"] = None
-        result["Nodes"] = {"items": [objects[n] for n in passed]}
+        result["Nodes"] = {"items": [parsed.nodes[n] for n in passed]}
     return result
 
 
-def prioritize_nodes(state: ClusterState, args: dict[str, Any]) -> list[dict[str, Any]]:
+def prioritize_nodes(state: ClusterState, args: Mapping[str, Any] | ExtenderArgs) -> list[dict[str, Any]]:
     """``ExtenderArgs`` → ``HostPriorityList`` (0 for nodes without a fit or a NodeTopology)."""
-    names, _ = _candidate_names(args)
-    try:
-        request = parse_pod_request(args.get("Pod") or {})
-    except AnnotationError:
-        return [{"Host": n, "Score": 0} for n in names]
+    parsed = args if isinstance(args, ExtenderArgs) else parse_extender_args(args)
+    if isinstance(parsed.request, AnnotationError):
+        return [{"Host": n, "Score": 0} for n in parsed.names]
     return [
         {"Host": node, "Score": verdict.score if verdict is not None and verdict.fits else 0}
-        for node, verdict in state.verdicts(names, request)
+        for node, verdict in state.verdicts(parsed.names, parsed.request)
     ]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive: the scheduler's Go client reuses connections
+class ExtenderMetrics:
+    """The extender's Prometheus metrics (``GET /metrics``)."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "nodetopo_extender_requests_total", "Requests answered", ["verb", "code"], registry=self.registry
+        )
+        self.duration = Histogram(
+            "nodetopo_extender_request_duration_seconds",
+            "Time to answer /filter and /prioritize (after the body was read)",
+            ["verb"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+            registry=self.registry,
+        )
+        self.budget_used = Gauge(
+            "nodetopo_extender_memory_budget_used_bytes",
+            "Bytes reserved by requests in flight (bodies and their decoded form)",
+            registry=self.registry,
+        )
+        self.budget_total = Gauge(
+            "nodetopo_extender_memory_budget_bytes",
+            "The shared request memory budget",
+            registry=self.registry,
+        )
+        self.synced = Gauge(
+            "nodetopo_extender_synced", "1 once both caches have synced", registry=self.registry
+        )
+        self.objects = Gauge(
+            "nodetopo_extender_cache_objects", "Objects in the cache", ["kind"], registry=self.registry
+        )
+        self._state = state
+
+    def render(self, budget: MemoryBudget) -> bytes:
+        self.budget_used.set(budget.used)
+        self.budget_total.set(budget.total)
+        self.synced.set(1 if self._state.synced else 0)
+        for kind, count in self._state.counts().items():
+            self.objects.labels(kind).set(count)
+        return bytes(generate_latest(self.registry))
+
+
+class _Handler(BoundedHandler):
     server: ExtenderHTTPServer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
-
-    def _send(self, status: int, payload: Any) -> None:
-        body = json.dumps(payload, separators=(",", ":")).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self) -> None:
         state = self.server.state
-        if self.path == "/healthz":
-            self._send(200, {"status": "ok"})
-        elif self.path == "/readyz":
+        path = self.path.split("?", 1)[0]
+        if path == "/healthz":
+            self.send_json(200, {"status": "ok"})
+        elif path == "/readyz":
             payload = {"synced": state.synced, **state.counts()}
-            self._send(200 if state.synced else 503, payload)
+            self.send_json(200 if state.synced else 503, payload)
+        elif path == "/metrics":
+            self.send_body(200, self.server.metrics.render(self.server.budget), CONTENT_TYPE_LATEST)
         else:
-            self._send(404, {"Error": f"no such path {self.path}"})
+            self.send_json(404, {"Error": f"no such path {self.path[:200]!r}"})
 
     def do_POST(self) -> None:
-        verb = self.path.rstrip("/").rsplit("/", 1)[-1]
+        verb = self.path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
         if verb not in ("filter", "prioritize"):
-            self._send(404, {"Error": f"unknown extender verb {self.path!r} (filter, prioritize)"})
-            return
-        length = int(self.headers.get("Content-Length") or 0)
-        if length <= 0 or length > MAX_BODY_BYTES:
-            self._send(400, {"Error": f"bad Content-Length {length}"})
-            return
-        raw = self.rfile.read(length)
-        state = self.server.state
-        if not state.synced:
-            self._send(503, {"Error": state.not_synced_reason()})
-            return
-        self.server.freeze_cache_once()
-        started = time.perf_counter()
-        try:
-            args = json.loads(raw)
-            if not isinstance(args, dict):
-                raise ProtocolError("ExtenderArgs must be a JSON object")
-            answer: Any = filter_nodes(state, args) if verb == "filter" else prioritize_nodes(state, args)
-        except (ValueError, KeyError, TypeError) as e:
-            log.warning("bad %s request: %s", verb, e)
-            self._send(400, {"Error": f"bad ExtenderArgs: {e}"})
-            return
-        self._send(200, answer)
-        if log.isEnabledFor(logging.DEBUG):
-            pod = (args.get("Pod") or {}).get("metadata") or {}
-            log.debug(
-                "%s %s/%s: %.2f ms: %s",
-                verb,
-                pod.get("namespace"),
-                pod.get("name"),
-                (time.perf_counter() - started) * 1000,
-                json.dumps(answer)[:2000],
+            # The body is not read: close so that it is never taken for the next request.
+            raise HttpError(
+                404, f"unknown extender verb {self.path[:200]!r} (filter, prioritize)", close=True
             )
+        code = 500
+        try:
+            code = self._serve(verb)
+        except HttpError as e:
+            code = e.status
+            raise
+        finally:
+            self.server.metrics.requests.labels(verb, str(code)).inc()
+
+    def _serve(self, verb: str) -> int:
+        limits = self.server.request_limits
+        budget = self.server.budget
+        length = self.content_length(limits.max_body_bytes)
+        if not budget.acquire(length, limits.budget_wait_s):
+            raise HttpError(503, "extender busy: request memory budget exhausted; retry", close=True)
+        reserved = length
+        try:
+            raw = self.read_exactly(length)
+            state = self.server.state
+            if not state.synced:
+                raise HttpError(503, state.not_synced_reason())
+            cost = decode_cost(raw)  # held together with the body while decoding
+            if length + cost > budget.total:
+                raise HttpError(413, f"request too complex: decoding it could take {cost} bytes")
+            if not budget.acquire(cost, limits.budget_wait_s):
+                raise HttpError(503, "extender busy: request memory budget exhausted; retry")
+            reserved += cost
+            self.server.freeze_cache_once()
+            started = time.perf_counter()
+            try:
+                decoded = json.loads(raw)
+            except (ValueError, RecursionError) as e:
+                raise HttpError(
+                    400, f"bad ExtenderArgs: not JSON ({type(e).__name__}: {str(e)[:200]})"
+                ) from None
+            del raw
+            try:
+                args = parse_extender_args(decoded)
+            except ProtocolError as e:
+                log.info("bad %s request: %s", verb, e)
+                raise HttpError(400, f"bad ExtenderArgs: {e}") from None
+            del decoded
+            answer: Any = filter_nodes(state, args) if verb == "filter" else prioritize_nodes(state, args)
+            self.send_json(200, answer)
+            elapsed = time.perf_counter() - started
+            self.server.metrics.duration.labels(verb).observe(elapsed)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%s %s: %.2f ms: %s", verb, args.pod, elapsed * 1000, json.dumps(answer)[:2000])
+            return 200
+        finally:
+            budget.release(reserved)
 
 
-class ExtenderHTTPServer(ThreadingHTTPServer):
-    """A threading HTTP server that sets ``TCP_NODELAY`` on every accepted connection."""
+class ExtenderHTTPServer(BoundedHTTPServer):
+    """The extender's HTTP server: ``BoundedHTTPServer`` (connection limits, timeouts, TLS) plus the
+    shared request memory budget and the metrics."""
 
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], state: ClusterState) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        state: ClusterState,
+        *,
+        limits: Limits | None = None,
+        request_limits: RequestLimits | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.state = state
+        self.request_limits = request_limits or RequestLimits()
+        self.budget = MemoryBudget(self.request_limits.memory_budget_bytes)
+        self.metrics = ExtenderMetrics(state)
         self._frozen = False
-        super().__init__(address, _Handler)
+        self._freeze_lock = threading.Lock()
+        super().__init__(address, _Handler, limits=limits, ssl_context=ssl_context)
 
     def freeze_cache_once(self) -> None:
         """After the first sync, move the (large, long-lived) cache out of the garbage collector's
         sight: with 5,000 cached nodes, full collections triggered by request garbage otherwise
         traverse the whole cache and show up as p99 spikes (benchmarks/RESULTS.md)."""
         if not self._frozen:
-            self._frozen = True
-            gc.collect()
-            gc.freeze()
-
-    def get_request(self) -> tuple[socket.socket, Any]:
-        conn, addr = super().get_request()
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn, addr
-
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
-
-    def start_background(self) -> threading.Thread:
-        """Serve in a daemon thread (tests, benchmarks); ``shutdown()`` stops it."""
-        thread = threading.Thread(target=self.serve_forever, name="extender-http", daemon=True)
-        thread.start()
-        return thread
+            with self._freeze_lock:
+                if not self._frozen:
+                    self._frozen = True
+                    gc.collect()
+                    gc.freeze()
 
 
-def make_server(state: ClusterState, host: str = "0.0.0.0", port: int = 8888) -> ExtenderHTTPServer:
-    return ExtenderHTTPServer((host, port), state)
+def make_server(
+    state: ClusterState,
+    host: str = "0.0.0.0",
+    port: int = 8888,
+    *,
+    limits: Limits | None = None,
+    request_limits: RequestLimits | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+) -> ExtenderHTTPServer:
+    return ExtenderHTTPServer(
+        (host, port), state, limits=limits, request_limits=request_limits, ssl_context=ssl_context
+    )

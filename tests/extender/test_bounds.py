@@ -1,0 +1,179 @@
+"""One node's NodeTopology must not slow scheduling for the cluster (issue 17, security item 3).
+
+0.1.0: a schema-valid object with 20,000 GPUs in two-GPU islands (1.1 MB) made one ``/filter`` take
+12 s, partly under the cache's global lock. Now the cost per node is bounded whatever the object
+says: over the schema's bounds the node is refused at once, within them placement is near-linear,
+and the lock is never held while placing.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from nodetopo.crd import MAX_GPUS, MAX_NICS
+from nodetopo.extender.cache import ClusterState
+from nodetopo.extender.fit import evaluate, node_shape
+from nodetopo.extender.request import PodRequest
+from nodetopo.extender.server import filter_nodes, prioritize_nodes
+
+ONE_ISLAND = {"nodetopo.io/gpus-in-one-island": "true", "nodetopo.io/max-nic-distance": "SYS"}
+
+
+def islands_of_two(gpus: int, nics: int = 2) -> dict[str, Any]:
+    """A schema-valid NodeTopology: ``gpus`` GPUs in two-GPU NVLink islands, each listing ``nics`` NICs."""
+    nic_names = [f"mlx5_{i}" for i in range(nics)]
+    return {
+        "metadata": {"name": f"hostile-{gpus}"},
+        "status": {
+            "nodeName": f"hostile-{gpus}",
+            "gpus": [
+                {
+                    "index": i,
+                    "island": i // 2,
+                    "numaNode": 0,
+                    "nicDistance": "PIX",
+                    "nearestNICs": nic_names[:1],
+                    "nics": [{"name": n, "distance": "PIX"} for n in nic_names],
+                }
+                for i in range(gpus)
+            ],
+            "nics": [
+                {"name": n, "rdma": True, "state": "ACTIVE", "linkLayer": "InfiniBand"} for n in nic_names
+            ],
+            "nvlinkIslands": [
+                {
+                    "id": i,
+                    "gpus": [2 * i, 2 * i + 1],
+                    "linksPerPair": 1,
+                    "fullyConnected": True,
+                    "nvswitch": False,
+                }
+                for i in range(gpus // 2)
+            ],
+        },
+    }
+
+
+def gpu_pod(gpus: int, annotations: dict[str, str] | None = None, **meta: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "default", "annotations": annotations or {}, **meta},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+    }
+
+
+def synced(*objects: dict[str, Any]) -> ClusterState:
+    state = ClusterState()
+    state.replace_topologies(objects)
+    state.replace_pods([])
+    state.topologies_synced.set()
+    state.pods_synced.set()
+    return state
+
+
+def test_an_object_over_the_bounds_is_refused_at_once() -> None:
+    hostile = islands_of_two(20_000)
+    started = time.perf_counter()
+    shape = node_shape(hostile["status"])
+    assert shape.invalid and "20000 GPUs" in shape.invalid and not shape.gpus
+    state = synced(hostile)
+    args = {"Pod": gpu_pod(2, ONE_ISLAND), "NodeNames": ["hostile-20000"]}
+    result = filter_nodes(state, args)
+    elapsed = time.perf_counter() - started
+    assert "over the schema's bounds" in result["FailedAndUnresolvableNodes"]["hostile-20000"]
+    # an unconstrained pod passes, as on a node without a NodeTopology (the scheduler checks capacity)
+    assert filter_nodes(state, {"Pod": gpu_pod(1), "NodeNames": ["hostile-20000"]})["NodeNames"] == [
+        "hostile-20000"
+    ]
+    assert elapsed < 1.0, f"{elapsed:.2f}s"
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda s: s["gpus"][0]["nics"].extend({"name": f"x{i}", "distance": "SYS"} for i in range(MAX_NICS)),
+        lambda s: s.__setitem__("nics", [{"name": f"n{i}", "rdma": False} for i in range(MAX_NICS + 1)]),
+        lambda s: s["gpus"][0].__setitem__("index", "zero"),
+        lambda s: s["gpus"][0].__setitem__("island", 2**40),
+        lambda s: s.__setitem__("gpus", {"0": {}}),
+        lambda s: s["gpus"].__setitem__(0, "a GPU"),
+    ],
+    ids=[
+        "gpu-nics-over-bound",
+        "nics-over-bound",
+        "index-a-string",
+        "island-huge",
+        "gpus-a-map",
+        "gpu-a-string",
+    ],
+)
+def test_malformed_or_oversized_parts_make_the_node_invalid_not_the_extender(mutate: Any) -> None:
+    body = islands_of_two(8)
+    mutate(body["status"])
+    shape = node_shape(body["status"])
+    assert shape.invalid and not shape.gpus
+    verdict = evaluate(shape, shape.whole_gpus, PodRequest(gpus=2, one_island=True))
+    assert not verdict.fits and verdict.unresolvable and "NodeTopology" in verdict.reason
+
+
+def test_the_largest_schema_valid_node_is_placed_in_milliseconds() -> None:
+    """MAX_GPUS GPUs in two-GPU islands, with bound pods: was islands x GPUs per placement."""
+    body = islands_of_two(MAX_GPUS, nics=8)
+    state = synced(body)
+    name = body["metadata"]["name"]
+    for i in range(100):  # 100 bound pods to place before the new one
+        bound = gpu_pod(
+            2, ONE_ISLAND, uid=f"u{i}", creationTimestamp=f"2025-01-01T00:{i // 60:02d}:{i % 60:02d}Z"
+        )
+        bound["spec"]["nodeName"] = name
+        bound["status"] = {"phase": "Running"}
+        state.upsert_pod(bound)
+    args = {"Pod": gpu_pod(2, ONE_ISLAND), "NodeNames": [name]}
+    started = time.perf_counter()
+    result = filter_nodes(state, args)
+    scores = prioritize_nodes(state, args)
+    elapsed = time.perf_counter() - started
+    assert result["NodeNames"] == [name] and scores[0]["Score"] > 0
+    assert elapsed < 2.0, f"{elapsed:.3f}s for one node of {MAX_GPUS} GPUs"  # 0.1.0: 4.4 s
+
+
+def test_the_cache_lock_is_not_held_while_placing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow evaluation (a big node) must not block the reflectors' updates or other requests."""
+    import nodetopo.extender.cache as cache
+
+    body = islands_of_two(16)
+    state = synced(body)
+    blocked: list[bool] = []
+    real_evaluate = cache.evaluate
+
+    def evaluate_while_updating(*args: Any) -> Any:
+        other = copy.deepcopy(body)
+        other["metadata"]["name"] = "other"
+        writer = threading.Thread(target=state.upsert_topology, args=(other,))
+        writer.start()
+        writer.join(2.0)
+        blocked.append(writer.is_alive())
+        return real_evaluate(*args)
+
+    monkeypatch.setattr(cache, "evaluate", evaluate_while_updating)
+    result = filter_nodes(state, {"Pod": gpu_pod(2, ONE_ISLAND), "NodeNames": ["hostile-16"]})
+    assert result["NodeNames"] == ["hostile-16"]
+    assert blocked == [False]
+
+
+def test_a_change_while_placing_is_not_overwritten_by_the_stale_result() -> None:
+    """The free-GPU model computed outside the lock is kept only if the node did not change meanwhile."""
+    body = islands_of_two(4)
+    state = synced(body)
+    name = body["metadata"]["name"]
+    args = {"Pod": gpu_pod(4), "NodeNames": [name]}
+    assert filter_nodes(state, args)["NodeNames"] == [name]
+    bound = gpu_pod(2, uid="b1", creationTimestamp="2025-01-01T00:00:00Z")
+    bound["spec"]["nodeName"] = name
+    bound["status"] = {"phase": "Running"}
+    state.upsert_pod(bound)
+    assert "2 GPUs in use by bound pods" in filter_nodes(state, args)["FailedNodes"][name]

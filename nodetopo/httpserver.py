@@ -35,6 +35,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -73,18 +74,26 @@ class HttpError(Exception):
 
 
 class _Reaper:
-    """Shuts down the sockets of requests that overran their deadline (one thread per server)."""
+    """Shuts down the sockets of requests that overran their deadline (one thread per server).
 
-    def __init__(self) -> None:
+    While the server is saturated (a client waits for a connection slot), it also shuts down
+    requests that have been in progress for longer than ``evict_after_s``, oldest first: real
+    requests take milliseconds, so the oldest ones are the clients trickling bytes to hold slots.
+    """
+
+    def __init__(self, saturated: Callable[[], bool], evict_after_s: float) -> None:
         self._lock = threading.Lock()
-        self._deadlines: dict[socket.socket, float] = {}
+        self._deadlines: dict[socket.socket, tuple[float, float]] = {}  #: conn → (started, deadline)
+        self._saturated = saturated
+        self._evict_after_s = evict_after_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="http-reaper", daemon=True)
         self._thread.start()
 
     def arm(self, conn: socket.socket, seconds: float) -> None:
+        now = time.monotonic()
         with self._lock:
-            self._deadlines[conn] = time.monotonic() + seconds
+            self._deadlines[conn] = (now, now + seconds)
 
     def disarm(self, conn: socket.socket) -> None:
         with self._lock:
@@ -96,12 +105,17 @@ class _Reaper:
     def _run(self) -> None:
         while not self._stop.wait(0.1):
             now = time.monotonic()
+            saturated = self._saturated()
             with self._lock:
-                overdue = [conn for conn, deadline in self._deadlines.items() if deadline <= now]
+                overdue = [
+                    conn
+                    for conn, (started, deadline) in self._deadlines.items()
+                    if deadline <= now or (saturated and now - started > self._evict_after_s)
+                ]
                 for conn in overdue:
                     del self._deadlines[conn]
             for conn in overdue:
-                log.debug("request deadline passed; closing the connection")
+                log.debug("request too slow (deadline passed, or others wait); closing the connection")
                 # The plain socket's shutdown: SSLSocket.shutdown would drop its TLS state under the reader.
                 with contextlib.suppress(OSError):
                     socket.socket.shutdown(conn, socket.SHUT_RDWR)
@@ -127,7 +141,7 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         self._slots = threading.BoundedSemaphore(self.limits.max_connections)
         self.saturated = False  #: a client waits for a connection slot
         self._closing = threading.Event()
-        self.reaper = _Reaper()
+        self.reaper = _Reaper(lambda: self.saturated, self.limits.request_timeout_s / 5)
         super().__init__(address, handler)
         if ssl_context is not None:
             self.socket = ssl_context.wrap_socket(
@@ -213,13 +227,13 @@ class BoundedHandler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         limits = self.server.limits
         super().setup()
+        # A new connection must deliver its first request (and TLS handshake) within the deadline.
+        self.server.reaper.arm(self.connection, limits.request_timeout_s)
         self.connection.settimeout(limits.idle_timeout_s)
         if isinstance(self.connection, ssl.SSLSocket):
-            self.server.reaper.arm(self.connection, limits.request_timeout_s)
             self.connection.settimeout(limits.request_timeout_s)
             self.connection.do_handshake()
             self.connection.settimeout(limits.idle_timeout_s)
-            self.server.reaper.disarm(self.connection)
 
     def handle(self) -> None:
         self.close_connection = True
@@ -227,6 +241,7 @@ class BoundedHandler(BaseHTTPRequestHandler):
         while not self.close_connection:
             if not self._await_request():
                 return
+            self.server.reaper.arm(self.connection, self.server.limits.request_timeout_s)
             self.handle_one_request()
 
     def _await_request(self) -> bool:
@@ -270,7 +285,6 @@ class BoundedHandler(BaseHTTPRequestHandler):
         if not self.raw_requestline:
             self.close_connection = True
             return
-        self.server.reaper.arm(self.connection, self.server.limits.request_timeout_s)
         try:
             if len(self.raw_requestline) > 65536:
                 self.requestline = ""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
 import sys
 import time
@@ -23,6 +22,7 @@ from nodetopo.agent.health import Health, HealthServer
 from nodetopo.agent.loop import Agent
 from nodetopo.agent.metrics import AgentStats, make_registry
 from nodetopo.agent.publisher import AgentPublisher, ApiPublisher, DryRunPublisher
+from nodetopo.agent.signals import StopSignals
 from nodetopo.agent.throttle import RateLimitedSession, TokenBucket
 from nodetopo.agent.udev import EventSource, NoEvents, UdevEventSource
 from nodetopo.logs import configure_logging
@@ -171,20 +171,24 @@ def cmd_agent(args: argparse.Namespace) -> int:
     address = agent_config.listen_address(config.listen)
     if address is not None and not config.once:
         health: Health = agent.health
-        server = HealthServer(address, health, make_registry(agent.stats)).start()
+        try:
+            server = HealthServer(address, health, make_registry(agent.stats)).start()
+        except OSError as e:
+            print(f"nodetopo agent: cannot listen on {config.listen}: {e.strerror or e}", file=sys.stderr)
+            return 1
 
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("%s: finishing the current write, then exiting", signal.Signals(signum).name)
+    def on_stop(name: str) -> None:  # called by the watcher thread, never inside the signal handler
+        log.info("%s: finishing the current write, then exiting", name)
         agent.stop()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    signals = StopSignals(on_stop).install()
     log.info(
         "nodetopo agent for node %s (%s)", config.node_name, "dry run" if config.dry_run else "publishing"
     )
     try:
         return agent.run()
     finally:
+        signals.close()
         if server is not None:
             server.stop()
 

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
+import os
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -64,23 +67,8 @@ class AgentConfig:
     def validate(self) -> AgentConfig:
         if not self.node_name and not self.dry_run:
             raise ConfigError("node_name is required (--node-name, NODE_NAME or the config file)")
-        positive = ("interval_seconds", "command_timeout_seconds", "qps", "backoff_initial_seconds")
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be > 0, not {getattr(self, name)}")
-        non_negative = (
-            "start_delay_max_seconds",
-            "debounce_seconds",
-            "debounce_max_seconds",
-            "resync_seconds",
-        )
-        for name in non_negative:
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0, not {getattr(self, name)}")
-        if not 0 <= self.jitter < 1:
-            raise ConfigError(f"jitter must be in [0, 1), not {self.jitter}")
-        if self.burst < 1 or self.once_attempts < 1:
-            raise ConfigError("burst and once_attempts must be >= 1")
+        for name, (low, inclusive, high) in NUMERIC_RANGES.items():
+            check_range(name, getattr(self, name), low, inclusive, high)
         if self.backoff_max_seconds < self.backoff_initial_seconds:
             raise ConfigError("backoff_max_seconds must be >= backoff_initial_seconds")
         if self.log_format not in ("text", "json"):
@@ -93,6 +81,35 @@ class AgentConfig:
             raise ConfigError(f"udev_source must be kernel or udev, not {self.udev_source!r}")
         listen_address(self.listen)
         return self
+
+
+#: Every numeric setting: (lowest, lowest allowed itself?, highest). Finite always: ``nan`` and
+#: ``inf`` are refused (``nan`` compares false with everything, so it slipped through ``<= 0`` checks
+#: and made the loop spin; ``inf`` overflowed the sleeps). The highest values are a week for
+#: intervals, an hour for a command and a debounce: anything longer is a typo, not a setting.
+WEEK = 7 * 86400.0
+NUMERIC_RANGES: dict[str, tuple[float, bool, float]] = {
+    "command_timeout_seconds": (0.0, False, 3600.0),
+    "interval_seconds": (0.0, False, WEEK),
+    "jitter": (0.0, True, 0.99),
+    "start_delay_max_seconds": (0.0, True, 86400.0),
+    "debounce_seconds": (0.0, True, 3600.0),
+    "debounce_max_seconds": (0.0, True, 3600.0),
+    "resync_seconds": (0.0, True, WEEK),
+    "qps": (0.0, False, 1000.0),
+    "burst": (1, True, 10000),
+    "backoff_initial_seconds": (0.0, False, 86400.0),
+    "backoff_max_seconds": (0.0, False, 86400.0),
+    "once_attempts": (1, True, 1000),
+}
+
+
+def check_range(name: str, value: float, low: float, inclusive: bool, high: float) -> None:
+    """``ConfigError`` (one line naming the setting) unless ``value`` is finite and in range."""
+    ok = math.isfinite(value) and (value >= low if inclusive else value > low) and value <= high
+    if not ok:
+        bound = ">=" if inclusive else ">"
+        raise ConfigError(f"{name} must be a number {bound} {low:g} and <= {high:g}, not {value!r}")
 
 
 FIELDS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(AgentConfig)}
@@ -125,28 +142,30 @@ def _convert(name: str, value: Any, where: str) -> Any:
                 return False
             raise ValueError(f"not a boolean: {value!r}")
         if kind == "int":
-            if isinstance(value, bool):
-                raise ValueError(f"not an integer: {value!r}")
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(f"not an integer: {str(value)[:64]!r}")
             return int(value)
         if kind == "float":
             if isinstance(value, bool):
-                raise ValueError(f"not a number: {value!r}")
+                raise ValueError(f"not a number: {str(value)[:64]!r}")
             return float(value)
         if value is None:
             return None if "None" in str(kind) else ""
         return str(value)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where}: {name}: {e}") from e
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ConfigError(f"{where}: {name}: {str(e)[:200]}") from e
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """The config file as a mapping of field names (dashes → underscores); unknown keys are errors."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = yaml.safe_load(read_regular_file(path, MAX_CONFIG_BYTES).decode("utf-8"))
     except OSError as e:
-        raise ConfigError(f"config file {path}: {e}") from e
+        raise ConfigError(f"config file {path}: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path}: not UTF-8 text (byte {e.start})") from e
     except yaml.YAMLError as e:
-        raise ConfigError(f"config file {path}: not YAML: {e}") from e
+        raise ConfigError(f"config file {path}: not YAML: {_first_line(e)}") from e
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -158,6 +177,38 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
             raise ConfigError(f"config file {path}: unknown setting {key!r} (known: {', '.join(FIELDS)})")
         result[name] = _convert(name, value, f"config file {path}")
     return result
+
+
+MAX_CONFIG_BYTES = 1024 * 1024
+
+
+def read_regular_file(path: str | Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes; ``OSError`` for anything else.
+
+    Opened without blocking, so a FIFO or a device named by mistake is refused instead of hanging
+    (opening a FIFO for reading waits for a writer) or reading forever (``/dev/zero``).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(0, "not a regular file", str(path))
+        if info.st_size > limit:
+            raise OSError(0, f"larger than {limit} bytes", str(path))
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(0, f"larger than {limit} bytes", str(path))
+    return data
+
+
+def _first_line(error: BaseException) -> str:
+    """The first line of an error (YAML errors quote the offending line after it: never echo a file)."""
+    lines = str(error).strip().splitlines()
+    return lines[0][:200] if lines else type(error).__name__
 
 
 def from_environment(env: Mapping[str, str]) -> dict[str, Any]:

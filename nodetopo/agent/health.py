@@ -9,14 +9,14 @@
 
 from __future__ import annotations
 
-import http.server
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
+
+from nodetopo.httpserver import BoundedHandler, BoundedHTTPServer, Limits
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +53,16 @@ class Health:
         return (True, "ok\n") if ready else (False, "first publish not done yet\n")
 
 
+#: The health port's connection limits: probes and one scraper, never many clients.
+HEALTH_LIMITS = Limits(max_connections=16, idle_timeout_s=60.0, request_timeout_s=10.0)
+
+
 class HealthServer:
-    """A threading HTTP server for the three endpoints, started in a daemon thread."""
+    """A bounded HTTP server for the three endpoints (``nodetopo.httpserver``), in a daemon thread."""
 
     def __init__(self, address: tuple[str, int], health: Health, registry: CollectorRegistry) -> None:
         handler = _make_handler(health, registry)
-        self._server = http.server.ThreadingHTTPServer(address, handler)
-        self._server.daemon_threads = True
+        self._server = BoundedHTTPServer(address, handler, limits=HEALTH_LIMITS)
         self._thread = threading.Thread(target=self._server.serve_forever, name="nodetopo-http", daemon=True)
 
     @property
@@ -76,8 +79,8 @@ class HealthServer:
         self._server.server_close()
 
 
-def _make_handler(health: Health, registry: CollectorRegistry) -> type[http.server.BaseHTTPRequestHandler]:
-    class Handler(http.server.BaseHTTPRequestHandler):
+def _make_handler(health: Health, registry: CollectorRegistry) -> type[BoundedHandler]:
+    class Handler(BoundedHandler):
         server_version = "nodetopo-agent"
 
         def do_GET(self) -> None:
@@ -96,13 +99,6 @@ def _make_handler(health: Health, registry: CollectorRegistry) -> type[http.serv
             self._send(200 if ok else 503, text.encode(), "text/plain; charset=utf-8")
 
         def _send(self, code: int, body: bytes, content_type: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("http: " + format, *args)
+            self.send_body(code, body, content_type)
 
     return Handler

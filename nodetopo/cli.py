@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import socket
 import sys
@@ -60,6 +61,21 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     )
 
 
+def command_timeout(text: str) -> float:
+    """``--command-timeout``: a finite number of seconds, more than 0 and at most an hour."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (math.isfinite(value) and 0 < value <= 3600):
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 3600 seconds, not {text}")
+    return value
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
+
+
 def _add_input(p: argparse.ArgumentParser) -> None:
     group = p.add_mutually_exclusive_group()
     group.add_argument(
@@ -76,7 +92,7 @@ def _add_input(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--command-timeout",
-        type=float,
+        type=command_timeout,
         default=20.0,
         metavar="SECONDS",
         help="kill nvidia-smi/ibstat after this long and report a Timeout condition (default: %(default)s)",
@@ -165,7 +181,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     p.add_argument("directory", metavar="DIR", help="bundle directory to create (must not exist or be empty)")
     p.add_argument("--host-root", default="/", metavar="DIR", help="host root to capture (default: /)")
-    p.add_argument("--command-timeout", type=float, default=30.0, metavar="SECONDS")
+    p.add_argument("--command-timeout", type=command_timeout, default=30.0, metavar="SECONDS")
     p.add_argument("--no-nvml", action="store_true", help="do not try to dump NVML")
     p.add_argument(
         "--tar",
@@ -298,18 +314,25 @@ def cmd_capture(args: argparse.Namespace) -> int:
     from nodetopo.host import HostRoot, SubprocessRunner
 
     target = Path(args.directory)
-    if args.tar:
-        if not str(target).endswith(ARCHIVE_SUFFIXES):
-            target = target.with_name(target.name + ".tar.gz")
-        if target.exists():
-            raise BundleError(f"{target}: exists; choose a new name")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=".nodetopo-capture-", dir=target.parent))
-        dest = work / "bundle"
-    else:
-        dest = target
-        if dest.exists() and any(dest.iterdir()):
-            raise BundleError(f"{dest}: exists and is not empty; choose a new directory")
+    try:  # find out now, in one line, that the bundle cannot be written there
+        if args.tar:
+            if not str(target).endswith(ARCHIVE_SUFFIXES):
+                target = target.with_name(target.name + ".tar.gz")
+            if target.exists():
+                raise BundleError(f"{target}: exists; choose a new name")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            work = Path(tempfile.mkdtemp(prefix=".nodetopo-capture-", dir=target.parent))
+            dest = work / "bundle"
+        else:
+            dest = target
+            dest.mkdir(parents=True, exist_ok=True)
+            if any(dest.iterdir()):
+                raise BundleError(f"{dest}: exists and is not empty; choose a new directory")
+            probe = dest / ".nodetopo-write-test"
+            probe.touch()
+            probe.unlink()
+    except OSError as e:
+        raise BundleError(f"{target}: cannot write a bundle there: {e.strerror or e}") from None
     notes: list[str] = []
 
     def command_outputs(bundle: Path) -> list[str]:
@@ -410,7 +433,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = sys.argv[1:]
     parser = build_parser(selected_command(argv))
     args = parser.parse_args(argv)
-    configure_logging(args.log_level, args.log_format)
+    # argparse checks choices only on the command line: a default from the environment arrives as is
+    for name, value, choices in (
+        ("NODETOPO_LOG_LEVEL", args.log_level, LOG_LEVELS),
+        ("NODETOPO_LOG_FORMAT", args.log_format, LOG_FORMATS),
+    ):
+        if str(value).lower() not in choices:
+            shown = strip_control(repr(str(value)[:40]))
+            print(f"nodetopo: {name}={shown}: expected one of {', '.join(choices)}", file=sys.stderr)
+            return 2
+    configure_logging(str(args.log_level).lower(), str(args.log_format).lower())
     try:
         code: int = args.func(args)
         return code
@@ -419,6 +451,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except NodetopoError as e:
         print(f"nodetopo: {strip_control(str(e))}", file=sys.stderr)
+        return 1
+    except OSError as e:  # a file or port the command needed: say which, in one line
+        where = f": {e.filename}" if e.filename else ""
+        print(f"nodetopo: {strip_control(e.strerror or str(e))}{strip_control(str(where))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

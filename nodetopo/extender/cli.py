@@ -160,7 +160,7 @@ def _run(args: argparse.Namespace) -> int:
             state, host, port, limits=limits, request_limits=request_limits, ssl_context=context
         )
     except OSError as e:
-        raise UsageError(f"cannot listen on {args.listen}: {e.strerror or e}") from None
+        raise NodetopoError(f"extender: cannot listen on {args.listen}: {e.strerror or e}") from None
     stop = threading.Event()
     try:
         api_client = load_api_client(args.kubeconfig)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -63,7 +65,7 @@ def register(
     )
     p.add_argument(
         "--wait",
-        type=float,
+        type=_seconds,
         default=0.0,
         metavar="SECONDS",
         help="wait this long for the NodeTopology to appear (the agent may not have published yet)",
@@ -82,12 +84,51 @@ def register(
     p.set_defaults(func=cmd_ray)
 
 
+#: A NodeTopology object is at most what the API server stores (1.5 MiB in etcd); room to spare.
+MAX_FILE_BYTES = 16 * 1024 * 1024
+
+
 def _read_file(path: str) -> dict[str, Any]:
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    data = yaml.safe_load(text)  # JSON is YAML
+    """The NodeTopology in ``path`` (``-``: stdin); ``BundleError`` (one line) for anything else."""
+    try:
+        raw = sys.stdin.buffer.read(MAX_FILE_BYTES + 1) if path == "-" else _read_regular(path)
+        if len(raw) > MAX_FILE_BYTES:
+            raise BundleError(f"{path}: larger than {MAX_FILE_BYTES} bytes: not a NodeTopology object")
+        data = yaml.safe_load(raw.decode("utf-8"))  # JSON is YAML
+    except OSError as e:
+        raise BundleError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise BundleError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise BundleError(f"{path}: not JSON or YAML{where}") from None
+    except RecursionError:
+        raise BundleError(f"{path}: nested too deeply to be a NodeTopology object") from None
     if not isinstance(data, dict) or data.get("kind") != "NodeTopology":
         raise BundleError(f"{path}: not a NodeTopology object")
     return data
+
+
+def _read_regular(path: str) -> bytes:
+    """A regular file's bytes, opened without blocking (a FIFO is refused, not waited on)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file", path)
+        os.set_blocking(fd, True)
+        return f.read(MAX_FILE_BYTES + 1)
+
+
+def _seconds(text: str) -> float:
+    """``--wait``: a finite number of seconds, 0 to a day."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (math.isfinite(value) and 0 <= value <= 86400):
+        raise argparse.ArgumentTypeError(f"must be 0 to 86400 seconds, not {text}")
+    return value
 
 
 def _from_bundle(path: str, node_name: str | None) -> dict[str, Any]:
@@ -151,8 +192,11 @@ def cmd_ray(args: argparse.Namespace) -> int:
         resources = ray_resources(body, gpus)
     except ValueError as e:
         raise BundleError(str(e)) from e
+    except (TypeError, KeyError, AttributeError) as e:  # a field of the wrong shape
+        raise BundleError(f"not a usable NodeTopology object ({type(e).__name__}: {str(e)[:200]})") from e
     _write(args.labels_file, labels_file_text(labels))
     if args.resources_file:
         _write(args.resources_file, resources_json(resources) + "\n")
-    log.info("%d Ray labels, %d resources for %s", len(labels), len(resources), body["metadata"]["name"])
+    name = (body.get("metadata") or {}).get("name") if isinstance(body.get("metadata"), dict) else None
+    log.info("%d Ray labels, %d resources for %s", len(labels), len(resources), name)
     return 0

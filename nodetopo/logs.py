@@ -1,7 +1,15 @@
-"""Logging set-up, in one place: text or JSON lines on stderr. Configured once by the CLI."""
+"""Logging set-up, in one place: text or JSON lines on stderr. Configured once by the CLI.
+
+JSON lines (``--log-format json``, for log pipelines) carry ``ts`` (RFC 3339, UTC, milliseconds:
+``2026-12-01T07:50:11.042Z``), ``level``, ``logger``, ``msg``, and every ``extra={...}`` field of
+the call as a field of its own (``source``, ``reason``, ``gpus``, ``ready`` ...), so a pipeline
+filters on facts instead of parsing messages. Text lines are for people: control characters are
+stripped (a message may quote a capture bundle's bytes).
+"""
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import sys
@@ -11,26 +19,38 @@ from nodetopo.terminal import strip_control
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
-#: ``extra={...}`` keys that JSON log lines carry as fields
-CONTEXT_KEYS = ("source", "path", "node", "reason")
+#: the attributes every ``LogRecord`` has: anything else on a record came from ``extra={...}``
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
+    "message",
+    "asctime",
+    "taskName",
+}
+#: names a field may not take (they are the line's own)
+_RESERVED = frozenset({"ts", "level", "logger", "msg", "exc"})
+
+
+def rfc3339_ms(created: float) -> str:
+    """``created`` (seconds since the epoch) as RFC 3339 in UTC with milliseconds."""
+    when = datetime.datetime.fromtimestamp(created, datetime.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, msg, context fields, exc."""
+    """One JSON object per line: ts, level, logger, msg, then the call's extra fields, then exc."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "ts": rfc3339_ms(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        for key in CONTEXT_KEYS:
-            if hasattr(record, key):
-                entry[key] = getattr(record, key)
+        for key, value in record.__dict__.items():
+            if key not in _STANDARD and not key.startswith("_"):
+                entry[f"extra_{key}" if key in _RESERVED else key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
+        return json.dumps(entry, default=str)
 
 
 class TextFormatter(logging.Formatter):

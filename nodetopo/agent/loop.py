@@ -124,7 +124,7 @@ class Agent:
         self._scan = scan
         self.publisher = publisher
         self.events: EventSource = events if events is not None else NoEvents()
-        self.stats = stats if stats is not None else AgentStats(config.node_name)
+        self.stats = stats if stats is not None else AgentStats(config.node_name, dry_run=config.dry_run)
         self._clock = clock
         self._wall_clock = wall_clock
         self._random = random
@@ -242,14 +242,27 @@ class Agent:
         body = to_nodetopology(topology, self.config.node_name)
         labels = to_labels(topology, self.config.node_name)
         uncertain = uncertain_keys(topology)
+        rdma_nics = sum(1 for n in topology.nics if n.rdma)
+        ready: dict[str, object] = next((c for c in body["status"]["conditions"] if c["type"] == "Ready"), {})
         log.info(
             "scan (%s) in %.2fs: %d GPUs, %d NVLink islands, %d RDMA NICs%s",
             trigger,
             scan.duration_s,
             len(topology.gpus),
             len(topology.nvlink_islands),
-            sum(1 for n in topology.nics if n.rdma),
+            rdma_nics,
             f"; stale: {', '.join(self.keeper.stale_sources)}" if self.keeper.stale_sources else "",
+            extra={  # the facts as fields of a JSON log line
+                "node": self.config.node_name,
+                "trigger": trigger,
+                "duration_s": round(scan.duration_s, 3),
+                "gpus": len(topology.gpus),
+                "nvlink_islands": len(topology.nvlink_islands),
+                "rdma_nics": rdma_nics,
+                "ready": ready.get("status") == "True",
+                "reason": ready.get("reason"),
+                "stale": list(self.keeper.stale_sources),
+            },
         )
         if self._clock() - self._last_resync >= self.config.resync_seconds:
             log.info("periodic resync: comparing with the server again")

@@ -1,7 +1,9 @@
 """The agent's Prometheus metrics: a custom collector that builds fresh families from ``AgentStats``.
 
 The loop records what happened into ``AgentStats`` (thread-safe); every scrape builds new metric
-families from a consistent copy of it, so there are no global metric objects to keep in sync.
+families from a consistent copy of it, so there are no global metric objects to keep in sync. A
+dry-run agent (``AgentStats(dry_run=True)``) writes nothing, so it counts no writes, no label
+removals and no successful publish.
 
 Metric names (all prefixed ``nodetopo_``):
 
@@ -9,9 +11,16 @@ Metric names (all prefixed ``nodetopo_``):
 ``discovery_duration_seconds{source}``              histogram  time each source took per scan
 ``discovery_cycles_total{trigger}``                 counter    scans by trigger (start, interval,
                                                                udev, retry)
-``source_errors_total{source,reason}``              counter    source conditions by reason
+``source_errors_total{source,reason}``              counter    source conditions by reason, per
+                                                               scan; an expected absence
+                                                               (Unavailable: no ibstat on a CPU
+                                                               node) is not an error
+``source_unavailable{source}``                      gauge      1 while a source is Unavailable
 ``source_stale{source}``                            gauge      1 while a source's facts are stale
-``publish_writes_total{object}``                    counter    writes (object: nodetopology, labels)
+``ready`` / ``consistent``                          gauge      the resource's Ready / Consistent
+                                                               condition (1 True, 0 False)
+``publish_writes_total{object}``                    counter    writes (object: nodetopology, labels);
+                                                               none under ``--dry-run``
 ``publish_failures_total{object,error}``            counter    failed writes by error class
 ``last_successful_publish_timestamp_seconds``       gauge      Unix time of the last good publish
 ``label_removals_total``                            counter    label keys the agent dropped
@@ -37,7 +46,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import CollectorRegistry
 
 from nodetopo import __version__
-from nodetopo.model import Topology
+from nodetopo.crd import conditions
+from nodetopo.model import ConditionReason, Topology
 from nodetopo.sources.base import SourceResult
 
 NAMESPACE = "nodetopo"
@@ -68,6 +78,9 @@ class _State:
     cycles: dict[str, int] = dataclasses.field(default_factory=dict)
     source_errors: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
     stale: dict[str, int] = dataclasses.field(default_factory=dict)
+    unavailable: dict[str, int] = dataclasses.field(default_factory=dict)
+    ready: int | None = None
+    consistent: int | None = None
     writes: dict[str, int] = dataclasses.field(default_factory=lambda: {"nodetopology": 0, "labels": 0})
     failures: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
     last_success: float | None = None
@@ -80,8 +93,9 @@ class _State:
 class AgentStats:
     """What the agent has done so far. Written by the loop, read by the collector (and tests)."""
 
-    def __init__(self, node_name: str = "") -> None:
+    def __init__(self, node_name: str = "", *, dry_run: bool = False) -> None:
         self.node_name = node_name
+        self.dry_run = dry_run
         self._lock = threading.Lock()
         self._state = _State()
 
@@ -103,14 +117,26 @@ class AgentStats:
                 hist = state.durations.setdefault(result.name, _Histogram([0] * (len(DURATION_BUCKETS) + 1)))
                 hist.observe(result.duration_s)
                 state.stale[result.name] = 1 if result.name in stale_sources else 0
+                absent = {
+                    c.source for c in result.facts.conditions if c.reason is ConditionReason.UNAVAILABLE
+                }
+                for name in {result.name, *(c.source for c in result.facts.conditions)}:
+                    state.unavailable[name] = 1 if name in absent else 0
                 for cond in result.facts.conditions:
+                    if cond.reason is ConditionReason.UNAVAILABLE:
+                        continue  # the normal state of many nodes, not an error to count every scan
                     key = (cond.source, cond.reason.value)
                     state.source_errors[key] = state.source_errors.get(key, 0) + 1
+            by_type = {c["type"]: c["status"] for c in conditions(topology)}
+            state.ready = 1 if by_type.get("Ready") == "True" else 0
+            state.consistent = 1 if by_type.get("Consistent") == "True" else 0
             state.gpus = len(topology.gpus)
             state.islands = len(topology.nvlink_islands)
             state.rdma_nics = sum(1 for n in topology.nics if n.rdma)
 
     def record_write(self, obj: str) -> None:
+        if self.dry_run:
+            return
         with self._lock:
             self._state.writes[obj] = self._state.writes.get(obj, 0) + 1
 
@@ -120,6 +146,8 @@ class AgentStats:
             self._state.failures[key] = self._state.failures.get(key, 0) + 1
 
     def record_success(self, when: float, removed_labels: int) -> None:
+        if self.dry_run:
+            return
         with self._lock:
             self._state.last_success = when
             self._state.label_removals += removed_labels
@@ -153,7 +181,7 @@ class AgentCollector:
         yield _counter(f"{ns}_discovery_cycles", "Discovery scans, by trigger", ["trigger"], s.cycles)
         errors = CounterMetricFamily(
             f"{ns}_source_errors",
-            "Source conditions (not Discovered), by reason",
+            "Source conditions per scan, by reason (Unavailable, an expected absence, is not counted)",
             labels=["source", "reason"],
         )
         for (source, reason), count in sorted(s.source_errors.items()):
@@ -165,6 +193,22 @@ class AgentCollector:
         for source, value in sorted(s.stale.items()):
             stale.add_metric([source], float(value))
         yield stale
+        unavailable = GaugeMetricFamily(
+            f"{ns}_source_unavailable",
+            "1 while a source reports Unavailable (tool, driver or file not there: often expected)",
+            labels=["source"],
+        )
+        for source, value in sorted(s.unavailable.items()):
+            unavailable.add_metric([source], float(value))
+        yield unavailable
+        for name, doc, flag in (
+            ("ready", "1 when the published NodeTopology is Ready, 0 when it is partial", s.ready),
+            ("consistent", "1 when the sources agree (the Consistent condition), else 0", s.consistent),
+        ):
+            gauge = GaugeMetricFamily(f"{ns}_{name}", doc)
+            if flag is not None:
+                gauge.add_metric([], float(flag))
+            yield gauge
 
         yield _counter(f"{ns}_publish_writes", "API writes made, by object", ["object"], s.writes)
         failures = CounterMetricFamily(

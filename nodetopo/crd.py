@@ -47,9 +47,14 @@ MAX_NICS = 2048
 MAX_NUMA_NODES = 1024
 #: MIG devices: at most 7 per GPU.
 MAX_MIG_DEVICES = 7 * MAX_GPUS
-#: Sources and conditions (one condition per source, plus Ready and Consistent).
+#: NVLink islands: two GPUs at least each.
+MAX_ISLANDS = MAX_GPUS // 2
+#: Sources and conditions (one condition per source, plus Ready, Consistent and room to grow).
 MAX_SOURCES = 64
 MAX_SOURCE_MESSAGE = 4096
+MAX_CONDITIONS = 128
+#: A CPU list in cpulist form: 8,192 CPUs (the kernel's NR_CPUS maximum) written one by one.
+MAX_CPULIST = 32768
 
 #: Condition reasons that make the resource "not Ready": consumers should treat it as partial.
 NOT_READY_REASONS = frozenset(

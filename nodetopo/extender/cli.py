@@ -57,7 +57,8 @@ def register(
     p.add_argument(
         "--tls-client-ca-file",
         metavar="FILE",
-        help="require client certificates signed by this CA (kube-scheduler's tlsConfig certFile/keyFile)",
+        help="require a client certificate signed by this CA for /filter, /prioritize and /metrics "
+        "(kube-scheduler's tlsConfig certFile/keyFile); /healthz and /readyz stay open for probes",
     )
     p.add_argument(
         "--max-connections",
@@ -123,8 +124,10 @@ def tls_context(cert: str | None, key: str | None, client_ca: str | None) -> ssl
     try:
         context.load_cert_chain(cert, key)
         if client_ca:
+            # OPTIONAL, not REQUIRED: the kubelet's probes carry no client certificate. A certificate
+            # that is presented must verify; /filter, /prioritize and /metrics then require one.
             context.load_verify_locations(cafile=client_ca)
-            context.verify_mode = ssl.CERT_REQUIRED
+            context.verify_mode = ssl.CERT_OPTIONAL
     except (OSError, ssl.SSLError) as e:
         raise UsageError(f"TLS files {cert}, {key}{', ' + client_ca if client_ca else ''}: {e}") from None
     return context

@@ -245,6 +245,7 @@ class _Handler(BoundedHandler):
             payload = {"synced": state.synced, **state.counts()}
             self.send_json(200 if state.synced else 503, payload)
         elif path == "/metrics":
+            self._require_client_certificate()
             self.send_body(200, self.server.metrics.render(self.server.budget), CONTENT_TYPE_LATEST)
         else:
             self.send_json(404, {"Error": f"no such path {self.path[:200]!r}"})
@@ -258,12 +259,24 @@ class _Handler(BoundedHandler):
             )
         code = 500
         try:
+            self._require_client_certificate()
             code = self._serve(verb)
         except HttpError as e:
             code = e.status
             raise
         finally:
             self.server.metrics.requests.labels(verb, str(code)).inc()
+
+    def _require_client_certificate(self) -> None:
+        """With a client CA (``--tls-client-ca-file``), the caller must have shown a verified certificate."""
+        context = self.server.ssl_context
+        if context is None or context.verify_mode == ssl.CERT_NONE:
+            return
+        conn = self.connection
+        if not isinstance(conn, ssl.SSLSocket) or not conn.getpeercert():
+            raise HttpError(
+                403, "a client certificate signed by the extender's client CA is required", close=True
+            )
 
     def _serve(self, verb: str) -> int:
         limits = self.server.request_limits

@@ -371,7 +371,9 @@ def test_tls_when_given_a_certificate(tmp_path: Path, topologies: list[dict[str,
         assert_quiet(process)
 
 
-def test_tls_client_certificates_can_be_required(tmp_path: Path, topologies: list[dict[str, Any]]) -> None:
+def test_tls_client_certificates_can_be_required_for_the_protocol(
+    tmp_path: Path, topologies: list[dict[str, Any]]
+) -> None:
     cert, key = self_signed(tmp_path)
     args = (f"--tls-cert-file={cert}", f"--tls-private-key-file={key}", f"--tls-client-ca-file={cert}")
     with run_extender(tmp_path, topologies[:1], *args, wait_ready=False) as process:
@@ -389,8 +391,18 @@ def test_tls_client_certificates_can_be_required(tmp_path: Path, topologies: lis
                 pass
             assert time.monotonic() < deadline, process.stderr
             time.sleep(0.2)
+        for path in ("/filter", "/prioritize", "/metrics"):  # without a certificate: refused
+            conn = http.client.HTTPSConnection("127.0.0.1", process.port, timeout=10, context=anonymous)
+            conn.request("POST" if path != "/metrics" else "GET", path, body=b"{}")
+            response = conn.getresponse()
+            assert response.status == 403 and "client certificate" in json.loads(response.read())["Error"]
+            conn.close()
         conn = http.client.HTTPSConnection("127.0.0.1", process.port, timeout=10, context=anonymous)
-        with pytest.raises((ssl.SSLError, ConnectionError)):
-            conn.request("GET", "/readyz")
-            conn.getresponse()
+        conn.request("GET", "/readyz")  # the kubelet's probes carry no certificate
+        assert conn.getresponse().status == 200
+        conn.close()
+        conn = http.client.HTTPSConnection("127.0.0.1", process.port, timeout=10, context=trusted)
+        conn.request("POST", "/filter", body=json.dumps({"Pod": pod(), "NodeNames": NODES[:1]}))
+        assert conn.getresponse().status == 200
+        conn.close()
         assert_quiet(process)

@@ -1,0 +1,244 @@
+"""The real kube-scheduler calls ``nodetopo extender`` over HTTPS with a client certificate (issue 17).
+
+The extender runs as deploy/extender/tls configures it (``--tls-cert-file``, ``--tls-private-key-file``,
+``--tls-client-ca-file``) and kube-scheduler with deploy/extender/tls/scheduler-config.yaml (an https
+``urlPrefix`` and a ``tlsConfig`` with its client certificate). A constrained pod lands where only
+the extender could have sent it; a scheduler without a client certificate is refused (403) and its
+pod stays pending.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .cluster import REPO, LocalCluster, free_port
+from .test_extender_e2e import (
+    _create_node,
+    _create_nodetopology,
+    _discover,
+    _extender_token,
+    _ok,
+    _start,
+    _stop,
+)
+
+pytestmark = [pytest.mark.k8s, pytest.mark.slow]
+
+RUN = uuid.uuid4().hex[:6]
+NAMESPACE = f"nodetopo-tls-{RUN}"
+ISLAND_OF_FOUR = {"nodetopo.io/gpus-in-one-island": "true"}
+
+
+def openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def certificates(tmp: Path) -> dict[str, Path]:
+    """A CA, a serving certificate for 127.0.0.1 and a client certificate, all signed by the CA."""
+    files = {
+        name: tmp / name for name in ("ca.crt", "ca.key", "tls.crt", "tls.key", "client.crt", "client.key")
+    }
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes")
+    openssl("req", "-x509", *ec, "-keyout", str(files["ca.key"]), "-out", str(files["ca.crt"]),
+            "-days", "1", "-subj", "/CN=nodetopo-test-ca")  # fmt: skip
+    for name, subject, extension in (
+        ("tls", "/CN=nodetopo-extender", "subjectAltName=IP:127.0.0.1"),
+        ("client", "/CN=kube-scheduler", "extendedKeyUsage=clientAuth"),
+    ):
+        csr = tmp / f"{name}.csr"
+        openssl("req", "-new", *ec, "-keyout", str(files[f"{name}.key"]), "-out", str(csr), "-subj", subject)
+        ext = tmp / f"{name}.ext"
+        ext.write_text(extension + "\n")
+        ca = ("-CA", str(files["ca.crt"]), "-CAkey", str(files["ca.key"]), "-CAcreateserial")
+        openssl("x509", "-req", "-in", str(csr), *ca, "-out", str(files[f"{name}.crt"]), "-days", "1",
+                "-extfile", str(ext))  # fmt: skip
+    return files
+
+
+def scheduler_config(cluster: LocalCluster, name: str, url: str, tls: dict[str, str]) -> dict[str, Any]:
+    """deploy/extender/tls/scheduler-config.yaml pointed at this cluster, extender and certificate files."""
+    config: dict[str, Any] = yaml.safe_load(
+        (REPO / "deploy" / "extender" / "tls" / "scheduler-config.yaml").read_text()
+    )
+    config["clientConnection"] = {"kubeconfig": str(cluster.kubeconfig)}
+    config["leaderElection"] = {"leaderElect": False}
+    config["profiles"] = [{"schedulerName": name}]
+    (extender,) = config["extenders"]
+    assert extender["urlPrefix"].startswith("https://")
+    extender["urlPrefix"] = url
+    extender["tlsConfig"] = tls
+    return config
+
+
+def start_scheduler(
+    cluster: LocalCluster, tmp: Path, name: str, config: dict[str, Any]
+) -> subprocess.Popen[bytes]:
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    log = tmp / f"{name}.log"
+    process = _start(
+        [
+            str(cluster.binary("kube-scheduler")),
+            f"--config={path}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}",
+            f"--cert-dir={tmp / (name + '-certs')}",
+            "--v=2",
+        ],
+        log,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"kube-scheduler exited:\n{log.read_text()[-4000:]}"
+        if log.exists() and "Starting Kubernetes Scheduler" in log.read_text(errors="replace"):
+            time.sleep(1.0)
+            return process
+        time.sleep(0.2)
+    raise AssertionError(f"kube-scheduler did not start:\n{log.read_text()[-4000:]}")
+
+
+def pod(name: str, scheduler: str, gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "annotations": ISLAND_OF_FOUR},
+        "spec": {
+            "schedulerName": scheduler,
+            "automountServiceAccountToken": False,
+            "nodeSelector": {"nodetopo-tls": RUN},
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.invalid/cuda:e2e",
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                }
+            ],
+        },
+    }
+
+
+def node_of(cluster: LocalCluster, name: str, timeout: float) -> str | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        current = _ok(cluster.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}"), 200)
+        if current["spec"].get("nodeName"):
+            return str(current["spec"]["nodeName"])
+        time.sleep(0.3)
+    return None
+
+
+@pytest.fixture(scope="module")
+def tls_pool(cluster: LocalCluster) -> Iterator[dict[str, str]]:
+    """Two GPU nodes: 8 GPUs in one NVSwitch island, and 4 GPUs in NVLink pairs."""
+    from nodetopo.crd import to_nodetopology
+
+    nodes = {"big": f"tls-{RUN}-h100", "pairs": f"tls-{RUN}-pairs"}
+    bundles = {"big": "dgx-h100", "pairs": "pcie-4x-nvbridge"}
+    try:
+        for key, name in nodes.items():
+            topology = _discover(bundles[key])
+            _create_node(cluster, name, len(topology.gpus), {"nodetopo-tls": RUN})
+            _create_nodetopology(cluster, to_nodetopology(topology, name))
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+        _ok(cluster.request("POST", "/api/v1/namespaces", body=namespace), 201)
+        account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
+        _ok(
+            cluster.request("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", body=account), 201, 409
+        )
+        yield nodes
+    finally:
+        cluster.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}")
+        for name in nodes.values():
+            cluster.request("DELETE", f"/apis/nodetopo.io/v1alpha1/nodetopologies/{name}")
+            cluster.request("DELETE", f"/api/v1/nodes/{name}")
+
+
+def test_kube_scheduler_calls_the_extender_over_https_with_a_client_certificate(
+    cluster: LocalCluster, tls_pool: dict[str, str], tmp_path: Path
+) -> None:
+    files = certificates(tmp_path)
+    port = free_port()
+    log = tmp_path / "extender.log"
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "extender.kubeconfig", token=_extender_token(cluster))
+    extender = _start(
+        [
+            sys.executable, "-m", "nodetopo", "extender", f"--kubeconfig={kubeconfig}",
+            f"--listen=127.0.0.1:{port}", "--log-level=info",
+            f"--tls-cert-file={files['tls.crt']}", f"--tls-private-key-file={files['tls.key']}",
+            f"--tls-client-ca-file={files['ca.crt']}",
+        ],
+        log,
+    )  # fmt: skip
+    schedulers: list[subprocess.Popen[bytes]] = []
+    try:
+        context = ssl.create_default_context(cafile=str(files["ca.crt"]))
+        deadline = time.monotonic() + 60
+        while True:  # /readyz needs no client certificate (the kubelet's probes have none)
+            try:
+                with urllib.request.urlopen(
+                    f"https://127.0.0.1:{port}/readyz", timeout=2, context=context
+                ) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert extender.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(0.2)
+        url = f"https://127.0.0.1:{port}"
+        trusted = {
+            "caFile": str(files["ca.crt"]),
+            "certFile": str(files["client.crt"]),
+            "keyFile": str(files["client.key"]),
+        }
+        anonymous = {"caFile": str(files["ca.crt"])}
+        schedulers.append(
+            start_scheduler(
+                cluster, tmp_path, "tls-trusted", scheduler_config(cluster, "tls-trusted", url, trusted)
+            )
+        )
+        schedulers.append(
+            start_scheduler(
+                cluster, tmp_path, "tls-anonymous", scheduler_config(cluster, "tls-anonymous", url, anonymous)
+            )
+        )
+        # 4 GPUs in one island exist only on the 8-GPU node: the extender must have been asked.
+        for i in range(2):
+            name = f"island-{i}"
+            _ok(
+                cluster.request(
+                    "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body=pod(name, "tls-trusted", 4)
+                ),
+                201,
+            )
+            assert node_of(cluster, name, 60) == tls_pool["big"]
+        _ok(
+            cluster.request(
+                "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body=pod("anon", "tls-anonymous", 1)
+            ),
+            201,
+        )
+        assert node_of(cluster, "anon", 20) is None  # the extender refuses a scheduler without a certificate
+        trusted_context = ssl.create_default_context(cafile=str(files["ca.crt"]))
+        trusted_context.load_cert_chain(files["client.crt"], files["client.key"])
+        with urllib.request.urlopen(f"{url}/metrics", timeout=5, context=trusted_context) as r:
+            metrics = r.read().decode()
+        assert 'nodetopo_extender_requests_total{code="200",verb="filter"}' in metrics
+        assert 'code="403"' in metrics
+        assert "Traceback" not in log.read_text()
+    finally:
+        for process in schedulers:
+            _stop(process)
+        _stop(extender)
+        print(json.dumps({"extender_log_tail": log.read_text()[-1500:]}) if log.exists() else "")

@@ -1,0 +1,455 @@
+#!/usr/bin/env python3
+"""Build the nodetopo image without a registry or Docker: an OCI image-layout archive for ``ctr``.
+
+    python3 image/build_oci.py --out nodetopo.oci.tar
+    ctr -n k8s.io images import nodetopo.oci.tar       # on each node (containerd)
+
+The same recipe as the Dockerfile, from the same files:
+  layer 1  Debian bookworm (mmdebstrap --variant=minbase) with image/debian-packages.txt installed;
+  layer 2  the wheels of image/requirements.lock (pip --no-deps --require-hashes --only-binary=:all:)
+           in /usr/local/lib/python3.11/dist-packages;
+  layer 3  nodetopo/ and image/nodetopo (/usr/local/bin/nodetopo): the small layer a code change rebuilds.
+The image's labels, environment, user, ports, entry point and command are read from the Dockerfile's
+final stage, so both builders describe one image. Layers 1 and 2 are cached (``--cache``, default
+``$NODETOPO_IMAGE_CACHE`` or ``~/.cache/nodetopo/image``) under the hash of what they are built from;
+layer 3 is reproducible (fixed times and owners), so the same source gives the same image digest.
+
+Needs root (mmdebstrap, Debian's package mirror) and pip (PyPI) for an uncached build; Python 3.11+.
+The default image name is the one deploy/daemonset.yaml runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+DOCKERFILE = REPO / "Dockerfile"
+PACKAGES = HERE / "debian-packages.txt"
+LOCK = HERE / "requirements.lock"
+ENTRYPOINT = HERE / "nodetopo"
+DEFAULT_NAME = "ghcr.io/nodetopo/nodetopo:0.1.0"
+SUITE = "bookworm"
+SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"
+#: Debian's base images put these in the image's PATH; so does this builder.
+BASE_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
+#: Layer 3's files get this modification time (reproducible digests).
+EPOCH = 1767225600  # 2026-01-01T00:00:00Z
+MMDEBSTRAP_OPTIONS = (
+    "--variant=minbase",
+    *(f"--dpkgopt=path-exclude=/usr/share/{d}/*" for d in ("doc", "man", "locale", "info")),
+)
+LAYER_MEDIA_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
+
+
+class BuildError(RuntimeError):
+    """A step of the build failed; the message names the step and what to do."""
+
+
+# ----------------------------------------------------------------------------------------------
+# The Dockerfile's final stage (the image's metadata) and the shared package lists
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ImageConfig:
+    """What the Dockerfile's final stage says about the image (not its filesystem)."""
+
+    labels: dict[str, str]
+    env: tuple[str, ...]
+    user: str
+    exposed_ports: tuple[str, ...]
+    entrypoint: tuple[str, ...]
+    cmd: tuple[str, ...]
+    copies: tuple[tuple[str, ...], ...]  #: every COPY's arguments, all stages
+    base: str
+
+
+def _instructions(text: str) -> Iterator[tuple[str, str]]:
+    logical = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not logical and (not line or line.startswith("#")):
+            continue
+        if line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            logical += line[:-1] + " "
+            continue
+        logical += line
+        keyword, _, rest = logical.partition(" ")
+        yield keyword.upper(), rest.strip()
+        logical = ""
+
+
+def _pairs(rest: str) -> dict[str, str]:
+    pairs = {}
+    for word in shlex.split(rest):
+        key, sep, value = word.partition("=")
+        if not sep:
+            raise BuildError(f"Dockerfile: expected key=value, got {word!r} in {rest!r}")
+        pairs[key] = value
+    return pairs
+
+
+def parse_dockerfile(text: str) -> ImageConfig:
+    """The final stage's LABEL/ENV/USER/EXPOSE/ENTRYPOINT/CMD (exec form only) and the base image."""
+    args: dict[str, str] = {}
+    labels: dict[str, str] = {}
+    env: list[str] = []
+    user, ports, entrypoint, cmd, base = "", [], (), (), ""
+    copies: list[tuple[str, ...]] = []
+    for keyword, rest in _instructions(text):
+        if keyword == "ARG" and "=" in rest:
+            args.update(_pairs(rest))
+        elif keyword == "FROM":  # a new stage: only the last one's metadata counts
+            image = shlex.split(rest)[0]
+            base = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m[1], m[0]), image)
+            labels, env, user, ports, entrypoint, cmd = {}, [], "", [], (), ()
+        elif keyword == "LABEL":
+            labels.update(_pairs(rest))
+        elif keyword == "ENV":
+            env += [f"{k}={v}" for k, v in _pairs(rest).items()]
+        elif keyword == "USER":
+            user = rest
+        elif keyword == "EXPOSE":
+            ports += [p if "/" in p else f"{p}/tcp" for p in rest.split()]
+        elif keyword in ("ENTRYPOINT", "CMD"):
+            value = json.loads(rest)
+            if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                raise BuildError(f"Dockerfile: {keyword} must use the exec (JSON list) form")
+            if keyword == "ENTRYPOINT":
+                entrypoint = tuple(value)
+            else:
+                cmd = tuple(value)
+        elif keyword == "COPY":
+            copies.append(tuple(shlex.split(rest)))
+    if not base:
+        raise BuildError("Dockerfile: no FROM")
+    return ImageConfig(
+        labels=labels,
+        env=tuple(env),
+        user=user,
+        exposed_ports=tuple(ports),
+        entrypoint=entrypoint,
+        cmd=cmd,
+        copies=tuple(copies),
+        base=base,
+    )
+
+
+def debian_packages(path: Path = PACKAGES) -> list[str]:
+    """The package names of image/debian-packages.txt (comments and blank lines dropped)."""
+    names = [line.split("#", 1)[0].strip() for line in path.read_text().splitlines()]
+    return [n for n in names if n]
+
+
+# ----------------------------------------------------------------------------------------------
+# Layers
+# ----------------------------------------------------------------------------------------------
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _key(*parts: str | bytes) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode() if isinstance(part, str) else part)
+        digest.update(b"\0")
+    return digest.hexdigest()[:20]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Layer:
+    """A gzip-compressed layer blob: ``digest`` of the blob, ``diff_id`` of the uncompressed tar."""
+
+    blob: Path
+    digest: str
+    diff_id: str
+    size: int
+
+
+def _gzip_layer(tar_path: Path, blob: Path) -> Layer:
+    """Compress ``tar_path`` into ``blob`` (reproducibly: no name, time 0); return its digests."""
+    diff = hashlib.sha256()
+    with (
+        tar_path.open("rb") as src,
+        blob.open("wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as out,
+    ):
+        while chunk := src.read(1 << 20):
+            diff.update(chunk)
+            out.write(chunk)
+    return Layer(blob=blob, digest=_sha256_file(blob), diff_id=diff.hexdigest(), size=blob.stat().st_size)
+
+
+def _cached_layer(cache: Path, name: str, key: str, build: Callable[[Path, Path], None]) -> Layer:
+    """Layer ``name`` from the cache under ``key``, or ``build(tar_path)`` it and cache it."""
+    directory = cache / f"{name}-{key}"
+    meta = directory / "layer.json"
+    if meta.is_file():
+        info = json.loads(meta.read_text())
+        blob = directory / "layer.tar.gz"
+        return Layer(blob=blob, digest=info["digest"], diff_id=info["diff_id"], size=blob.stat().st_size)
+    partial = cache / f".{name}-{key}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        tar_path = partial / "layer.tar"
+        build(tar_path, partial)
+        layer = _gzip_layer(tar_path, partial / "layer.tar.gz")
+        tar_path.unlink()
+        (partial / "layer.json").write_text(json.dumps({"digest": layer.digest, "diff_id": layer.diff_id}))
+        shutil.rmtree(directory, ignore_errors=True)
+        partial.rename(directory)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    blob = directory / "layer.tar.gz"
+    return dataclasses.replace(layer, blob=blob)
+
+
+def _run(argv: list[str], step: str) -> None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except OSError as e:
+        raise BuildError(f"{step}: cannot run {argv[0]}: {e}") from e
+    if done.returncode != 0:
+        raise BuildError(f"{step}: {shlex.join(argv)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+
+
+def rootfs_layer(cache: Path) -> Layer:
+    """Layer 1: Debian ``SUITE`` minbase with image/debian-packages.txt, by mmdebstrap (cached)."""
+    packages = debian_packages()
+    key = _key("rootfs-v1", SUITE, *MMDEBSTRAP_OPTIONS, *packages)
+
+    def build(tar_path: Path, _: Path) -> None:
+        if shutil.which("mmdebstrap") is None:
+            raise BuildError("layer 1: mmdebstrap is not installed (apt-get install mmdebstrap)")
+        _run(
+            ["mmdebstrap", *MMDEBSTRAP_OPTIONS, f"--include={','.join(packages)}", SUITE, str(tar_path)],
+            "layer 1 (mmdebstrap)",
+        )
+
+    return _cached_layer(cache, "rootfs", key, build)
+
+
+def wheels_layer(cache: Path) -> Layer:
+    """Layer 2: the locked wheels in /usr/local/lib/python3.11/dist-packages (cached on the lock)."""
+    sys.path.insert(0, str(HERE))
+    from lock import TARGET_OPTIONS  # the same target platform the lock was resolved for
+
+    options = ["--no-deps", "--require-hashes", *TARGET_OPTIONS, "--no-cache-dir"]
+    key = _key("wheels-v1", LOCK.read_bytes(), *options)
+
+    def build(tar_path: Path, scratch: Path) -> None:
+        root = scratch / "root"
+        _run(
+            [
+                sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *options,
+                f"--target={root / SITE_PACKAGES}", "-r", str(LOCK),
+            ],
+            "layer 2 (pip install -r image/requirements.lock)",
+        )  # fmt: skip
+        shutil.rmtree(root / SITE_PACKAGES / "bin", ignore_errors=True)  # console scripts: unused
+        _write_tar(tar_path, root, mtime=None)
+
+    return _cached_layer(cache, "wheels", key, build)
+
+
+def _app_files() -> Iterator[tuple[str, Path, int]]:
+    """(path in the image, source, mode) of layer 3: nodetopo/ (no caches) and the entry point."""
+    package = REPO / "nodetopo"
+    for source in sorted(package.rglob("*")):
+        if "__pycache__" in source.parts or not source.is_file() or source.suffix == ".pyc":
+            continue
+        yield f"{SITE_PACKAGES}/nodetopo/{source.relative_to(package).as_posix()}", source, 0o644
+    yield "usr/local/bin/nodetopo", ENTRYPOINT, 0o755
+
+
+def _write_tar(tar_path: Path, root: Path, *, mtime: int | None) -> None:
+    """Tar ``root``'s contents (sorted, owner 0:0, real mtimes so .pyc files stay valid)."""
+    with tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(root.rglob("*")):
+            info = tar.gettarinfo(str(path), arcname=path.relative_to(root).as_posix())
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            if mtime is not None:
+                info.mtime = mtime
+            if info.isreg():
+                with path.open("rb") as f:
+                    tar.addfile(info, f)
+            else:
+                tar.addfile(info)
+
+
+# ----------------------------------------------------------------------------------------------
+# The OCI image layout
+# ----------------------------------------------------------------------------------------------
+
+
+def _blob(data: bytes) -> tuple[str, bytes]:
+    return hashlib.sha256(data).hexdigest(), data
+
+
+def write_archive(out: Path, *, name: str, layers: list[Layer], config: dict[str, object]) -> str:
+    """Write the OCI image-layout archive ``out`` (one image: ``config`` + ``layers``, named ``name``
+    for ``ctr images import``); return the manifest digest."""
+    image_config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(EPOCH)),
+        "config": config,
+        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{layer.diff_id}" for layer in layers]},
+    }
+    config_digest, config_bytes = _blob(json.dumps(image_config, sort_keys=True).encode())
+    labels = config.get("Labels") or {}
+    assert isinstance(labels, dict)
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": f"sha256:{config_digest}",
+            "size": len(config_bytes),
+        },
+        "layers": [
+            {"mediaType": LAYER_MEDIA_TYPE, "digest": f"sha256:{layer.digest}", "size": layer.size}
+            for layer in layers
+        ],
+        "annotations": {k: v for k, v in labels.items() if k.startswith("org.opencontainers.")},
+    }
+    manifest_digest, manifest_bytes = _blob(json.dumps(manifest, sort_keys=True).encode())
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": f"sha256:{manifest_digest}",
+                "size": len(manifest_bytes),
+                "platform": {"architecture": "amd64", "os": "linux"},
+                "annotations": {
+                    "io.containerd.image.name": name,
+                    "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1],
+                },
+            }
+        ],
+    }
+    partial = out.with_name(out.name + ".partial")
+    with tarfile.open(partial, "w") as tar:
+
+        def add_bytes(arcname: str, data: bytes) -> None:
+            info = tarfile.TarInfo(arcname)
+            info.size, info.mtime, info.mode = len(data), EPOCH, 0o644
+            tar.addfile(info, io.BytesIO(data))
+
+        add_bytes("oci-layout", json.dumps({"imageLayoutVersion": "1.0.0"}).encode())
+        add_bytes("index.json", json.dumps(index, sort_keys=True).encode())
+        add_bytes(f"blobs/sha256/{config_digest}", config_bytes)
+        add_bytes(f"blobs/sha256/{manifest_digest}", manifest_bytes)
+        for layer in layers:
+            info = tar.gettarinfo(str(layer.blob), arcname=f"blobs/sha256/{layer.digest}")
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = EPOCH
+            with layer.blob.open("rb") as f:
+                tar.addfile(info, f)
+    partial.rename(out)
+    return f"sha256:{manifest_digest}"
+
+
+def files_layer(scratch: Path, files: list[tuple[str, bytes, int]]) -> Layer:
+    """A reproducible layer (sorted, owner 0:0, fixed times) of ``(path, content, mode)`` files."""
+    tar_path = scratch / f"files-{len(list(scratch.iterdir()))}.tar"
+    with tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) as tar:
+        directories: set[str] = set()
+        for name, data, mode in sorted(files):
+            parts = name.split("/")[:-1]
+            for i in range(1, len(parts) + 1):
+                directory = "/".join(parts[:i])
+                if directory not in directories:
+                    directories.add(directory)
+                    info = tarfile.TarInfo(directory)
+                    info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, EPOCH
+                    tar.addfile(info)
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, EPOCH
+            tar.addfile(info, io.BytesIO(data))
+    layer = _gzip_layer(tar_path, tar_path.with_suffix(".tar.gz"))
+    tar_path.unlink()
+    return layer
+
+
+def build(out: Path, *, name: str = DEFAULT_NAME, cache: Path | None = None) -> dict[str, object]:
+    """Build the image into the OCI archive ``out``; return a summary (digests, sizes, seconds)."""
+    started = time.monotonic()
+    cache = cache or Path(os.environ.get("NODETOPO_IMAGE_CACHE", Path.home() / ".cache/nodetopo/image"))
+    cache.mkdir(parents=True, exist_ok=True)
+    config = parse_dockerfile(DOCKERFILE.read_text())
+    with tempfile.TemporaryDirectory(prefix="nodetopo-image-") as tmp:
+        scratch = Path(tmp)
+        app = [(path, source.read_bytes(), mode) for path, source, mode in _app_files()]
+        layers = [rootfs_layer(cache), wheels_layer(cache), files_layer(scratch, app)]
+        digest = write_archive(
+            out,
+            name=name,
+            layers=layers,
+            config={
+                "User": config.user,
+                "Env": [*BASE_ENV, *config.env],
+                "Entrypoint": list(config.entrypoint),
+                "Cmd": list(config.cmd),
+                "ExposedPorts": {p: {} for p in config.exposed_ports},
+                "Labels": config.labels,
+                "WorkingDir": "/",
+            },
+        )
+    return {
+        "name": name,
+        "archive": str(out),
+        "manifest_digest": digest,
+        "layers": [{"digest": f"sha256:{x.digest}", "size": x.size} for x in layers],
+        "compressed_bytes": sum(x.size for x in layers),
+        "seconds": round(time.monotonic() - started, 2),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="the OCI archive to write")
+    parser.add_argument("--name", default=DEFAULT_NAME, help=f"image name (default {DEFAULT_NAME})")
+    parser.add_argument("--cache", type=Path, help="layer cache directory")
+    args = parser.parse_args()
+    try:
+        summary = build(args.out, name=args.name, cache=args.cache)
+    except BuildError as e:
+        print(f"build_oci.py: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -128,8 +128,50 @@ def _write_cert(path: Path, cert: x509.Certificate) -> None:
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
-def write_pki(directory: Path) -> None:
-    """ca.crt/ca.key, apiserver.crt/.key (SANs for loopback and the in-cluster names), sa.key/sa.pub."""
+def issue_certificate(
+    pki: Path,
+    name: str,
+    *,
+    common_name: str,
+    organizations: Sequence[str] = (),
+    dns_names: Sequence[str] = (),
+    ip_addresses: Sequence[str] = (),
+    server: bool = False,
+) -> tuple[Path, Path]:
+    """A certificate signed by ``pki``'s CA (``ca.crt``/``ca.key``): ``<name>.crt`` and ``<name>.key``.
+
+    A client certificate unless ``server``; ``organizations`` become the user's groups."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
+    ca = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+    attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    usage = x509.oid.ExtendedKeyUsageOID.SERVER_AUTH if server else x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name(attributes))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    )
+    names: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
+    names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    _write_key(pki / f"{name}.key", key)
+    _write_cert(pki / f"{name}.crt", builder.sign(ca_key, hashes.SHA256()))
+    return pki / f"{name}.crt", pki / f"{name}.key"
+
+
+def write_pki(directory: Path, *, extra_ips: Sequence[str] = ()) -> None:
+    """ca.crt/ca.key, apiserver.crt/.key (SANs for loopback, the in-cluster names and ``extra_ips``),
+    sa.key/sa.pub, and apiserver-kubelet-client.crt/.key (the apiserver's client certificate for
+    kubelets: logs, exec)."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nodetopo-test-ca")])
@@ -168,6 +210,7 @@ def write_pki(directory: Path) -> None:
         x509.DNSName("kubernetes.default.svc.cluster.local"),
         x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
         x509.IPAddress(service_ip),
+        *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in extra_ips),
     ]
     server = (
         x509.CertificateBuilder()
@@ -191,6 +234,12 @@ def write_pki(directory: Path) -> None:
         sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
+    )
+    issue_certificate(
+        directory,
+        "apiserver-kubelet-client",
+        common_name="kube-apiserver-kubelet-client",
+        organizations=("system:masters",),
     )
 
 
@@ -222,8 +271,16 @@ class LocalCluster:
     ``audit_log`` (JSON lines, level Metadata, stage ResponseComplete), ``workdir``.
     """
 
-    def __init__(self, bin_dir: Path, *, workdir: Path | None = None, keep_workdir: bool = False) -> None:
+    def __init__(
+        self,
+        bin_dir: Path,
+        *,
+        workdir: Path | None = None,
+        keep_workdir: bool = False,
+        extra_sans: Sequence[str] = (),
+    ) -> None:
         self.bin_dir = bin_dir
+        self.extra_sans = tuple(extra_sans)  # more IP SANs for the serving certificate (a pod network)
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="nodetopo-cluster-"))
         self._keep_workdir = keep_workdir
@@ -276,7 +333,7 @@ class LocalCluster:
         try:
             pki = self.workdir / "pki"
             pki.mkdir(parents=True, exist_ok=True)
-            write_pki(pki)
+            write_pki(pki, extra_ips=self.extra_sans)
             self._write_tokens()
             self._start_etcd(timeout=timeout)
             self._start_apiserver(timeout=timeout)
@@ -417,6 +474,11 @@ class LocalCluster:
                 f"--audit-log-path={self.audit_log}",
                 "--audit-log-mode=blocking",
                 "--audit-log-format=json",
+                # A kubelet (tests/node) is reached by its node name, which resolves to 127.0.0.1.
+                f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+                f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+                "--kubelet-preferred-address-types=Hostname,InternalIP",
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",
@@ -460,8 +522,11 @@ class LocalCluster:
             time.sleep(0.25)
         raise self._fail(process, f"{url} not ready after {timeout:.0f}s ({last})")
 
-    def start_controller_manager(self, *, timeout: float = 60.0) -> None:
-        """Start kube-controller-manager (garbage collector, namespace, service-account controllers).
+    def start_controller_manager(
+        self, *, timeout: float = 60.0, controllers: str = "garbagecollector,namespace,serviceaccount"
+    ) -> None:
+        """Start kube-controller-manager (by default the garbage collector, namespace and
+        service-account controllers; ``controllers="*"`` for all, as a real node needs).
 
         Idempotent; once started it runs until ``stop()``.
         """
@@ -475,7 +540,7 @@ class LocalCluster:
                 f"--kubeconfig={self.kubeconfig}",
                 f"--authentication-kubeconfig={self.kubeconfig}",
                 f"--authorization-kubeconfig={self.kubeconfig}",
-                "--controllers=garbagecollector,namespace,serviceaccount",
+                f"--controllers={controllers}",
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
@@ -496,6 +561,33 @@ class LocalCluster:
                 return
             time.sleep(0.25)
         raise self._fail(process, f"garbage collector not started after {timeout:.0f}s")
+
+    def start_scheduler(self, *, timeout: float = 60.0) -> None:
+        """Start kube-scheduler (DaemonSet pods are bound by it). Idempotent."""
+        if "kube-scheduler" in self._processes:
+            return
+        process = self._spawn(
+            "kube-scheduler",
+            [
+                str(self.binary("kube-scheduler")),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                "--v=1",
+            ],
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if process.popen.poll() is not None:
+                raise self._fail(process, f"exited with {process.popen.returncode}")
+            text = process.log.read_text(errors="replace") if process.log.exists() else ""
+            if "Serving securely" in text or "Starting Kubernetes Scheduler" in text:
+                return
+            time.sleep(0.25)
+        raise self._fail(process, f"not started after {timeout:.0f}s")
 
     # ---- kubectl and the API ----------------------------------------------------------------
 

@@ -1,0 +1,112 @@
+"""Fixtures for tests on a real node (``tests/node/``): kubelet + containerd + the image built here.
+
+This directory has its own control plane (etcd + kube-apiserver from tests/cluster/build.sh), so a
+real kubelet, kube-controller-manager (every controller) and kube-scheduler never act on the
+objects of ``tests/kube``. Mark test modules ``pytestmark = [pytest.mark.k8s, pytest.mark.node]`` (the unit
+suite, ``-m "not k8s"``, leaves them out). When this machine
+cannot host a node (not root, no containerd, ...) or a part does not start, the tests FAIL with
+what is missing: never a skip.
+
+Session fixtures
+----------------
+``node_cluster``  the ``LocalCluster`` (kubectl, request, audit log), its serving certificate also
+                  valid for the pod network's gateway.
+``node``          the ``LocalNode`` (containerd + kubelet registered as the host's name, Ready).
+``node_image``    the nodetopo image built by ``image/build_oci.py`` (the documented command) and
+                  imported into the node's containerd: a dict with ``name``, ``manifest_digest``,
+                  ``compressed_bytes``, ``seconds``, ``import_seconds``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube.cluster import ClusterError, LocalCluster, build_binaries
+
+from .node import GATEWAY, REPO, LocalNode, NodeError
+
+TIMINGS: dict[str, float] = {}
+
+
+@pytest.fixture(scope="session")
+def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    try:
+        bin_dir = build_binaries()
+    except ClusterError as e:
+        pytest.fail(f"the test control plane could not be built: {e}", pytrace=False)
+    if not (bin_dir / "kubelet").is_file():
+        pytest.fail(f"{bin_dir / 'kubelet'} is missing: tests/cluster/build.sh builds it", pytrace=False)
+    local = LocalCluster(bin_dir, workdir=tmp_path_factory.mktemp("node-cluster"), extra_sans=(GATEWAY,))
+    started = time.monotonic()
+    try:
+        local.start()
+    except ClusterError as e:
+        pytest.fail(f"the test control plane did not start: {e}", pytrace=False)
+    TIMINGS["control plane"] = round(time.monotonic() - started, 2)
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+def node(node_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalNode]:
+    # a short path: unix socket paths are limited to 108 bytes
+    workdir = Path(tmp_path_factory.mktemp("node"))
+    local = LocalNode(node_cluster, workdir)
+    started = time.monotonic()
+    try:
+        local.start()
+    except (NodeError, ClusterError) as e:
+        pytest.fail(f"the test node did not start: {e}", pytrace=False)
+    TIMINGS["node"] = round(time.monotonic() - started, 2)
+    TIMINGS.update({f"node: {k}": v for k, v in local.timings.items()})
+    try:
+        yield local
+    finally:
+        stopped = time.monotonic()
+        local.stop()
+        TIMINGS["node teardown"] = round(time.monotonic() - stopped, 2)
+        leftovers = local.leftovers()
+        if leftovers:
+            pytest.fail(f"the test node left behind: {leftovers}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def node_image(node: LocalNode, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The image, built exactly as README documents (``python3 image/build_oci.py --out ...``)."""
+    archive = Path(tmp_path_factory.mktemp("image")) / "nodetopo.oci.tar"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "image" / "build_oci.py"), "--out", str(archive)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"image/build_oci.py failed ({done.returncode}):\n{done.stderr[-4000:]}", pytrace=False)
+    summary: dict[str, Any] = json.loads(done.stdout)
+    started = time.monotonic()
+    try:
+        node.import_image(archive)
+    except NodeError as e:
+        pytest.fail(f"ctr images import failed: {e}", pytrace=False)
+    summary["import_seconds"] = round(time.monotonic() - started, 2)
+    summary["archive_bytes"] = archive.stat().st_size
+    TIMINGS["image build"] = float(summary["seconds"])
+    TIMINGS["image import"] = summary["import_seconds"]
+    return summary
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if TIMINGS:
+        terminalreporter.write_line(
+            "real node timings (s): " + ", ".join(f"{k} {v}" for k, v in TIMINGS.items())
+        )

@@ -1,0 +1,731 @@
+"""A real Kubernetes node for the test suite: containerd + kubelet joined to a ``LocalCluster``.
+
+``LocalNode`` starts, all under one work directory:
+
+* containerd (Debian's package) with its own root, state, socket and config (CRI plugin: the
+  sandbox image is a pause binary built here from ``tests/cluster/pause``, ``restrict_oom_score_adj``,
+  no AppArmor, no hugetlb, stream server on 127.0.0.1, runc's state under the work directory);
+* a CNI bridge (``BRIDGE``, ``SUBNET``) with host-local IPAM whose state is in the work directory;
+* a TCP forwarder on the bridge's gateway address to the API server on 127.0.0.1 (pods have no
+  kube-proxy; they reach the API at ``api_host:api_port``);
+* kubelet (built by tests/cluster/build.sh) with a client certificate for ``system:node:<name>``,
+  a serving certificate for its name and 127.0.0.1, webhook authentication and authorization,
+  listening on 127.0.0.1 only;
+* and on the cluster: kube-controller-manager with every controller and kube-scheduler.
+
+Every process runs in its own process group and is stopped by its PID. ``stop()`` also removes
+what kubelet and containerd leave outside the work directory: mounts, network namespaces, the
+bridge, ``kubepods`` cgroups, ``/var/log/containers`` links, shim sockets in ``/run/containerd/s``.
+
+``missing_prerequisites()`` says what this machine lacks to host a node (tests FAIL with it).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+from kube.cluster import ClusterError, LocalCluster, free_port, issue_certificate
+
+REPO = Path(__file__).resolve().parents[2]
+PAUSE_SOURCE = REPO / "tests" / "cluster"
+CNI_BIN = Path("/usr/lib/cni")
+BRIDGE = "ntopo0"
+SUBNET_PREFIX = "10.88.77"
+GATEWAY = f"{SUBNET_PREFIX}.1"
+PAUSE_IMAGE = "nodetopo.test/pause:1"
+CONTAINERD_NAMESPACE = "k8s.io"
+SHIM_SOCKETS = Path("/run/containerd/s")
+CONTAINER_LOG_LINKS = Path("/var/log/containers")
+NETNS_DIR = Path("/run/netns")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+class NodeError(ClusterError):
+    """The test node could not be started. Tests must fail on it, never skip."""
+
+
+def load_image_builder() -> ModuleType:
+    """``image/build_oci.py`` as a module (the registry-free image recipe users run too)."""
+    spec = importlib.util.spec_from_file_location("nodetopo_build_oci", REPO / "image" / "build_oci.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def missing_prerequisites() -> list[str]:
+    """What this machine lacks to run a kubelet + containerd node (empty: nothing)."""
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("root (kubelet and containerd manage mounts, cgroups and network namespaces)")
+    for tool, package in [
+        ("containerd", "containerd"),
+        ("ctr", "containerd"),
+        ("runc", "runc"),
+        ("mmdebstrap", "mmdebstrap"),
+        ("ip", "iproute2"),
+        ("go", "Go (builds the pause binary)"),
+    ]:
+        if shutil.which(tool) is None:
+            missing.append(f"{tool} (install {package})")
+    for plugin in ("bridge", "host-local", "loopback"):
+        if not os.access(CNI_BIN / plugin, os.X_OK):
+            missing.append(f"{CNI_BIN / plugin} (install containernetworking-plugins)")
+    if not (CGROUP_ROOT / "memory").is_dir() and not (CGROUP_ROOT / "cgroup.controllers").is_file():
+        missing.append(f"a memory cgroup controller under {CGROUP_ROOT}")
+    try:
+        address = socket.gethostbyname(socket.gethostname())
+    except OSError as e:
+        missing.append(f"the host name {socket.gethostname()!r} must resolve ({e})")
+    else:
+        if not address.startswith("127."):
+            missing.append(
+                f"the host name {socket.gethostname()!r} must resolve to loopback (the API server reaches "
+                f"the kubelet by node name), it resolves to {address}"
+            )
+    if Path(f"/sys/class/net/{BRIDGE}").exists():
+        missing.append(f"network interface {BRIDGE} already exists (another test node running?)")
+    return missing
+
+
+@dataclasses.dataclass(slots=True)
+class _Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+
+class Forwarder:
+    """TCP forwarder ``host:port`` → ``target`` (pods → the API server on 127.0.0.1); can be
+    switched off (connections refused, open ones cut) and on again."""
+
+    def __init__(self, host: str, target: tuple[str, int]) -> None:
+        self.host, self.target = host, target
+        probe = socket.socket()
+        probe.bind((host, 0))
+        self.port = int(probe.getsockname()[1])
+        probe.close()
+        self._listener: socket.socket | None = None
+        self._open: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.connections = 0
+
+    def start(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((self.host, self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def stop(self) -> None:
+        with self._lock:
+            listener, self._listener = self._listener, None
+            sockets, self._open = self._open, []
+        if listener is not None:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+        for s in sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=10)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self.connections += 1
+                self._open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+
+
+def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+
+def _run(argv: list[str], *, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise NodeError(f"{' '.join(argv)}: {e}") from e
+    if check and done.returncode != 0:
+        raise NodeError(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return done
+
+
+def _terminate(popen: subprocess.Popen[bytes], *, grace: float = 10.0) -> None:
+    if popen.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(popen.pid, signal.SIGTERM)
+    try:
+        popen.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(popen.pid, signal.SIGKILL)
+        popen.wait(timeout=10)
+
+
+class LocalNode:
+    """containerd + kubelet registered as Node ``name`` with ``cluster`` (see the module doc)."""
+
+    def __init__(self, cluster: LocalCluster, workdir: Path, *, name: str | None = None) -> None:
+        self.cluster = cluster
+        self.workdir = workdir
+        self.name = name or socket.gethostname()
+        self._processes: dict[str, _Process] = {}
+        self.forwarder: Forwarder | None = None
+        self._stopped = False
+        self._before: dict[str, set[str]] = {}
+        self.timings: dict[str, float] = {}
+        self.kubelet_port = 0
+
+    # ---- paths ------------------------------------------------------------------------------
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.workdir / "containerd" / "containerd.sock"
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.workdir / "kubelet"
+
+    @property
+    def pod_logs(self) -> Path:
+        return self.workdir / "pod-logs"
+
+    @property
+    def api_host(self) -> str:
+        return GATEWAY
+
+    @property
+    def api_port(self) -> int:
+        assert self.forwarder is not None
+        return self.forwarder.port
+
+    def log(self, name: str) -> Path:
+        return self.workdir / f"{name}.log"
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def start(self, *, timeout: float = 120.0) -> None:
+        missing = missing_prerequisites()
+        if missing:
+            raise NodeError("this machine cannot host the test node; missing: " + "; ".join(missing))
+        atexit.register(self.stop)
+        self._remember_outside_state()
+        try:
+            self._timed("controllers", self._start_controllers)
+            self._timed("pause image", self._build_pause)
+            self._timed("containerd", lambda: self.start_containerd(timeout=timeout))
+            self._timed("pause import", lambda: self.import_image(self.workdir / "pause.oci.tar"))
+            self._timed("network", self._start_network)
+            self._timed("kubelet", lambda: self.start_kubelet(timeout=timeout))
+        except BaseException:
+            self.stop()
+            raise
+
+    def _timed(self, step: str, call: Callable[[], None]) -> None:
+        started = time.monotonic()
+        call()
+        self.timings[step] = round(time.monotonic() - started, 2)
+
+    def stop(self) -> None:
+        """Stop every process by PID and remove what they left outside the work directory."""
+        if self._stopped:
+            return
+        self._stopped = True
+        with contextlib.suppress(Exception):
+            self._drain_pods(timeout=20)
+        if "kubelet" in self._processes:
+            _terminate(self._processes.pop("kubelet").popen)
+        with contextlib.suppress(Exception):
+            self._remove_containers()
+        if "containerd" in self._processes:
+            _terminate(self._processes.pop("containerd").popen)
+        self._kill_shims()
+        if self.forwarder is not None:
+            self.forwarder.stop()
+        self._clean_outside_state()
+
+    # ---- controllers --------------------------------------------------------------------------
+
+    def _start_controllers(self) -> None:
+        self.cluster.start_controller_manager(controllers="*")
+        self.cluster.start_scheduler()
+
+    # ---- images -----------------------------------------------------------------------------
+
+    def _build_pause(self) -> None:
+        binary = self.workdir / "pause"
+        env = {**os.environ, "CGO_ENABLED": "0"}
+        try:
+            done = subprocess.run(
+                ["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(binary), "./pause"],
+                cwd=PAUSE_SOURCE,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise NodeError(f"building the pause binary: {e}") from e
+        if done.returncode != 0:
+            raise NodeError(f"building the pause binary failed:\n{done.stderr[-3000:]}")
+        builder = load_image_builder()
+        scratch = self.workdir / "pause-layers"
+        scratch.mkdir(exist_ok=True)
+        layer = builder.files_layer(scratch, [("pause", binary.read_bytes(), 0o755)])
+        builder.write_archive(
+            self.workdir / "pause.oci.tar",
+            name=PAUSE_IMAGE,
+            layers=[layer],
+            config={"Entrypoint": ["/pause"], "User": "65535:65535"},
+        )
+
+    def ctr(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Debian's ``ctr`` against this node's containerd, namespace k8s.io."""
+        return _run(
+            ["ctr", "--address", str(self.containerd_socket), "--namespace", CONTAINERD_NAMESPACE, *args],
+            timeout=timeout,
+            check=check,
+        )
+
+    def import_image(self, archive: Path) -> None:
+        """``ctr -n k8s.io images import`` an OCI archive (unpacked for the overlayfs snapshotter)."""
+        self.ctr("images", "import", "--no-unpack=false", str(archive))
+
+    def images(self) -> list[str]:
+        return self.ctr("images", "list", "--quiet").stdout.split()
+
+    # ---- containerd -------------------------------------------------------------------------
+
+    def _spawn(self, name: str, argv: list[str]) -> _Process:
+        log = self.log(name)
+        with log.open("ab") as handle:
+            popen = subprocess.Popen(
+                argv,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.workdir,
+            )
+        process = _Process(name=name, popen=popen, log=log)
+        self._processes[name] = process
+        return process
+
+    def _fail(self, name: str, why: str) -> NodeError:
+        log = self.log(name)
+        tail = log.read_text(errors="replace")[-6000:] if log.exists() else ""
+        return NodeError(f"{name}: {why}\n--- {log} (tail) ---\n{tail}")
+
+    def containerd_config(self) -> dict[str, Any]:
+        base = self.workdir / "containerd"
+        return {
+            "version": 2,
+            "root": str(base / "root"),
+            "state": str(base / "state"),
+            "grpc": {"address": str(self.containerd_socket)},
+            "ttrpc": {"address": str(base / "containerd.sock.ttrpc")},
+            "debug": {"address": str(base / "debug.sock")},
+            "plugins": {
+                "io.containerd.grpc.v1.cri": {
+                    "sandbox_image": PAUSE_IMAGE,
+                    "restrict_oom_score_adj": True,  # no CAP_SYS_RESOURCE: oom_score_adj < 0 fails
+                    "disable_apparmor": True,
+                    "disable_hugetlb_controller": True,
+                    "tolerate_missing_hugetlb_controller": True,
+                    "stream_server_address": "127.0.0.1",
+                    "stream_server_port": "0",
+                    "containerd": {
+                        "snapshotter": "overlayfs",
+                        "default_runtime_name": "runc",
+                        "runtimes": {
+                            "runc": {
+                                "runtime_type": "io.containerd.runc.v2",
+                                "options": {"SystemdCgroup": False, "Root": str(base / "runc")},
+                            }
+                        },
+                    },
+                    "cni": {"bin_dir": str(CNI_BIN), "conf_dir": str(self.workdir / "cni")},
+                    "registry": {"config_path": ""},
+                },
+            },
+        }
+
+    def start_containerd(self, *, timeout: float = 60.0) -> None:
+        """Start (or restart) containerd on this node's socket and wait until it answers."""
+        config = self.workdir / "containerd.toml"
+        config.write_text(_toml(self.containerd_config()))
+        self._write_cni()
+        process = self._spawn("containerd", ["containerd", "--config", str(config), "--log-level", "info"])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if process.popen.poll() is not None:
+                raise self._fail("containerd", f"exited with {process.popen.returncode}")
+            if self.containerd_socket.exists() and self.ctr("version", check=False).returncode == 0:
+                return
+            time.sleep(0.2)
+        raise self._fail("containerd", f"not answering on {self.containerd_socket} after {timeout:.0f}s")
+
+    def stop_containerd(self) -> None:
+        """Stop containerd (its shims and containers keep running, as on a real node)."""
+        if "containerd" in self._processes:
+            _terminate(self._processes.pop("containerd").popen)
+
+    # ---- network ----------------------------------------------------------------------------
+
+    def _write_cni(self) -> None:
+        directory = self.workdir / "cni"
+        directory.mkdir(exist_ok=True)
+        conflist = {
+            "cniVersion": "1.0.0",
+            "name": "nodetopo-test",
+            "plugins": [
+                {
+                    "type": "bridge",
+                    "bridge": BRIDGE,
+                    "isGateway": True,
+                    "ipMasq": False,
+                    "hairpinMode": True,
+                    "ipam": {
+                        "type": "host-local",
+                        "dataDir": str(self.workdir / "cni-ipam"),
+                        "ranges": [[{"subnet": f"{SUBNET_PREFIX}.0/24", "gateway": GATEWAY}]],
+                        "routes": [{"dst": f"{SUBNET_PREFIX}.0/24"}],
+                    },
+                }
+            ],
+        }
+        (directory / "10-nodetopo-test.conflist").write_text(json.dumps(conflist, indent=2))
+
+    def _start_network(self) -> None:
+        """The bridge with the gateway address (before any pod, so the forwarder can listen on it)."""
+        _run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+        _run(["ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE])
+        _run(["ip", "link", "set", BRIDGE, "up"])
+        self.forwarder = Forwarder(GATEWAY, ("127.0.0.1", self.cluster.apiserver_port))
+        self.forwarder.start()
+
+    # ---- kubelet ----------------------------------------------------------------------------
+
+    def _write_kubelet_files(self) -> Path:
+        pki = self.cluster.workdir / "pki"
+        directory = self.workdir / "kubelet-config"
+        directory.mkdir(exist_ok=True)
+        client_crt, client_key = issue_certificate(
+            pki,
+            f"kubelet-client-{self.name}",
+            common_name=f"system:node:{self.name}",
+            organizations=("system:nodes",),
+        )
+        serving_crt, serving_key = issue_certificate(
+            pki,
+            f"kubelet-serving-{self.name}",
+            common_name=self.name,
+            dns_names=(self.name, "localhost"),
+            ip_addresses=("127.0.0.1",),
+            server=True,
+        )
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "test",
+                    "cluster": {"server": self.cluster.server, "certificate-authority": str(pki / "ca.crt")},
+                }
+            ],
+            "users": [
+                {
+                    "name": "kubelet",
+                    "user": {"client-certificate": str(client_crt), "client-key": str(client_key)},
+                }
+            ],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "kubelet"}}],
+            "current-context": "test",
+        }
+        (directory / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+        self.kubelet_port = self.kubelet_port or free_port()
+        config = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "address": "127.0.0.1",
+            "port": self.kubelet_port,
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": free_port(),
+            "cgroupDriver": "cgroupfs",
+            "failSwapOn": False,
+            "failCgroupV1": False,
+            "makeIPTablesUtilChains": False,
+            "evictionHard": {},
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": True},
+                "x509": {"clientCAFile": str(pki / "ca.crt")},
+            },
+            "authorization": {"mode": "Webhook"},
+            "tlsCertFile": str(serving_crt),
+            "tlsPrivateKeyFile": str(serving_key),
+            "podLogsDir": str(self.pod_logs),
+            "clusterDomain": "cluster.local",
+            "resolvConf": "",
+            "serializeImagePulls": False,
+            "nodeStatusUpdateFrequency": "2s",
+            "syncFrequency": "10s",
+        }
+        (directory / "config.yaml").write_text(yaml.safe_dump(config))
+        return directory
+
+    def start_kubelet(self, *, timeout: float = 120.0) -> None:
+        """Start (or restart) kubelet and wait until the Node is Ready."""
+        directory = self._write_kubelet_files()
+        self.pod_logs.mkdir(exist_ok=True)
+        process = self._spawn(
+            "kubelet",
+            [
+                str(self.cluster.binary("kubelet")),
+                f"--config={directory / 'config.yaml'}",
+                f"--kubeconfig={directory / 'kubeconfig'}",
+                f"--root-dir={self.kubelet_root}",
+                f"--hostname-override={self.name}",
+                "--v=2",
+            ],
+        )
+        deadline = time.monotonic() + timeout
+        last = "not registered"
+        started = time.monotonic()
+        while time.monotonic() < deadline:
+            if process.popen.poll() is not None:
+                raise self._fail("kubelet", f"exited with {process.popen.returncode}")
+            status, node = self.cluster.request("GET", f"/api/v1/nodes/{self.name}")
+            if status == 200:
+                conditions = {c["type"]: c for c in node.get("status", {}).get("conditions", [])}
+                ready = conditions.get("Ready", {})
+                if ready.get("status") == "True" and ready.get("lastHeartbeatTime"):
+                    heartbeat = ready["lastHeartbeatTime"]
+                    if process.popen.poll() is None and heartbeat:
+                        self.timings["node ready after kubelet start"] = round(time.monotonic() - started, 2)
+                        return
+                last = f"Ready={ready.get('status')}: {ready.get('message', '')}"
+            time.sleep(0.5)
+        raise self._fail("kubelet", f"Node {self.name} not Ready after {timeout:.0f}s ({last})")
+
+    def stop_kubelet(self) -> None:
+        if "kubelet" in self._processes:
+            _terminate(self._processes.pop("kubelet").popen)
+
+    def restart_runtime(self, *, timeout: float = 120.0) -> None:
+        """Stop kubelet and containerd, then start both again (containers keep running meanwhile)."""
+        self.stop_kubelet()
+        self.stop_containerd()
+        self.start_containerd(timeout=timeout)
+        self.start_kubelet(timeout=timeout)
+
+    # ---- teardown ---------------------------------------------------------------------------
+
+    def _drain_pods(self, *, timeout: float) -> None:
+        """Delete every DaemonSet and pod so that kubelet tears the sandboxes (and their
+        network namespaces) down itself, then wait for containerd to run no task."""
+        if "kubelet" not in self._processes or self._processes["kubelet"].popen.poll() is not None:
+            return
+        self.cluster.kubectl("delete", "daemonsets", "--all", "--all-namespaces", "--wait=false", check=False)
+        self.cluster.kubectl(
+            "delete", "pods", "--all", "--all-namespaces", "--grace-period=1", "--wait=false", check=False
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            tasks = self.ctr("tasks", "list", "--quiet", check=False).stdout.split()
+            running = [t for t in tasks if t]
+            if not running:
+                return
+            time.sleep(0.5)
+
+    def _remove_containers(self) -> None:
+        for task in self.ctr("tasks", "list", "--quiet", check=False).stdout.split():
+            self.ctr("tasks", "kill", "--signal", "SIGKILL", task, check=False, timeout=20)
+        time.sleep(0.5)
+        for task in self.ctr("tasks", "list", "--quiet", check=False).stdout.split():
+            self.ctr("tasks", "delete", "--force", task, check=False, timeout=20)
+        for container in self.ctr("containers", "list", "--quiet", check=False).stdout.split():
+            self.ctr("containers", "delete", container, check=False, timeout=20)
+
+    def _kill_shims(self) -> None:
+        """containerd's shims outlive it (their own sessions): kill those of THIS containerd by
+        PID (their command line names this node's socket), then their children's process groups."""
+        address = str(self.containerd_socket)
+        for pid in _pids():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"containerd-shim" in cmdline[0] and address.encode() in cmdline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def _remember_outside_state(self) -> None:
+        self._before = {
+            "shim sockets": _names(SHIM_SOCKETS),
+            "container log links": _names(CONTAINER_LOG_LINKS),
+            "netns": _names(NETNS_DIR),
+            "var-log-containers": {"exists"} if CONTAINER_LOG_LINKS.exists() else set(),
+            "device-plugins": {"exists"} if Path("/var/lib/kubelet").exists() else set(),
+        }
+
+    def _clean_outside_state(self) -> None:
+        for process in list(self._processes.values()):
+            _terminate(process.popen)
+        self._processes.clear()
+        # Processes left in the pod cgroups (containers whose shim died first): kill by PID.
+        for directory in _kubepods_cgroups():
+            for procs in directory.rglob("cgroup.procs"):
+                with contextlib.suppress(OSError):
+                    for pid in procs.read_text().split():
+                        with contextlib.suppress(ProcessLookupError, ValueError):
+                            os.kill(int(pid), signal.SIGKILL)
+        time.sleep(0.2)
+        # Mounts: kubelet's root-dir bind mount, pod volumes, overlay snapshots, sandbox shm.
+        for point in sorted(_mount_points_under(self.workdir), key=len, reverse=True):
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+        for name in _names(NETNS_DIR) - self._before.get("netns", set()):
+            subprocess.run(["umount", "-l", str(NETNS_DIR / name)], capture_output=True, check=False)
+            with contextlib.suppress(OSError):
+                (NETNS_DIR / name).unlink()
+        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
+        for directory in _kubepods_cgroups():
+            for sub in sorted((p for p in directory.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+                with contextlib.suppress(OSError):
+                    sub.rmdir()
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        for name in _names(CONTAINER_LOG_LINKS) - self._before.get("container log links", set()):
+            link = CONTAINER_LOG_LINKS / name
+            with contextlib.suppress(OSError):
+                if link.is_symlink() and str(os.readlink(link)).startswith(str(self.pod_logs)):
+                    link.unlink()
+        if not self._before.get("var-log-containers"):
+            with contextlib.suppress(OSError):
+                CONTAINER_LOG_LINKS.rmdir()
+        for name in _names(SHIM_SOCKETS) - self._before.get("shim sockets", set()):
+            with contextlib.suppress(OSError):
+                (SHIM_SOCKETS / name).unlink()
+        if not self._before.get("device-plugins"):
+            shutil.rmtree("/var/lib/kubelet", ignore_errors=True)
+        for leftover in (SHIM_SOCKETS, SHIM_SOCKETS.parent):
+            with contextlib.suppress(OSError):
+                leftover.rmdir()  # only when empty
+
+    def leftovers(self) -> list[str]:
+        """What ``stop()`` should have removed and is still there (for the cleanup test)."""
+        found = [f"mount {p}" for p in _mount_points_under(self.workdir)]
+        found += [f"netns {n}" for n in _names(NETNS_DIR) - self._before.get("netns", set())]
+        if Path(f"/sys/class/net/{BRIDGE}").exists():
+            found.append(f"interface {BRIDGE}")
+        found += [f"cgroup {d}" for d in _kubepods_cgroups()]
+        found += [f"shim socket {n}" for n in _names(SHIM_SOCKETS) - self._before.get("shim sockets", set())]
+        address = str(self.containerd_socket).encode()
+        for pid in _pids():
+            with contextlib.suppress(OSError):
+                if address in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(f"process {pid}")
+        return found
+
+
+def _names(directory: Path) -> set[str]:
+    try:
+        return {p.name for p in directory.iterdir()}
+    except OSError:
+        return set()
+
+
+def _pids() -> Iterator[int]:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            yield int(entry.name)
+
+
+def _mount_points_under(directory: Path) -> list[str]:
+    prefix = str(directory.resolve())
+    points = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            point = line.split()[4].encode().decode("unicode_escape")
+            if point == prefix or point.startswith(prefix + "/"):
+                points.append(point)
+    return points
+
+
+def _kubepods_cgroups() -> list[Path]:
+    found = []
+    with contextlib.suppress(OSError):
+        for controller in CGROUP_ROOT.iterdir():
+            for name in ("kubepods", "kubepods.slice"):
+                if (controller / name).is_dir():
+                    found.append(controller / name)
+            if controller.name == "unified" and (controller / "kubepods").is_dir():
+                pass
+    return found
+
+
+def _toml(value: dict[str, Any], prefix: str = "") -> str:
+    """A minimal TOML writer for containerd's config (tables, strings, ints, bools, lists of str)."""
+    lines: list[str] = []
+    tables: list[tuple[str, dict[str, Any]]] = []
+    for key, item in value.items():
+        name = f'"{key}"' if "." in key else key
+        if isinstance(item, dict):
+            tables.append((f"{prefix}.{name}" if prefix else name, item))
+        elif isinstance(item, bool):
+            lines.append(f"{name} = {'true' if item else 'false'}")
+        elif isinstance(item, int):
+            lines.append(f"{name} = {item}")
+        elif isinstance(item, list):
+            lines.append(f"{name} = [{', '.join(json.dumps(v) for v in item)}]")
+        else:
+            lines.append(f"{name} = {json.dumps(str(item))}")
+    out = "\n".join(lines) + ("\n" if lines else "")
+    for table, items in tables:
+        out += f"\n[{table}]\n" + _toml(items, table)
+    return out

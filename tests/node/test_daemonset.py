@@ -1,0 +1,362 @@
+"""deploy/ on a real node: ``kubectl apply -k`` of an overlay that changes only what the harness
+cannot provide (pull policy Never: no registry; the API server's address as the pod sees it: no
+kube-proxy), a real kubelet starting the agent from the image built by image/build_oci.py.
+
+The tests run in file order on one DaemonSet (module fixture); each leaves the agent Ready.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kube.cluster import LocalCluster
+
+from .node import REPO, LocalNode
+
+pytestmark = [pytest.mark.k8s, pytest.mark.node]
+
+NAMESPACE = "nodetopo"
+SELECTOR = "app.kubernetes.io/name=nodetopo-agent"
+AGENT_USER = f"system:serviceaccount:{NAMESPACE}:nodetopo-agent"
+WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+
+
+def write_overlay(directory: Path, node: LocalNode) -> Path:
+    """The test overlay: deploy/ + pull policy Never + the API server's address for the pod."""
+    directory.mkdir(parents=True, exist_ok=True)
+    patch = [
+        {"op": "replace", "path": "/spec/template/spec/containers/0/imagePullPolicy", "value": "Never"},
+        {
+            "op": "add",
+            "path": "/spec/template/spec/containers/0/env/-",
+            "value": {"name": "KUBERNETES_SERVICE_HOST", "value": node.api_host},
+        },
+        {
+            "op": "add",
+            "path": "/spec/template/spec/containers/0/env/-",
+            "value": {"name": "KUBERNETES_SERVICE_PORT", "value": str(node.api_port)},
+        },
+    ]
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(REPO / "deploy", directory)],
+        "patches": [
+            {"target": {"kind": "DaemonSet", "name": "nodetopo-agent"}, "patch": yaml.safe_dump(patch)}
+        ],
+    }
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return directory
+
+
+class Agent:
+    """The installed DaemonSet and its pod on ``node``."""
+
+    def __init__(self, node: LocalNode) -> None:
+        self.node = node
+        self.cluster: LocalCluster = node.cluster
+        self.installed_at = 0.0
+        self.ready_after = 0.0
+
+    def pods(self) -> list[dict[str, Any]]:
+        done = self.cluster.kubectl("get", "pods", "-n", NAMESPACE, "-l", SELECTOR, "-o", "json")
+        return [p for p in json.loads(done.stdout)["items"] if not p["metadata"].get("deletionTimestamp")]
+
+    def pod(self) -> dict[str, Any]:
+        pods = self.pods()
+        assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+        return pods[0]
+
+    def wait(
+        self, what: str, check: Callable[[dict[str, Any]], bool], timeout: float = 120
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            pods = self.pods()
+            if len(pods) == 1 and check(pods[0]):
+                return pods[0]
+            last = [(p["metadata"]["name"], p.get("status")) for p in pods]
+            time.sleep(0.5)
+        raise AssertionError(
+            f"agent pod not {what} after {timeout:.0f}s: {json.dumps(last)[-3000:]}\n{self.events()}"
+        )
+
+    def wait_ready(self, timeout: float = 120) -> dict[str, Any]:
+        assert self.node.forwarder is not None
+        if self.node.forwarder._listener is None:
+            self.node.forwarder.start()
+        return self.wait("Ready", is_ready, timeout)
+
+    def events(self) -> str:
+        return str(self.cluster.kubectl("get", "events", "-n", NAMESPACE, check=False).stdout)[-3000:]
+
+    def logs(self, pod: dict[str, Any]) -> str:
+        return str(self.cluster.kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"]).stdout)
+
+    def token(self, pod: dict[str, Any]) -> str:
+        """The pod's projected service-account token, as the real kubelet wrote it on the node."""
+        volumes = (
+            self.node.kubelet_root / "pods" / pod["metadata"]["uid"] / "volumes" / "kubernetes.io~projected"
+        )
+        tokens = sorted(volumes.glob("kube-api-access-*/token"))
+        assert tokens, f"no projected token under {volumes}"
+        return tokens[0].read_text().strip()
+
+    def metrics(self, pod: dict[str, Any]) -> str:
+        url = f"http://{pod['status']['podIP']}:8080/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return str(response.read().decode())
+
+    def writes_since(self, offset: int) -> list[dict[str, Any]]:
+        events = self.cluster.audit_events(since=offset, user=AGENT_USER)
+        return [e for e in events if e["verb"] in WRITES]
+
+    def node_labels(self) -> dict[str, str]:
+        status, body = self.cluster.request("GET", f"/api/v1/nodes/{self.node.name}")
+        assert status == 200, body
+        return dict(body["metadata"].get("labels", {}))
+
+    def nodetopology(self) -> dict[str, Any]:
+        status, body = self.cluster.request(
+            "GET", f"/apis/nodetopo.io/v1alpha1/nodetopologies/{self.node.name}"
+        )
+        assert status == 200, body
+        return dict(body)
+
+
+def is_ready(pod: dict[str, Any]) -> bool:
+    conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
+    return pod.get("status", {}).get("phase") == "Running" and conditions.get("Ready") == "True"
+
+
+def is_running_unready(pod: dict[str, Any]) -> bool:
+    statuses = pod.get("status", {}).get("containerStatuses", [])
+    return bool(statuses) and "running" in statuses[0].get("state", {}) and not statuses[0].get("ready")
+
+
+def jwt_claims(token: str) -> dict[str, Any]:
+    payload = token.split(".")[1]
+    return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
+
+
+@pytest.fixture(scope="module")
+def agent(
+    node: LocalNode, node_image: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Agent]:
+    overlay = write_overlay(Path(tmp_path_factory.mktemp("overlay")), node)
+    assert node.forwarder is not None
+    node.forwarder.stop()  # the first test watches the agent wait for an unreachable API server
+    cluster = node.cluster
+    installed = Agent(node)
+    installed.installed_at = time.monotonic()
+    cluster.kubectl("apply", "-k", str(overlay))
+    yield installed
+    cluster.kubectl("delete", "daemonset", "-n", NAMESPACE, "nodetopo-agent", "--wait=false", check=False)
+
+
+def test_api_unreachable_keeps_the_pod_unready_with_a_reason_then_readyz_gates_ready(agent: Agent) -> None:
+    pod = agent.wait("Running (unready: the API server is unreachable)", is_running_unready, timeout=180)
+    deadline = time.monotonic() + 90
+    failures: list[dict[str, Any]] = []
+    while time.monotonic() < deadline and not failures:  # the agent says why it is not publishing
+        time.sleep(2)
+        records = [json.loads(line) for line in agent.logs(pod).splitlines() if line.startswith("{")]
+        failures = [r for r in records if r.get("level") in ("warning", "error")]
+    assert failures, agent.logs(pod)[-3000:]
+    assert any("refused" in json.dumps(r).lower() for r in failures), failures
+    pod = agent.pod()
+    assert not is_ready(pod), pod["status"]  # readiness probes have been failing all along
+    started = time.monotonic()
+    ready = agent.wait_ready()
+    agent.ready_after = time.monotonic() - started
+    # kubelet's readiness probe (GET /readyz) turned it Ready: the probe is configured and the
+    # transition happened only once the API server became reachable.
+    probe = ready["spec"]["containers"][0]["readinessProbe"]
+    assert probe["httpGet"]["path"] == "/readyz"
+    assert ready["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+def test_publishes_what_discover_sees_on_the_host(agent: Agent, tmp_path: Path) -> None:
+    agent.wait_ready()
+    published = agent.nodetopology()
+    local = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nodetopo",
+            "discover",
+            "-o",
+            "json",
+            "--nvml",
+            "on",
+            "--node-name",
+            agent.node.name,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    expected = json.loads(local.stdout)
+    assert normalized(published["status"]) == normalized(expected["status"])
+    labels = {k: v for k, v in agent.node_labels().items() if k.startswith("nodetopo.io/")}
+    # the host's own publish of the same discovery to a twin Node gives the same labels
+    twin = f"twin-{uuid.uuid4().hex[:8]}"
+    status, _ = agent.cluster.request(
+        "POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": twin}}
+    )
+    assert status == 201
+    try:
+        subprocess.run(
+            [
+                sys.executable, "-m", "nodetopo", "publish", "--nvml", "on", "--node-name", twin,
+                "--kubeconfig", str(agent.cluster.kubeconfig_for("publisher")),
+            ],
+            capture_output=True, text=True, check=True, timeout=120,
+        )  # fmt: skip
+        status, body = agent.cluster.request("GET", f"/api/v1/nodes/{twin}")
+        twin_labels = {
+            k: v for k, v in body["metadata"].get("labels", {}).items() if k.startswith("nodetopo.io/")
+        }
+    finally:
+        agent.cluster.request("DELETE", f"/api/v1/nodes/{twin}")
+    assert labels and labels == twin_labels
+
+
+def normalized(status: dict[str, Any]) -> dict[str, Any]:
+    """A NodeTopology status without what differs between two scans at different times."""
+    out = json.loads(json.dumps(status))
+    for key in ("lastUpdateTime", "observedTime", "contentHash", "lastScanTime"):
+        out.pop(key, None)
+    for condition in out.get("conditions", []):
+        condition.pop("lastTransitionTime", None)
+        condition.pop("observedGeneration", None)
+    return dict(out)
+
+
+def test_writes_were_made_with_the_pods_kubelet_minted_token(agent: Agent) -> None:
+    pod = agent.wait_ready()
+    claims = jwt_claims(agent.token(pod))
+    k8s = claims["kubernetes.io"]
+    assert k8s["node"]["name"] == agent.node.name and k8s["pod"]["name"] == pod["metadata"]["name"], claims
+    assert claims["sub"] == AGENT_USER
+    writes = [
+        json.loads(line)
+        for line in agent.cluster.audit_log.read_text().splitlines()
+        if AGENT_USER in line and '"ResponseComplete"' in line
+    ]
+    writes = [
+        e for e in writes if e["verb"] in WRITES and e["objectRef"]["resource"] in ("nodes", "nodetopologies")
+    ]
+    assert writes, "no write by the agent's service account in the audit log"
+    for event in writes:
+        assert event["user"]["extra"][NODE_NAME_EXTRA] == [agent.node.name], event["user"]
+        assert event["objectRef"]["name"] == agent.node.name
+        assert event["responseStatus"]["code"] < 300, event
+
+
+def test_admission_policy_holds_against_the_real_token(agent: Agent) -> None:
+    pod = agent.wait_ready()
+    token = agent.token(pod)
+    other = f"other-node-{uuid.uuid4().hex[:8]}"
+    status, created = agent.cluster.request(
+        "POST",
+        "/api/v1/nodes",
+        body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": other, "labels": {"team": "ml"}}},
+    )
+    assert status == 201, created
+    try:
+        attempts = {
+            "label": {"metadata": {"labels": {"nodetopo.io/gpu.count": "8"}}},
+            "taint": {"spec": {"taints": [{"key": "evil", "effect": "NoExecute"}]}},
+            "cordon": {"spec": {"unschedulable": True}},
+            "role": {"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}},
+        }
+        for what, patch in attempts.items():
+            code, body = bearer(agent, token, "PATCH", f"/api/v1/nodes/{other}", patch)
+            assert code == 403, (what, code, body)
+            assert "may change only its own Node" in str(body), body
+        topology = {
+            "apiVersion": "nodetopo.io/v1alpha1",
+            "kind": "NodeTopology",
+            "metadata": {
+                "name": other,
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Node", "name": other, "uid": created["metadata"]["uid"]}
+                ],
+            },
+        }
+        code, body = bearer(agent, token, "POST", "/apis/nodetopo.io/v1alpha1/nodetopologies", topology)
+        assert code == 403, body
+        status, stored = agent.cluster.request("GET", f"/api/v1/nodes/{other}")
+        assert stored["metadata"]["labels"] == {"team": "ml"}
+        assert not stored["spec"].get("unschedulable")
+        assert all(
+            t["key"] != "evil" for t in stored["spec"].get("taints", [])
+        )  # node-lifecycle's may be there
+    finally:
+        agent.cluster.request("DELETE", f"/api/v1/nodes/{other}")
+
+
+def bearer(agent: Agent, token: str, method: str, path: str, body: Any) -> tuple[int, Any]:
+    request = urllib.request.Request(
+        f"{agent.cluster.server}{path}", data=json.dumps(body).encode(), method=method
+    )
+    request.add_header("Authorization", f"Bearer {token}")
+    request.add_header(
+        "Content-Type", "application/merge-patch+json" if method == "PATCH" else "application/json"
+    )
+    context = ssl.create_default_context(cafile=str(agent.cluster.ca_file))
+    try:
+        with urllib.request.urlopen(request, timeout=30, context=context) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def test_recreated_pod_writes_nothing_and_removes_no_label(agent: Agent) -> None:
+    pod = agent.wait_ready()
+    labels = agent.node_labels()
+    offset = agent.cluster.audit_barrier()
+    agent.cluster.kubectl("delete", "pod", "-n", NAMESPACE, pod["metadata"]["name"], "--wait=true")
+    new = agent.wait_ready()
+    assert new["metadata"]["uid"] != pod["metadata"]["uid"]
+    time.sleep(3)
+    assert agent.writes_since(offset) == []
+    assert agent.node_labels() == labels
+
+
+def test_containerd_and_kubelet_restart_write_nothing_and_remove_no_label(agent: Agent) -> None:
+    pod = agent.wait_ready()
+    labels = agent.node_labels()
+    offset = agent.cluster.audit_barrier()
+    agent.node.restart_runtime()
+    after = agent.wait_ready()
+    time.sleep(3)
+    assert agent.writes_since(offset) == []
+    assert agent.node_labels() == labels
+    assert after["metadata"]["uid"] == pod["metadata"]["uid"]
+
+
+def test_kubectl_logs_shows_structured_lines(agent: Agent) -> None:
+    pod = agent.wait_ready()
+    lines = [line for line in agent.logs(pod).splitlines() if line.strip()]
+    assert lines
+    records = [json.loads(line) for line in lines]
+    assert all((isinstance(r, dict) and r.get("msg")) or r.get("message") for r in records), lines[:5]

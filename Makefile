@@ -1,7 +1,7 @@
 # nodetopo developer commands. `make test` is THE test command (README, .ci/run).
 PYTHON ?= python3
 
-.PHONY: test lint typecheck unit cluster bench fixtures
+.PHONY: test lint typecheck unit cluster node image bench fixtures
 
 test: lint typecheck cluster
 	$(PYTHON) -m pytest -q
@@ -14,9 +14,17 @@ lint:
 typecheck:
 	$(PYTHON) -m mypy
 
-# Build (or find cached) kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and etcd.
+# Build (or find cached) kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet and etcd.
 cluster:
 	tests/cluster/build.sh
+
+# The real-node suite alone (root; containerd, runc, CNI plugins, mmdebstrap): kubelet + the image + deploy/.
+node: cluster
+	$(PYTHON) -m pytest -q tests/node
+
+# The agent image without Docker or a registry (README "Deploy"); `docker build -t nodetopo:0.1.0 .` with one.
+image:
+	$(PYTHON) image/build_oci.py --out nodetopo.oci.tar
 
 unit:
 	$(PYTHON) -m pytest -q -m "not k8s"

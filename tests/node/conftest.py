@@ -12,9 +12,10 @@ Session fixtures
 ``node_cluster``  the ``LocalCluster`` (kubectl, request, audit log), its serving certificate also
                   valid for the pod network's gateway.
 ``node``          the ``LocalNode`` (containerd + kubelet registered as the host's name, Ready).
-``node_image``    the nodetopo image built by ``image/build_oci.py`` (the documented command) and
-                  imported into the node's containerd: a dict with ``name``, ``manifest_digest``,
-                  ``compressed_bytes``, ``seconds``, ``import_seconds``.
+``image_archive`` the nodetopo image built by ``image/build_oci.py`` (the documented command): a
+                  dict with ``name``, ``archive``, ``manifest_digest``, ``layers``,
+                  ``compressed_bytes``, ``seconds``, ``archive_bytes``. Needs no node.
+``node_image``    ``image_archive`` imported into the node's containerd (+ ``import_seconds``).
 """
 
 from __future__ import annotations
@@ -80,8 +81,9 @@ def node(node_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -
 
 
 @pytest.fixture(scope="session")
-def node_image(node: LocalNode, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The image, built exactly as README documents (``python3 image/build_oci.py --out ...``)."""
+def image_archive(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The image, built exactly as README documents (``python3 image/build_oci.py --out ...``):
+    build_oci.py's summary plus ``archive_bytes``."""
     archive = Path(tmp_path_factory.mktemp("image")) / "nodetopo.oci.tar"
     done = subprocess.run(
         [sys.executable, str(REPO / "image" / "build_oci.py"), "--out", str(archive)],
@@ -93,16 +95,21 @@ def node_image(node: LocalNode, tmp_path_factory: pytest.TempPathFactory) -> dic
     if done.returncode != 0:
         pytest.fail(f"image/build_oci.py failed ({done.returncode}):\n{done.stderr[-4000:]}", pytrace=False)
     summary: dict[str, Any] = json.loads(done.stdout)
-    started = time.monotonic()
-    try:
-        node.import_image(archive)
-    except NodeError as e:
-        pytest.fail(f"ctr images import failed: {e}", pytrace=False)
-    summary["import_seconds"] = round(time.monotonic() - started, 2)
     summary["archive_bytes"] = archive.stat().st_size
     TIMINGS["image build"] = float(summary["seconds"])
-    TIMINGS["image import"] = summary["import_seconds"]
     return summary
+
+
+@pytest.fixture(scope="session")
+def node_image(node: LocalNode, image_archive: dict[str, Any]) -> dict[str, Any]:
+    """``image_archive`` imported into the node's containerd (``ctr -n k8s.io images import``)."""
+    started = time.monotonic()
+    try:
+        node.import_image(Path(image_archive["archive"]))
+    except NodeError as e:
+        pytest.fail(f"ctr images import failed: {e}", pytrace=False)
+    TIMINGS["image import"] = round(time.monotonic() - started, 2)
+    return {**image_archive, "import_seconds": TIMINGS["image import"]}
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -25,17 +25,19 @@ DOCKERFILE = (REPO / "Dockerfile").read_text()
 
 
 def read_layers(archive: Path) -> tuple[dict[str, Any], list[tarfile.TarFile]]:
-    """The image config and the layers (as open tar files) of an OCI archive with one image."""
-    outer = tarfile.open(archive)
-    index = json.load(outer.extractfile("index.json"))  # type: ignore[arg-type]
+    """The image config and the layers (as tar files in memory) of an OCI archive with one image."""
+    with tarfile.open(archive) as outer:
 
-    def blob(digest: str) -> bytes:
-        return outer.extractfile(f"blobs/sha256/{digest.split(':', 1)[1]}").read()  # type: ignore[union-attr]
+        def blob(digest: str) -> bytes:
+            member = outer.extractfile(f"blobs/sha256/{digest.split(':', 1)[1]}")
+            assert member is not None
+            return member.read()
 
-    manifest = json.loads(blob(index["manifests"][0]["digest"]))
-    config = json.loads(blob(manifest["config"]["digest"]))
-    layers = [tarfile.open(fileobj=io.BytesIO(gzip.decompress(blob(x["digest"])))) for x in manifest["layers"]]
-    return config, layers
+        index = json.loads(outer.extractfile("index.json").read())  # type: ignore[union-attr]
+        manifest = json.loads(blob(index["manifests"][0]["digest"]))
+        config = json.loads(blob(manifest["config"]["digest"]))
+        blobs = [gzip.decompress(blob(x["digest"])) for x in manifest["layers"]]
+    return config, [tarfile.open(fileobj=io.BytesIO(b)) for b in blobs]
 
 
 def test_both_recipes_name_the_same_locked_versions() -> None:
@@ -55,7 +57,10 @@ def test_both_recipes_name_the_same_locked_versions() -> None:
     assert config.base.split(":")[1].split("-")[0] == builder.SUITE
     # the lock covers pyproject.toml's dependencies and pins each with one hash
     done = subprocess.run(
-        [sys.executable, str(REPO / "image" / "lock.py"), "--check"], capture_output=True, text=True, check=False
+        [sys.executable, str(REPO / "image" / "lock.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     sys.path.insert(0, str(REPO / "image"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,8 @@ def test_rbac_grants_no_delete_and_no_list(cluster: Any, tmp_path: Path) -> None
     rules = yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text())
     role = next(d for d in rules if d["kind"] == "ClusterRole")
     verbs = {v for rule in role["rules"] for v in rule["verbs"]}
-    assert verbs == {"get", "patch", "create"}
+    # publish-own-node is no API operation: the marker admission-policy.yaml recognises the agent by
+    assert verbs == {"get", "patch", "create", "publish-own-node"}
     apply_deploy(cluster, tmp_path)
     user = "system:serviceaccount:nodetopo:nodetopo-agent"
     for verb, resource, expected in [
@@ -89,6 +91,31 @@ def test_rbac_grants_no_delete_and_no_list(cluster: Any, tmp_path: Path) -> None
         ("delete", "nodetopologies.nodetopo.io", "no"),
         ("patch", "nodetopologies.nodetopo.io/status", "yes"),
         ("list", "secrets", "no"),
+        ("publish-own-node", "nodetopologies.nodetopo.io", "yes"),
     ]:
         done = cluster.kubectl("auth", "can-i", verb, resource, f"--as={user}", check=False)
         assert done.stdout.strip() == expected, (verb, resource, done.stdout, done.stderr)
+
+
+def test_pod_security_warns_about_the_host_sys_mount_and_nothing_else(cluster: Any) -> None:
+    """namespace.yaml enforces privileged and warns at restricted (as its comment says): the
+    DaemonSet's pod meets restricted except for the one hostPath volume."""
+    namespace = yaml.safe_load((DEPLOY / "namespace.yaml").read_text())
+    labels = namespace["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert (
+        labels["pod-security.kubernetes.io/warn"]
+        == labels["pod-security.kubernetes.io/audit"]
+        == "restricted"
+    )
+    name = f"pss-{uuid.uuid4().hex[:8]}"
+    namespace["metadata"]["name"] = name
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(namespace))
+    daemonset = yaml.safe_load((DEPLOY / "daemonset.yaml").read_text())
+    daemonset["metadata"]["namespace"] = name
+    done = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(daemonset))
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("Warning:")]
+    assert len(warnings) == 1, done.stderr
+    assert 'violate PodSecurity "restricted:latest"' in warnings[0]
+    assert warnings[0].endswith('(volume "host-sys" uses restricted volume type "hostPath")'), warnings[0]
+    cluster.kubectl("delete", "namespace", name, "--wait=false")

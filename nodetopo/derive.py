@@ -18,8 +18,7 @@ import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from math import comb
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from nodetopo.graph import (
     GRAPH_SOURCE,
@@ -48,6 +47,9 @@ from nodetopo.model import (
     Topology,
 )
 from nodetopo.network import network_position
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 #: The most NVLinks any single GPU has (H100/H200/B200: 18). A uniform complete NV mesh whose
 #: per-GPU total (links per pair × peers) exceeds this cannot be direct wiring: it is an NVSwitch.
@@ -272,6 +274,8 @@ def nvlink_islands(g: nx.Graph) -> tuple[NvlinkIsland, ...]:
     count from ``nvlink -s``/NVML), or when sysfs shows NVSwitch functions. A uniform full mesh
     that fits in the GPU's links (4× A100 NV4, 4× GH200 NV6) is direct: fully connected, no switch.
     """
+    import networkx as nx  # imported where a graph is built (see build_graph)
+
     sub = nx.Graph()
     for a, b, links in nvlink_edges(g):
         sub.add_edge(a, b, links=links)

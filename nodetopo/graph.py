@@ -27,8 +27,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Iterable
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from nodetopo.model import (
     Condition,
@@ -41,6 +40,9 @@ from nodetopo.model import (
     RdmaPort,
     RemoteDeviceType,
 )
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 GRAPH_SOURCE = "graph"
 
@@ -91,6 +93,8 @@ def pci_id(address: PciAddress) -> str:
 
 def build_graph(facts: Facts) -> tuple[nx.Graph, tuple[Condition, ...]]:
     """Join every source's facts into one graph. Returns the graph and the join's own conditions."""
+    import networkx as nx  # here, not above: importing it costs ~0.1 s, and only a scan needs it
+
     g: nx.Graph = nx.Graph()
     conditions: list[Condition] = []
     _add_numa(g, facts)

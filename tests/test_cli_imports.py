@@ -63,3 +63,18 @@ def test_help_still_lists_the_commands_in_their_own_modules() -> None:
     ).stdout
     for command in ("agent", "extender", "ray"):
         assert f"    {command} " in out
+
+
+def test_ray_from_a_nodetopology_file_builds_no_graph(tmp_path: Path) -> None:
+    """Consumers read the resource: networkx (~0.1 s, ~17 MiB) is imported only where a graph is built."""
+    body = subprocess.run(
+        [sys.executable, "-m", "nodetopo", "discover", "--from", str(BUNDLES / "dgx-h100"), "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (tmp_path / "nt.json").write_text(body)
+    code, modules = _modules_after(["ray", "--nodetopology", str(tmp_path / "nt.json")])
+    assert code == 0
+    assert "nodetopo.ray.labels" in modules  # it did make the labels
+    assert _loaded(modules, ("networkx",)) == []

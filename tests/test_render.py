@@ -4,6 +4,7 @@ and no terminal control characters whatever the bundle holds (issues 16 and 17).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -15,7 +16,7 @@ from nodetopo.discover import bundle_context, scan
 from nodetopo.render import natural_key, render_table
 from nodetopo.terminal import strip_control
 from nodetopo.views.matrix import gpu_matrix
-from nodetopo.views.pciids import parse_pci_ids, read_pci_names, short_vendor
+from nodetopo.views.pciids import find_pci_ids, names_in_database, parse_pci_ids, read_pci_names, short_vendor
 
 BUNDLES = Path(__file__).parent / "fixtures" / "bundles"
 ALL = sorted(p.name for p in BUNDLES.iterdir() if p.is_dir())
@@ -191,10 +192,32 @@ def test_table_names_pci_devices_and_keeps_ids_without_a_database() -> None:
     assert "GPU0 [3D] via 5 bridges  10de:20b2" in bare
 
 
-@pytest.mark.skipif(not Path("/usr/share/misc/pci.ids").is_file(), reason="pciutils' pci.ids not installed")
+def _system_pci_ids() -> Path:
+    found = find_pci_ids()
+    if found is None:
+        message = "no pci.ids on this machine (apt-get install pciutils)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
 def test_discover_reads_the_system_pci_ids(capsys: pytest.CaptureFixture[str]) -> None:
+    _system_pci_ids()
     out = _discover(capsys, "--from", str(BUNDLES / "dgx-a100"))
     assert "Mellanox MT28908 Family [ConnectX-6] (15b3:101b)" in out
+
+
+def test_the_fast_lookup_agrees_with_the_line_parser_on_the_real_database() -> None:
+    data = _system_pci_ids().read_bytes()
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    vendors = [int(line[:4], 16) for line in lines if re.match(r"[0-9a-f]{4}  ", line)]
+    wanted = {(v, d) for v in vendors[::50] for d in range(0, 0x3000, 7)} | {
+        (0x10DE, 0x2330),
+        (0x8086, 0x2030),
+    }
+    assert names_in_database(data, wanted) == parse_pci_ids(lines, wanted)
+    assert len(names_in_database(data, wanted)) > 20
 
 
 # --- terminal control characters (issue 17) ---------------------------------------------------
@@ -263,3 +286,30 @@ def test_error_lines_and_text_logs_are_cleaned(tmp_path: Path, capsys: pytest.Ca
     assert "WAT" in captured.out
     assert CONTROL.search(captured.out) is None
     assert "\x1b" not in captured.err and "\x07" not in captured.err
+
+
+def test_the_readme_example_is_real_output(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    command = "$ nodetopo discover --from tests/fixtures/bundles/dgx-h100 --node-name dgx-h100-01 --matrix\n"
+    block = readme.split(command)[1].split("```")[0]
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    out = _discover(
+        capsys, "--from", "tests/fixtures/bundles/dgx-h100", "--node-name", "dgx-h100-01", "--matrix"
+    )
+    lines = out.splitlines()
+    assert [line for line in block.splitlines() if line.strip() != "..." and line not in lines] == []
+
+
+def test_help_says_what_the_views_do() -> None:
+    import subprocess
+    import sys
+
+    run = [sys.executable, "-m", "nodetopo"]
+    discover = subprocess.run([*run, "discover", "--help"], capture_output=True, text=True, check=True).stdout
+    for word in ("--matrix", "dot", "svg", "Graphviz", "manifest"):
+        assert word in discover, word
+    capture = subprocess.run([*run, "capture", "--help"], capture_output=True, text=True, check=True).stdout
+    assert "--tar" in capture and "--node-name" in capture

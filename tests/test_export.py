@@ -111,9 +111,34 @@ def test_kueue_topology_and_flavor() -> None:
     ]
     assert flavor["spec"] == {"topologyName": "nodetopo", "nodeLabels": {"nodetopo.io/rdma": "true"}}
     assert result.missing == ("cpu01: no nodetopo.io/fabric.tier-0", "cpu01: no nodetopo.io/fabric.tier-1")
+    # the domains (8 nodes) span two leaves (4 nodes) each: the domain sits between leaf and spines
     nvlink = export.kueue(places(), nvlink=True)
-    assert nvlink.objects[0]["spec"]["levels"][2] == {"nodeLabel": "nodetopo.io/nvlink.domain"}
+    assert [level["nodeLabel"] for level in nvlink.objects[0]["spec"]["levels"]] == [
+        "nodetopo.io/fabric.tier-1",
+        "nodetopo.io/nvlink.domain",
+        "nodetopo.io/fabric.tier-0",
+        "kubernetes.io/hostname",
+    ]
     assert "cpu01: no nodetopo.io/nvlink.domain" in nvlink.missing
+
+
+def test_nvlink_level_goes_where_it_nests() -> None:
+    # one NVL72 rack = one domain = the trays under one leaf set: below (or equal to) the leaf
+    racks = [
+        NodePlace(name=f"t{i:02d}", tiers={0: f"rack-{i // 18}", 1: "spines"}, nvlink_domain=f"d.{i // 18}")
+        for i in range(36)
+    ]
+    assert export.label_levels(racks, nvlink=True)[0][:3] == [
+        "nodetopo.io/fabric.tier-1",
+        "nodetopo.io/fabric.tier-0",
+        "nodetopo.io/nvlink.domain",
+    ]
+    # domains that cut across leaves do not nest: left out, and said
+    crossed = [
+        NodePlace(name=f"n{i}", tiers={0: f"leaf-{i // 2}"}, nvlink_domain=f"d.{i % 2}") for i in range(4)
+    ]
+    levels, note = export.label_levels(crossed, nvlink=True)
+    assert "nodetopo.io/nvlink.domain" not in levels and note is not None and "does not nest" in note
 
 
 def test_kai_volcano_and_slurm_block() -> None:
@@ -122,6 +147,10 @@ def test_kai_volcano_and_slurm_block() -> None:
     hypernodes = export.volcano(places()).objects
     tiers = {h["metadata"]["name"]: h["spec"]["tier"] for h in hypernodes}
     assert tiers == {"t0-leaf-0": 1, "t0-leaf-1": 1, "t0-leaf-2": 1, "t0-leaf-3": 1, "t1-spines": 2}
+    assert {h["spec"]["tierName"] for h in hypernodes} == {
+        "nodetopo.io/fabric.tier-0",
+        "nodetopo.io/fabric.tier-1",
+    }
     top = next(h for h in hypernodes if h["spec"]["tier"] == 2)
     assert [m["selector"]["exactMatch"]["name"] for m in top["spec"]["members"]] == [
         "t0-leaf-0",

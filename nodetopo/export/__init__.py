@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 LABEL_PREFIX = "nodetopo.io/"
@@ -50,6 +50,7 @@ class Export:
     objects: tuple[dict[str, Any], ...] = ()
     text: str = ""
     missing: tuple[str, ...] = ()  #: "<node>: no <level>" lines
+    notes: tuple[str, ...] = ()  #: what the exporter decided and why (e.g. a level left out)
 
 
 def places_from_nodetopologies(objects: Iterable[Mapping[str, Any]]) -> tuple[NodePlace, ...]:
@@ -79,12 +80,53 @@ def missing_levels(places: Sequence[NodePlace], levels: int) -> tuple[str, ...]:
     )
 
 
-def label_levels(places: Sequence[NodePlace], *, nvlink: bool = False) -> list[str]:
-    """Node labels, coarsest first, ending with the hostname (Kueue's and KAI's ``levels``)."""
+def nvlink_position(places: Sequence[NodePlace]) -> int | None:
+    """Where the NVLink domain nests among the fabric tiers, from the data: the number of fabric
+    tiers *above* it (its index among the coarsest-first levels), or None when it does not nest.
+
+    A domain whose nodes all share one leaf (group) sits below tier 0; a leaf whose nodes all share
+    one domain (domains span leaves, each domain within one tier-1 group) sits between tier 0 and
+    tier 1; and so on up. Levels must nest for a gang scheduler's tree to mean what it says.
+    """
+    levels = depth(places)
+    known = [p for p in places if p.nvlink_domain is not None]
+    if not known:
+        return None
+
+    def within(child: Callable[[NodePlace], str | None], parent: Callable[[NodePlace], str | None]) -> bool:
+        parents: dict[str, set[str | None]] = {}
+        for p in known:
+            c = child(p)
+            if c is not None:
+                parents.setdefault(c, set()).add(parent(p))
+        return all(len(v) == 1 and None not in v for v in parents.values())
+
+    def domain(p: NodePlace) -> str | None:
+        return p.nvlink_domain
+
+    def tier(level: int) -> Callable[[NodePlace], str | None]:
+        return lambda p: p.tiers.get(level)
+
+    for level in range(levels):  # below tier `level`: the domain is within one tier-`level` group
+        if within(domain, tier(level)) and (level == 0 or within(tier(level - 1), domain)):
+            return levels - level
+    if within(tier(levels - 1), domain):
+        return 0  # above every fabric tier
+    return None
+
+
+def label_levels(places: Sequence[NodePlace], *, nvlink: bool = False) -> tuple[list[str], str | None]:
+    """Node labels, coarsest first, ending with the hostname (Kueue's and KAI's ``levels``), and a
+    note when the NVLink domain was asked for but does not nest with the fabric tiers."""
     levels = [tier_label(level) for level in reversed(range(depth(places)))]
+    note = None
     if nvlink:
-        levels.append(NVLINK_LABEL)
-    return [*levels, HOSTNAME_LABEL]
+        position = nvlink_position(places)
+        if position is None:
+            note = f"{NVLINK_LABEL} does not nest with the fabric tiers: not a level"
+        else:
+            levels.insert(position, NVLINK_LABEL)
+    return [*levels, HOSTNAME_LABEL], note
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,7 +142,7 @@ def kueue(
     flavor_node_labels: Mapping[str, str] | None = None,
     nvlink: bool = False,
 ) -> Export:
-    levels = label_levels(places, nvlink=nvlink)
+    levels, note = label_levels(places, nvlink=nvlink)
     topology = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "Topology",
@@ -117,20 +159,22 @@ def kueue(
         "spec": spec,
     }
     missing = missing_levels(places, depth(places))
-    if nvlink:
+    if nvlink and note is None:
         missing += tuple(f"{p.name}: no {NVLINK_LABEL}" for p in places if p.nvlink_domain is None)
-    return Export(objects=(topology, resource_flavor), missing=missing)
+    return Export(objects=(topology, resource_flavor), missing=missing, notes=(note,) if note else ())
 
 
 def kai(places: Sequence[NodePlace], *, name: str = "nodetopo", nvlink: bool = False) -> Export:
-    levels = label_levels(places, nvlink=nvlink)
+    levels, note = label_levels(places, nvlink=nvlink)
     topology = {
         "apiVersion": "kai.scheduler/v1alpha1",
         "kind": "Topology",
         "metadata": {"name": name},
         "spec": {"levels": [{"nodeLabel": level} for level in levels]},
     }
-    return Export(objects=(topology,), missing=missing_levels(places, depth(places)))
+    return Export(
+        objects=(topology,), missing=missing_levels(places, depth(places)), notes=(note,) if note else ()
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -173,6 +217,7 @@ def volcano(places: Sequence[NodePlace]) -> Export:
                     },
                     "spec": {
                         "tier": level + 1,
+                        "tierName": tier_label(level),
                         "members": [
                             {
                                 "type": "Node" if level == 0 else "HyperNode",

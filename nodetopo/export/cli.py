@@ -62,7 +62,7 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
     p.add_argument(
         "--nvlink-level",
         action="store_true",
-        help="kueue/kai: add nodetopo.io/nvlink.domain as a level between the leaf and the host",
+        help="kueue/kai: add nodetopo.io/nvlink.domain as a level, where it nests among the fabric tiers",
     )
     p.add_argument("--plugin", choices=["tree", "block"], default="tree", help="slurm plugin (default: tree)")
     p.add_argument("--block-size", type=int, default=None, help="slurm block: BlockSizes= (nodes per block)")
@@ -133,7 +133,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     else:
         Path(args.output).write_text(text)
-    for line in result.missing:
+    for line in (*result.notes, *result.missing):
         print(f"nodetopo export: {line}", file=sys.stderr)
     print(f"nodetopo export: {len(places)} node(s), {len(result.missing)} missing level(s)", file=sys.stderr)
     return 4 if args.strict and result.missing else 0

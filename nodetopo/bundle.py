@@ -10,6 +10,7 @@ BUNDLE/
   cmd/ibstat.txt               `ibstat`
   cmd/ibv_devinfo.txt          `ibv_devinfo` (used when ibstat is missing)
   cmd/lldpcli-neighbors.json   `lldpcli -f json0 show neighbors` (LLDP neighbours, when lldpd runs)
+  run/lldpd.socket             empty: lldpd answered the capture (its socket cannot be copied)
   nvml.json                    NVML dump (sources.nvml)
   manifest.json                where and when: host, kernel, driver and nodetopo versions, date
 ```
@@ -65,6 +66,9 @@ COMMANDS: dict[str, tuple[str, ...]] = {
 }
 
 NVML_DUMP = "nvml.json"
+LLDP_OUTPUT = "lldpcli-neighbors.json"
+#: an empty file standing for lldpd's control socket (written when lldpd answered the capture)
+LLDPD_SOCKET_MARK = "run/lldpd.socket"
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +160,10 @@ def capture_commands(runner: CommandRunner, bundle: Path, *, timeout: float = 30
             notes.append(f"{command}: timed out after {timeout:g}s")
             continue
         (cmd_dir / filename).write_text(result.stdout)
+        if filename == LLDP_OUTPUT and result.returncode == 0:
+            # the LLDP source asks lldpcli only when lldpd's socket exists: leave its mark
+            (bundle / LLDPD_SOCKET_MARK).parent.mkdir(parents=True, exist_ok=True)
+            (bundle / LLDPD_SOCKET_MARK).write_text("")
         if result.returncode != 0:
             (cmd_dir / (filename + ".rc")).write_text(f"{result.returncode}\n")
             (cmd_dir / (filename + ".stderr")).write_text(result.stderr)

@@ -221,3 +221,17 @@ def test_source_reads_a_fabric_map(corpus: Path, tmp_path: Path) -> None:
     bad.write_text("{not json")
     broken = ib.collect(Context(root=root, runner=runner, fabric_map=str(bad)))
     assert [c.reason for c in broken.facts.conditions] == [ConditionReason.PARSE_ERROR]
+
+
+@pytest.mark.corpus
+def test_an_unreadable_port_withholds_the_tiers(corpus: Path, tmp_path: Path) -> None:
+    root = host(tmp_path, {("mlx5_0", 1): ("ACTIVE", 1, "0xec0d9a03003d677a")})
+    broken = tmp_path / "sys/class/infiniband/mlx5_1/ports/1"
+    (broken / "state").mkdir(parents=True)  # a directory where sysfs has a file
+    (broken / "link_layer").write_text("InfiniBand\n")
+    runner = ReplayRunner({ib.neighbour_query_argv("mlx5_0", 1): corpus / FULL})
+    result = ib.collect(Context(root=root, runner=runner))
+    (observation,) = result.facts.network
+    assert observation.neighbours[0].switch_name == "SB7700" and observation.tiers == ()
+    (condition,) = result.facts.conditions
+    assert condition.reason is ConditionReason.DEGRADED and "mlx5_1/ports/1/state" in condition.message

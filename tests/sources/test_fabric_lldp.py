@@ -188,9 +188,9 @@ def test_garbage_is_a_parse_error_naming_the_source() -> None:
 
 
 @pytest.mark.corpus
-def test_source_reports_a_server_neighbour_as_a_condition(corpus: Path) -> None:
+def test_source_reports_a_server_neighbour_as_a_condition(corpus: Path, lldpd_root: Path) -> None:
     runner = ReplayRunner({lldp.LLDPCLI_ARGV: corpus / H3C})
-    result = lldp.collect(context(runner))
+    result = lldp.collect(context(runner, lldpd_root))
     (observation,) = result.facts.network
     assert [t.id for t in observation.tiers] == ["58:c7:ac:5f:2d:2c"]
     (condition,) = result.facts.conditions
@@ -204,18 +204,60 @@ STAMPED = (
 )
 
 
-def context(runner: ReplayRunner) -> Context:
-    return Context(root=HostRoot("/nonexistent"), runner=runner)
+def context(runner: ReplayRunner, root: Path) -> Context:
+    return Context(root=HostRoot(root), runner=runner)
 
 
-def test_source_without_lldpd() -> None:
-    missing = lldp.collect(context(ReplayRunner({})))
+@pytest.fixture
+def lldpd_root(tmp_path: Path) -> Path:
+    """A host root where lldpd runs: ``run/lldpd.socket`` exists (an empty file, as in a bundle)."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "lldpd.socket").write_text("")
+    return tmp_path
+
+
+def test_no_lldpd_socket_runs_nothing(tmp_path: Path) -> None:
+    """Most nodes have no lldpd: the source then costs no process at all."""
+    runner = ReplayRunner({lldp.LLDPCLI_ARGV: "{}"})
+    result = lldp.collect(context(runner, tmp_path))
+    assert runner.calls == []
+    (condition,) = result.facts.conditions
+    assert condition.reason is ConditionReason.UNAVAILABLE
+    assert condition.message == "lldpd is not running (no /run/lldpd.socket or /var/run/lldpd.socket)"
+
+
+def test_source_without_lldpcli_or_with_lldpd_stopped(lldpd_root: Path) -> None:
+    missing = lldp.collect(context(ReplayRunner({}), lldpd_root))
     assert [c.reason for c in missing.facts.conditions] == [ConditionReason.UNAVAILABLE]
-    stopped = lldp.collect(context(ReplayRunner({lldp.LLDPCLI_ARGV: Replay(returncode=1, stderr=STAMPED)})))
+    assert "lldpcli is not installed" in missing.facts.conditions[0].message
+    stopped = lldp.collect(
+        context(ReplayRunner({lldp.LLDPCLI_ARGV: Replay(returncode=1, stderr=STAMPED)}), lldpd_root)
+    )
     # the time lldpcli stamps on its message is dropped: two scans of a stopped lldpd are equal
     assert stopped.facts.conditions[0].message == (
         "lldpcli -f json0 show neighbors: lldpd is not answering: "
         "unable to connect to socket /run/lldpd.socket: No such file or directory"
     )
-    hung = lldp.collect(context(ReplayRunner({lldp.LLDPCLI_ARGV: Replay(hang=True)})))
+    hung = lldp.collect(context(ReplayRunner({lldp.LLDPCLI_ARGV: Replay(hang=True)}), lldpd_root))
     assert [c.reason for c in hung.facts.conditions] == [ConditionReason.TIMEOUT]
+
+
+@pytest.mark.corpus
+def test_a_captured_lldp_answer_replays(corpus: Path, tmp_path: Path) -> None:
+    """capture leaves run/lldpd.socket (an empty file) when lldpd answered, so the bundle replays it."""
+    from nodetopo.bundle import capture_commands
+    from nodetopo.discover import bundle_context
+
+    capture_commands(ReplayRunner({lldp.LLDPCLI_ARGV: corpus / RAIL}), tmp_path)
+    assert (tmp_path / "run" / "lldpd.socket").read_text() == ""
+    (observation,) = lldp.collect(bundle_context(tmp_path)).facts.network
+    assert {n.switch_name for n in observation.neighbours} == {
+        "LEAF01",
+        "LEAF02",
+        "LEAF03",
+        "LEAF04",
+        "StorageSW",
+    }
+    stopped = tmp_path / "stopped"
+    capture_commands(ReplayRunner({lldp.LLDPCLI_ARGV: Replay(returncode=1, stderr=STAMPED)}), stopped)
+    assert not (stopped / "run").exists()

@@ -57,18 +57,26 @@ def configure(socket: Path, *words: str) -> None:
 
 
 class NetnsRunner:
-    """Runs ``lldpcli ...`` inside a namespace against one daemon's control socket."""
+    """Runs the source's command, unchanged, inside one network namespace."""
 
-    def __init__(self, namespace: str, socket: Path) -> None:
-        self.namespace, self.socket = namespace, socket
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
         self.inner = SubprocessRunner()
         self.calls: list[tuple[str, ...]] = []
 
     def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
         self.calls.append(tuple(argv))
-        assert argv[0] == "lldpcli"
-        full = ("ip", "netns", "exec", self.namespace, "lldpcli", "-u", str(self.socket), *argv[1:])
-        return self.inner.run(full, timeout=timeout)
+        return self.inner.run(("ip", "netns", "exec", self.namespace, *argv), timeout=timeout)
+
+
+def host_root(pair: Pair, side: str) -> HostRoot:
+    """A host root whose run/lldpd.socket is that side's daemon socket (as /host/run in the DaemonSet)."""
+    root = pair.tmp / f"{side}-root"
+    (root / "run").mkdir(parents=True, exist_ok=True)
+    link = root / "run" / "lldpd.socket"
+    if not link.is_symlink():
+        link.symlink_to(pair.socket(side))
+    return HostRoot(root)
 
 
 class Pair:
@@ -157,10 +165,10 @@ def pair() -> Iterator[Pair]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def collect_until_seen(runner: NetnsRunner) -> lldp.Facts:
+def collect_until_seen(root: HostRoot, runner: NetnsRunner) -> lldp.Facts:
     deadline = time.monotonic() + 30
     while True:
-        facts = lldp.collect(Context(root=HostRoot("/nonexistent"), runner=runner)).facts
+        facts = lldp.collect(Context(root=root, runner=runner)).facts
         if facts.network and facts.network[0].neighbours:
             return facts
         assert time.monotonic() < deadline, f"no LLDP neighbour after 30 s: {facts.conditions}"
@@ -168,9 +176,16 @@ def collect_until_seen(runner: NetnsRunner) -> lldp.Facts:
 
 
 def test_a_node_learns_its_switch_and_port_from_real_lldpd(pair: Pair) -> None:
-    runner = NetnsRunner(pair.host_ns, pair.socket("host"))
-    facts = collect_until_seen(runner)
-    assert runner.calls[0] == lldp.LLDPCLI_ARGV
+    runner = NetnsRunner(pair.host_ns)
+    root = host_root(pair, "host")
+    facts = collect_until_seen(root, runner)
+    # the socket is not at lldpcli's default place: the source names it
+    assert runner.calls[0] == (
+        "lldpcli",
+        "-u",
+        str(root.path / "run" / "lldpd.socket"),
+        *lldp.LLDPCLI_ARGV[1:],
+    )
     (observation,) = facts.network
     (n,) = observation.neighbours
     assert (n.nic, n.switch_name, n.switch_port, n.peer_is_switch, n.source) == (
@@ -187,8 +202,8 @@ def test_a_node_learns_its_switch_and_port_from_real_lldpd(pair: Pair) -> None:
 
 def test_the_switch_side_sees_a_server_and_never_a_tier(pair: Pair) -> None:
     """lldpd's default on a host announces the port by MAC: the parser calls it a host, not a switch."""
-    runner = NetnsRunner(pair.switch_ns, pair.socket("switch"))
-    facts = collect_until_seen(runner)
+    runner = NetnsRunner(pair.switch_ns)
+    facts = collect_until_seen(host_root(pair, "switch"), runner)
     (observation,) = facts.network
     (n,) = observation.neighbours
     assert n.peer_is_switch is False and observation.tiers == ()

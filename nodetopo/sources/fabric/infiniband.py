@@ -49,12 +49,12 @@ from nodetopo.model import (
     FabricTier,
     Facts,
     NetworkObservation,
-    RdmaDevice,
     SourceStatus,
     SwitchPort,
 )
+from nodetopo.sources import _sysfs
 from nodetopo.sources.base import Context, SourceResult, failed, guarded
-from nodetopo.sources.rdma import read_rdma_devices
+from nodetopo.sources.rdma import parse_lid, parse_port_guid, parse_port_state
 
 NAME = "fabric.ib"
 
@@ -786,23 +786,6 @@ def neighbour_query_argv(ca: str, port: int) -> tuple[str, ...]:
     return ("iblinkinfo", "-C", ca, "-P", str(port), "-D", "0,1", "--switches-only")
 
 
-def host_ports_of(devices: Iterable[RdmaDevice]) -> tuple[HostPort, ...]:
-    """The host's InfiniBand ports (RoCE ports are LLDP's business)."""
-    ports: list[HostPort] = []
-    for dev in devices:
-        for p in dev.ports:
-            if (p.link_layer or "").lower() != "infiniband":
-                continue
-            guid = None
-            if p.port_guid:
-                try:
-                    guid = parse_guid(p.port_guid, NAME, dev.name)
-                except ParseError:
-                    guid = None
-            ports.append(HostPort(ca=dev.name, port=p.number, port_guid=guid, lid=p.lid, state=p.state))
-    return tuple(sorted(ports, key=lambda h: (h.ca, h.port)))
-
-
 def position_from_map(
     ports: Sequence[HostPort], fmap: FabricMap
 ) -> tuple[NetworkObservation, list[str], list[str]]:
@@ -869,9 +852,44 @@ def position_from_linkinfo(hp: HostPort, text: str, path: str) -> tuple[SwitchPo
     return neighbour(hp, guid, mine[0].port, switch_name(header)), guid, None
 
 
+def read_host_ports(root: HostRoot) -> tuple[tuple[HostPort, ...], list[str]]:
+    """The host's InfiniBand ports straight from ``class/infiniband/*/ports/*`` (link layer, state,
+    LID, GID 0): four small files a port, nothing else, so that a node without InfiniBand pays one
+    directory listing. Unreadable ports are returned as problems."""
+    base = root.sys("class", "infiniband")
+    ports: list[HostPort] = []
+    problems: list[str] = []
+    for device in _sysfs.list_directory(base, root=root):
+        for number, directory in _sysfs.numbered_entries(base / device / "ports", "", root=root):
+            try:
+                layer = _sysfs.read_attribute(root, directory / "link_layer")
+                if (layer or "").strip().lower() != "infiniband":
+                    continue
+                state = _sysfs.read_attribute(root, directory / "state")
+                lid = _sysfs.read_attribute(root, directory / "lid")
+                gid = _sysfs.read_attribute(root, directory / "gids" / "0")
+                where = root.relative(directory)
+                guid_text_value = parse_port_guid(gid, where) if gid else None
+                ports.append(
+                    HostPort(
+                        ca=device,
+                        port=number,
+                        port_guid=parse_guid(guid_text_value, NAME, where) if guid_text_value else None,
+                        lid=parse_lid(lid, where) if lid else None,
+                        state=parse_port_state(state, where) if state else None,
+                    )
+                )
+            except _sysfs.Unreadable as e:
+                problems.append(str(e))
+            except ParseError as e:
+                problems.append(str(e))
+    return tuple(ports), problems
+
+
 def read_position(root: HostRoot, runner: CommandRunner, *, timeout: float, map_path: str | None) -> Facts:
-    devices, _ = read_rdma_devices(root)
-    ports = host_ports_of(devices)
+    ports, unreadable = read_host_ports(root)
+    if not ports and unreadable:
+        return failed(NAME, ConditionReason.UNAVAILABLE, "; ".join(unreadable[:3]))
     if not ports:
         return failed(NAME, ConditionReason.UNAVAILABLE, "no InfiniBand ports on this host")
     if map_path is not None:
@@ -918,6 +936,9 @@ def read_position(root: HostRoot, runner: CommandRunner, *, timeout: float, map_
         tiers = leaf_tiers(leaves, names, [()] * len(leaves)) if not problems else ()
         observation = NetworkObservation(source=NAME, neighbours=tuple(neighbours), tiers=tiers)
         how = "neighbour query (iblinkinfo -D 0,1)"
+    if unreadable:  # a port we could not read may be on another leaf: no tier this round
+        problems = [*unreadable, *problems]
+        observation = dataclasses.replace(observation, tiers=())
     active = sum(1 for hp in ports if hp.state == "ACTIVE")
     message = f"{how}: {active}/{len(ports)} InfiniBand port(s) active"
     if notes:

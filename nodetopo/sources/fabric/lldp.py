@@ -20,11 +20,13 @@ import dataclasses
 import hashlib
 import json
 import re
+import stat
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from nodetopo.errors import ParseError
-from nodetopo.host import CommandNotFound, CommandRunner, CommandTimeout
+from nodetopo.host import CommandNotFound, CommandRunner, CommandTimeout, HostRoot
 from nodetopo.model import ConditionReason, FabricTier, Facts, NetworkObservation, SourceStatus, SwitchPort
 from nodetopo.sources.base import Context, SourceResult, condition, failed, guarded
 
@@ -321,11 +323,45 @@ _LOG_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\s+\[[A-Z]+/[a-z]+\]\s*
 LLDPCLI_ARGV: tuple[str, ...] = ("lldpcli", "-f", "json0", "show", "neighbors")
 
 
-def read_lldp(runner: CommandRunner, *, timeout: float) -> Facts:
-    """``lldpcli -f json0 show neighbors``; no lldpcli, or no lldpd answering → Unavailable."""
+#: where lldpd listens for lldpcli, relative to the host root
+SOCKETS = ("run/lldpd.socket", "var/run/lldpd.socket")
+
+
+def lldpd_socket(root: HostRoot) -> Path | None:
+    """lldpd's control socket under the host root, or None when lldpd is not running there.
+
+    A capture bundle holds an empty regular file at ``run/lldpd.socket`` when lldpd answered
+    during the capture (the socket itself cannot be copied), so the captured answer replays.
+    """
+    for relative in SOCKETS:
+        path = root.path / relative
+        if path.exists():
+            return path
+    return None
+
+
+def lldpcli_argv(socket: Path) -> tuple[str, ...]:
+    """The command; ``-u`` only for a socket that is not where lldpcli looks by default (the
+    DaemonSet sees the host's socket under /host)."""
+    if not stat.S_ISSOCK(socket.stat().st_mode) or str(socket) in (
+        "/run/lldpd.socket",
+        "/var/run/lldpd.socket",
+    ):
+        return LLDPCLI_ARGV
+    return ("lldpcli", "-u", str(socket), *LLDPCLI_ARGV[1:])
+
+
+def read_lldp(root: HostRoot, runner: CommandRunner, *, timeout: float) -> Facts:
+    """``lldpcli -f json0 show neighbors`` when lldpd runs; otherwise Unavailable, without spawning
+    anything (most nodes have no lldpd: asking lldpcli would cost a process per scan)."""
+    socket = lldpd_socket(root)
+    if socket is None:
+        where = " or ".join("/" + s for s in SOCKETS)
+        return failed(NAME, ConditionReason.UNAVAILABLE, f"lldpd is not running (no {where})")
+    argv = lldpcli_argv(socket)
     command = " ".join(LLDPCLI_ARGV)
     try:
-        result = runner.run(LLDPCLI_ARGV, timeout=timeout)
+        result = runner.run(argv, timeout=timeout)
     except CommandNotFound as e:
         # "not installed" on a host, "not in the bundle" in a replay: the runner knows which
         return failed(NAME, ConditionReason.UNAVAILABLE, f"{e} (lldpd is not used here)")
@@ -360,4 +396,4 @@ def read_lldp(runner: CommandRunner, *, timeout: float) -> Facts:
 
 def collect(ctx: Context) -> SourceResult:
     """The LLDP source (lldpd's view of the neighbours of every interface)."""
-    return guarded(NAME, lambda: read_lldp(ctx.runner, timeout=min(ctx.command_timeout_s, 5.0)))
+    return guarded(NAME, lambda: read_lldp(ctx.root, ctx.runner, timeout=min(ctx.command_timeout_s, 5.0)))

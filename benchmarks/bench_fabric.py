@@ -78,7 +78,12 @@ def run(quick: bool) -> Section:
         )
     )
     section.rows.append(
-        Row("added to a scan, worst input", f"{worst[0] * 100:+.1f} % ({worst[1]})", "≤ +10 %", worst[0] <= TARGET)
+        Row(
+            "added to a scan, worst input",
+            f"{worst[0] * 100:+.1f} % ({worst[1]})",
+            "≤ +10 %",
+            worst[0] <= TARGET,
+        )
     )
     return section
 

@@ -22,10 +22,10 @@ from nodetopo.agent.health import Health, HealthServer
 from nodetopo.agent.loop import Agent
 from nodetopo.agent.metrics import AgentStats, make_registry
 from nodetopo.agent.publisher import AgentPublisher, ApiPublisher, DryRunPublisher
-from nodetopo.agent.signals import StopSignals
 from nodetopo.agent.throttle import RateLimitedSession, TokenBucket
 from nodetopo.agent.udev import EventSource, NoEvents, UdevEventSource
 from nodetopo.logs import configure_logging
+from nodetopo.signals import StopSignals
 
 log = logging.getLogger(__name__)
 

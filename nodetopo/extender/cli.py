@@ -5,12 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
 from collections.abc import Callable
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -147,6 +145,7 @@ def _run(args: argparse.Namespace) -> int:
     from nodetopo.extender.server import make_server
     from nodetopo.httpserver import Limits
     from nodetopo.publish.client import load_api_client
+    from nodetopo.signals import StopSignals
 
     host, port = parse_listen(args.listen)
     try:
@@ -174,12 +173,12 @@ def _run(args: argparse.Namespace) -> int:
         raise NodetopoError(f"no usable Kubernetes configuration: {_first_line(e)}") from None
     start_reflectors(api_client, state, page_size=args.page_size, stop=stop)
 
-    def _terminate(signum: int, frame: FrameType | None) -> None:
-        # Only set flags and start a thread: no locks, no logging in a signal handler.
+    def on_stop(name: str) -> None:  # the watcher thread, never the signal handler (nodetopo.signals)
+        log.info("%s: shutting down", name)
         stop.set()
-        threading.Thread(target=server.shutdown, daemon=True).start()
+        server.shutdown()
 
-    signal.signal(signal.SIGTERM, _terminate)
+    signals = StopSignals(on_stop).install()
     log.info(
         "extender listening on %s:%d (%s)", host, server.port, "https" if context is not None else "http"
     )
@@ -187,6 +186,7 @@ def _run(args: argparse.Namespace) -> int:
         server.serve_forever()
     finally:
         stop.set()
+        signals.close()
         server.server_close()
     log.info("extender stopped")
     return 0

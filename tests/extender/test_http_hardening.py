@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import http.client
 import json
+import signal
 import socket
 import ssl
 import subprocess
@@ -405,4 +406,17 @@ def test_tls_client_certificates_can_be_required_for_the_protocol(
         conn.request("POST", "/filter", body=json.dumps({"Pod": pod(), "NodeNames": NODES[:1]}))
         assert conn.getresponse().status == 200
         conn.close()
+        assert_quiet(process)
+
+
+def test_sigterm_stops_the_extender_cleanly(tmp_path: Path, topologies: list[dict[str, Any]]) -> None:
+    """The handler only records the signal (nodetopo.signals); a watcher thread shuts the server down."""
+    with run_extender(tmp_path, topologies[:1]) as process:
+        keep_alive = connect(process.port)  # an idle keep-alive connection must not hold the exit
+        post_raw(keep_alive, "/filter", json.dumps({"Pod": pod(), "NodeNames": NODES[:1]}).encode())
+        assert read_response(keep_alive)[0] == 200
+        process.proc.send_signal(signal.SIGTERM)
+        assert process.proc.wait(15) == 0
+        keep_alive.close()
+        assert "SIGTERM: shutting down" in process.stderr
         assert_quiet(process)

@@ -388,3 +388,136 @@ def test_kubectl_logs_shows_structured_lines(agent: Agent) -> None:
     assert lines
     records = [json.loads(line) for line in lines]
     assert all((isinstance(r, dict) and r.get("msg")) or r.get("message") for r in records), lines[:5]
+
+
+def test_image_missing_from_the_node_says_err_image_never_pull(agent: Agent) -> None:
+    agent.wait_ready()
+    template = json.loads(
+        agent.cluster.kubectl("get", "daemonset", "-n", NAMESPACE, "nodetopo-agent", "-o", "json").stdout
+    )["spec"]["template"]
+    name = f"missing-image-{uuid.uuid4().hex[:6]}"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {**template["spec"], "nodeName": agent.node.name},
+    }
+    pod["spec"]["containers"][0]["image"] = "ghcr.io/nodetopo/nodetopo:not-imported"
+    agent.cluster.kubectl("create", "-f", "-", input=json.dumps(pod))
+    try:
+        deadline = time.monotonic() + 60
+        waiting: dict[str, Any] = {}
+        while time.monotonic() < deadline and waiting.get("reason") != "ErrImageNeverPull":
+            time.sleep(0.5)
+            _, body = agent.cluster.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
+            statuses = body.get("status", {}).get("containerStatuses", [])
+            waiting = statuses[0].get("state", {}).get("waiting", {}) if statuses else {}
+        assert waiting.get("reason") == "ErrImageNeverPull", waiting
+        assert "ghcr.io/nodetopo/nodetopo:not-imported" in waiting.get("message", ""), waiting
+        events = agent.cluster.kubectl(
+            "get", "events", "-n", NAMESPACE, "--field-selector", f"involvedObject.name={name}", "-o", "json"
+        ).stdout
+        assert "ErrImageNeverPull" in events
+    finally:
+        agent.cluster.kubectl(
+            "delete", "pod", "-n", NAMESPACE, name, "--grace-period=0", "--force", check=False
+        )
+
+
+def test_memory_after_ten_cycles_stays_under_the_request(agent: Agent, record_property: Any) -> None:
+    """The pod's cgroup memory after 10 discovery cycles (a full scan each; a write only on change),
+    against deploy/'s request (64Mi) and limit (256Mi). The interval is shortened on the live
+    DaemonSet (not in the overlay) so that 10 cycles take seconds."""
+    agent.wait_ready()
+    agent.cluster.kubectl(
+        "patch", "daemonset", "-n", NAMESPACE, "nodetopo-agent", "--type=json",
+        "-p", json.dumps([{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
+                           "value": "--interval-seconds=1"}]),
+    )  # fmt: skip
+    deadline = time.monotonic() + 180
+    cycles = 0.0
+    pod: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        pods = agent.pods()
+        if (
+            len(pods) == 1
+            and "--interval-seconds=1" in pods[0]["spec"]["containers"][0]["args"]
+            and is_ready(pods[0])
+        ):
+            pod = pods[0]
+            text = agent.metrics(pod)
+            cycles = sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith("nodetopo_discovery_cycles_total{")
+            )
+            if cycles >= 11:
+                break
+        time.sleep(1)
+    assert cycles >= 11, f"only {cycles} cycles"
+    qos = pod["status"]["qosClass"].lower()
+    cgroup = Path("/sys/fs/cgroup/memory/kubepods") / qos / f"pod{pod['metadata']['uid']}"
+    usage = int((cgroup / "memory.usage_in_bytes").read_text())
+    stat = dict(line.split() for line in (cgroup / "memory.stat").read_text().splitlines())
+    rss = int(stat["total_rss"])
+    working_set = usage - int(stat["total_inactive_file"])
+    record_property("pod_memory", {"usage": usage, "working_set": working_set, "rss": rss, "cycles": cycles})
+    print(f"agent pod memory after {cycles:.0f} cycles: usage {usage / 2**20:.1f} MiB, "
+          f"working set {working_set / 2**20:.1f} MiB, rss {rss / 2**20:.1f} MiB")  # fmt: skip
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["requests"]["memory"] == "64Mi" and resources["limits"]["memory"] == "256Mi"
+    assert working_set < 256 * 2**20
+    assert rss < 64 * 2**20, f"rss {rss / 2**20:.1f} MiB over the 64Mi request"
+
+
+@pytest.mark.parametrize("host_sys", ["empty", "absent"])
+def test_a_pod_without_the_hosts_sys_says_why_and_loses_nothing_published(
+    agent: Agent, host_sys: str
+) -> None:
+    """The agent's pod with /host/sys an empty directory, or not mounted at all, next to the good
+    one: it logs why, and the published NodeTopology and labels stay as they were."""
+    agent.wait_ready()
+    before_labels = agent.node_labels()
+    before = agent.nodetopology()["status"]
+    template = json.loads(
+        agent.cluster.kubectl("get", "daemonset", "-n", NAMESPACE, "nodetopo-agent", "-o", "json").stdout
+    )["spec"]["template"]
+    spec = template["spec"]
+    container = spec["containers"][0]
+    if host_sys == "empty":
+        spec["volumes"] = [
+            {"name": "host-sys", "emptyDir": {}} if v["name"] == "host-sys" else v for v in spec["volumes"]
+        ]
+    else:
+        spec["volumes"] = [v for v in spec["volumes"] if v["name"] != "host-sys"]
+        container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] != "host-sys"]
+    if "--interval-seconds=1" not in container["args"]:
+        container["args"].append("--interval-seconds=1")
+    name = f"sys-{host_sys}-{uuid.uuid4().hex[:6]}"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {**spec, "nodeName": agent.node.name},
+    }
+    agent.cluster.kubectl("create", "-f", "-", input=json.dumps(pod))
+    try:
+        deadline = time.monotonic() + 90
+        warnings: list[dict[str, Any]] = []
+        cycles = 0
+        while time.monotonic() < deadline and (not warnings or cycles < 3):
+            time.sleep(2)
+            done = agent.cluster.kubectl("logs", "-n", NAMESPACE, name, check=False)
+            records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+            warnings = [r for r in records if r.get("level") in ("warning", "error")]
+            cycles = sum(1 for r in records if "scan" in str(r.get("msg", "")).lower())
+        assert warnings, done.stdout[-3000:] + done.stderr
+        assert any("sys" in json.dumps(r) for r in warnings), warnings
+        assert agent.node_labels() == before_labels
+        after = agent.nodetopology()["status"]
+        for key in ("summary", "gpus", "nics", "numaNodes", "nvlinkIslands"):
+            assert after.get(key) == before.get(key), key
+    finally:
+        agent.cluster.kubectl(
+            "delete", "pod", "-n", NAMESPACE, name, "--grace-period=0", "--force", check=False
+        )

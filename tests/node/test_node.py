@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from .node import LocalNode
+from .node import LocalNode, missing_prerequisites
 
 pytestmark = [pytest.mark.k8s, pytest.mark.node]
 
@@ -18,3 +20,19 @@ def test_kubelet_registers_a_ready_node_on_containerd(node: LocalNode) -> None:
     ready = {c["type"]: c["status"] for c in body["status"]["conditions"]}
     assert ready["Ready"] == "True", body["status"]["conditions"]
     assert "nodetopo.test/pause:1" in " ".join(node.images())
+
+
+def test_a_machine_without_the_node_packages_is_told_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """What the node fixture fails with (never a skip) where containerd & co. are not installed."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no tool found
+    monkeypatch.setattr("node.node.CNI_BIN", tmp_path / "cni")
+    missing = missing_prerequisites()
+    for expected in (
+        "containerd (install containerd)",
+        "runc (install runc)",
+        "mmdebstrap (install mmdebstrap)",
+        f"{tmp_path / 'cni' / 'bridge'} (install containernetworking-plugins)",
+    ):
+        assert expected in missing, missing

@@ -28,16 +28,12 @@ an archive into a private temporary directory first, refusing whatever a bundle 
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import json
 import logging
 import os
 import posixpath
 import re
-import shutil
-import tarfile
-import tempfile
 from pathlib import Path, PurePosixPath
 
 from nodetopo.errors import BundleError
@@ -311,6 +307,10 @@ def bundle_dir(path: str | Path) -> Path:
     p = Path(path)
     if not is_archive(p):
         return p
+    import atexit  # archives only: every discover imports this module
+    import shutil
+    import tempfile
+
     key = os.path.realpath(p)
     if key not in _extracted:
         dest = Path(tempfile.mkdtemp(prefix="nodetopo-bundle-"))
@@ -339,6 +339,8 @@ def extract_archive(
     bundle, a hard link, a device, a FIFO; and more than ``max_members`` entries, one file over
     ``max_file_bytes`` or more than ``max_bytes`` in all. Python's ``data`` extraction filter checks
     each entry again as it is written (paths through links already unpacked, permissions)."""
+    import tarfile
+
     total = 0
     try:
         with tarfile.open(archive, "r:*") as tar:
@@ -376,6 +378,8 @@ def extract_archive(
 def write_archive(bundle: Path, archive: Path) -> None:
     """Pack a bundle directory into ``archive`` (gzip-compressed tar; symlinks kept as links),
     under one top directory named like the archive. Written beside and renamed: never half there."""
+    import tarfile
+
     top = archive.name
     for suffix in ARCHIVE_SUFFIXES:
         if top.endswith(suffix):

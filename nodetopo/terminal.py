@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from typing import TextIO
 
 # ESC [ ... final (CSI), ESC ] ... BEL or ST (OSC), ESC P/X/^/_ ... ST (DCS/SOS/PM/APC), ESC + one
@@ -53,6 +52,8 @@ def output_width(stream: TextIO) -> int | None:
             return None
     except (AttributeError, ValueError):
         return None
+    import shutil  # a terminal only (logging imports this module in every command)
+
     return shutil.get_terminal_size().columns
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from nodetopo import __version__
 from nodetopo.errors import BundleError, NodetopoError
+from nodetopo.kubeflags import add_kube_args
 from nodetopo.logs import configure_logging
 from nodetopo.terminal import strip_control
 
@@ -208,9 +209,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--node-name", default=os.environ.get("NODE_NAME"), required=not os.environ.get("NODE_NAME")
     )
-    p.add_argument(
-        "--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: in-cluster, or $KUBECONFIG"
-    )
+    add_kube_args(p)
     p.add_argument(
         "--nfd", action="store_true", help="publish labels as an NFD NodeFeature instead of the Node"
     )
@@ -410,6 +409,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         labels,
         node_name=args.node_name,
         kubeconfig=args.kubeconfig,
+        context=args.kube_context,
         nfd=args.nfd,
         uncertain_keys=sorted(uncertain_keys(result.topology)),
     )

@@ -24,6 +24,7 @@ from nodetopo.agent.metrics import AgentStats, make_registry
 from nodetopo.agent.publisher import AgentPublisher, ApiPublisher, DryRunPublisher
 from nodetopo.agent.throttle import RateLimitedSession, TokenBucket
 from nodetopo.agent.udev import EventSource, NoEvents, UdevEventSource
+from nodetopo.kubeflags import HELP as KUBECONFIG_HELP
 from nodetopo.logs import configure_logging
 from nodetopo.signals import StopSignals
 
@@ -76,7 +77,14 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
     add_input(p)
     p.add_argument("--config", metavar="FILE", help="YAML config file (env NODETOPO_CONFIG)")
     p.add_argument("--node-name", default=None, help="this node (env NODE_NAME, from the downward API)")
-    p.add_argument("--kubeconfig", default=None, help="default: the in-cluster service account")
+    p.add_argument("--kubeconfig", default=None, metavar="FILE", help=KUBECONFIG_HELP)
+    p.add_argument(
+        "--context",
+        dest="kube_context",
+        default=None,
+        metavar="NAME",
+        help="the kubeconfig context to use (env NODETOPO_KUBE_CONTEXT; default: its current-context)",
+    )
     p.add_argument("--once", action="store_true", default=None, help="discover and publish once, then exit")
     p.add_argument(
         "--dry-run",
@@ -148,7 +156,7 @@ def build_agent(
             from nodetopo.publish.client import connect
 
             bucket = TokenBucket(config.qps, config.burst, clock=time.monotonic, sleep=time.sleep)
-            session = RateLimitedSession(connect(config.kubeconfig), bucket)
+            session = RateLimitedSession(connect(config.kubeconfig, context=config.kube_context), bucket)
             publisher = ApiPublisher(session, node_name, nfd=config.nfd)
     if events is None:
         events = UdevEventSource(config.udev_source) if config.udev else NoEvents()

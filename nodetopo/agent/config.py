@@ -43,6 +43,7 @@ class AgentConfig:
     nvml: str = "auto"  #: live NVML: auto (only when host_root is /), on, off
     bundle: str | None = None  #: replay a capture bundle instead of the host (tests, demos)
     kubeconfig: str | None = None  #: default: in-cluster service account
+    kube_context: str | None = None  #: the kubeconfig context (default: its current-context)
     command_timeout_seconds: float = 20.0
     interval_seconds: float = 60.0
     jitter: float = 0.1  #: the interval varies by ± this fraction

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -13,6 +12,7 @@ import yaml
 
 from nodetopo import export
 from nodetopo.errors import BundleError
+from nodetopo.kubeflags import add_kube_args
 
 HELP = "write Kueue/Volcano/KAI/Slurm topology from the published NodeTopology objects"
 DESCRIPTION = """\
@@ -49,7 +49,7 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
         metavar="DIR",
         help="discover capture bundles (node: dir name)",
     )
-    p.add_argument("--kubeconfig", default=None, help="cluster to read (default: in-cluster, $KUBECONFIG)")
+    add_kube_args(p)
     p.add_argument("--name", default="nodetopo", help="Topology name (kueue, kai; default: %(default)s)")
     p.add_argument("--flavor", default="nodetopo", help="Kueue ResourceFlavor name (default: %(default)s)")
     p.add_argument(
@@ -89,14 +89,12 @@ def load_objects(paths: Iterable[str]) -> list[dict[str, Any]]:
     return objects
 
 
-def _from_cluster(kubeconfig: str | None) -> list[dict[str, Any]]:
-    from nodetopo.publish.client import connect
+def _from_cluster(kubeconfig: str | None, context: str | None = None) -> list[dict[str, Any]]:
+    from nodetopo.publish.client import ApiSession, connect
 
-    with connect(kubeconfig) as api:
-        response = api.request("GET", "/apis/nodetopo.io/v1alpha1/nodetopologies")
-    if response.status != 200:
-        raise BundleError(f"listing NodeTopology objects: HTTP {response.status} {response.reason}")
-    items = json.loads(response.data).get("items") or []
+    with connect(kubeconfig, context=context) as api:
+        listed = ApiSession(api).list_cluster_objects("nodetopo.io", "v1alpha1", "nodetopologies")
+    items = listed.get("items") or []
     return [i for i in items if isinstance(i, dict)]
 
 
@@ -113,7 +111,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     elif args.from_bundle:
         objects = _from_bundles(args.from_bundle)
     else:
-        objects = _from_cluster(args.kubeconfig)
+        objects = _from_cluster(args.kubeconfig, args.kube_context)
     places = export.places_from_nodetopologies(objects)
     if args.format == "kueue":
         labels = dict(item.split("=", 1) for item in args.flavor_node_label if "=" in item)

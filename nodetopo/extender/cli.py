@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 from nodetopo.errors import NodetopoError
 from nodetopo.extender.limits import MAX_BODY_BYTES, MAX_CONNECTIONS, MEMORY_BUDGET_BYTES, REQUEST_TIMEOUT_S
+from nodetopo.kubeflags import add_kube_args
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +45,7 @@ def register(
         metavar="HOST:PORT",
         help="address to serve on (env NODETOPO_EXTENDER_LISTEN; default: %(default)s)",
     )
-    p.add_argument(
-        "--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: in-cluster, or $KUBECONFIG"
-    )
+    add_kube_args(p)
     p.add_argument(
         "--page-size", type=int, default=500, metavar="N", help="objects per list page (default: %(default)s)"
     )
@@ -165,7 +164,7 @@ def _run(args: argparse.Namespace) -> int:
         raise NodetopoError(f"extender: cannot listen on {args.listen}: {e.strerror or e}") from None
     stop = threading.Event()
     try:
-        api_client = load_api_client(args.kubeconfig)
+        api_client = load_api_client(args.kubeconfig, context=args.kube_context)
     except Exception as e:  # the official client's ConfigException, a missing file, bad YAML
         server.server_close()
         if isinstance(e, NodetopoError):

@@ -82,12 +82,13 @@ def run_publish(
     node_name: str,
     kubeconfig: str | None,
     nfd: bool,
+    context: str | None = None,
     nfd_namespace: str = DEFAULT_NAMESPACE,
     uncertain_keys: Iterable[str] = (),
     uncertain_prefixes: Iterable[str] = (),
 ) -> PublishOutcome:
     """One-shot publish (``nodetopo publish``): connection from ``kubeconfig`` or in-cluster config."""
-    with connect(kubeconfig) as connection:
+    with connect(kubeconfig, context=context) as connection:
         publisher = Publisher(
             ApiSession(connection), node_name, nfd=nfd, nfd_namespace=nfd_namespace, scans_to_remove=1
         )

@@ -24,13 +24,17 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import datetime
 import email.utils
 import http.client
+import ipaddress
 import json
 import logging
 import os
+import re
 import shutil
 import ssl
+import subprocess
 import tempfile
 import threading
 import time
@@ -49,6 +53,7 @@ from nodetopo.errors import (
     NodetopoError,
     PublishError,
     TransientError,
+    clip,
 )
 
 log = logging.getLogger(__name__)
@@ -59,46 +64,98 @@ REQUEST_TIMEOUT_SECONDS = 30.0
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 USER_AGENT = f"nodetopo/{nodetopo.__version__}"
 
-#: what a kubeconfig user may use with nodetopo's client (said in every refusal)
+#: what a kubeconfig may use with nodetopo (said in every refusal): what kubectl accepts, except
+#: the deprecated auth-provider plugins and SOCKS/HTTPS proxies
 SUPPORTED_AUTH = (
-    "nodetopo's API client supports kubeconfig users with a bearer token (token, tokenFile) or a "
-    "client certificate (client-certificate or client-certificate-data with client-key or "
-    "client-key-data), or no credentials; clusters with server, certificate-authority or "
-    "certificate-authority-data, insecure-skip-tls-verify and tls-server-name. In a pod it uses "
-    "the mounted service-account token."
+    "nodetopo accepts kubeconfig users with exec credential plugins (client.authentication.k8s.io "
+    "v1/v1beta1: EKS, GKE, AKS), a bearer token (token, tokenFile), a client certificate "
+    "(client-certificate[-data] + client-key[-data]), username/password, impersonation (as, "
+    "as-uid, as-groups, as-user-extra), or no credentials; clusters with server, "
+    "certificate-authority[-data], insecure-skip-tls-verify, tls-server-name and an http:// "
+    "proxy-url (else $HTTPS_PROXY/$NO_PROXY). In a pod it uses the mounted service-account token."
 )
 #: kubeconfig user fields nodetopo refuses rather than ignore (they change who we are)
-_UNSUPPORTED_USER_FIELDS = (
-    "exec",
-    "auth-provider",
-    "username",
-    "password",
-    "as",
-    "as-uid",
-    "as-groups",
-    "as-user-extra",
-)
+_UNSUPPORTED_USER_FIELDS = ("auth-provider",)
+#: seconds an exec credential plugin may run
+EXEC_TIMEOUT_SECONDS = 60.0
+#: an exec credential is renewed this long before it expires
+EXEC_EXPIRY_SKEW_SECONDS = 10.0
 
 
 def load_api_client(kubeconfig: str | None = None, *, context: str | None = None) -> Any:
-    """A ``kubernetes.client.ApiClient`` (for list/watch consumers; the publishers use ``connect``).
-
-    ``kubeconfig`` given: that file (and ``context``). Otherwise the in-cluster service account
-    (``KUBERNETES_SERVICE_HOST`` + the mounted token), falling back to ``$KUBECONFIG`` /
-    ``~/.kube/config`` when not running in a pod.
+    """A ``kubernetes.client.ApiClient`` (for the extender's list/watch) configured by THE loader
+    (``cluster_access``), so it accepts exactly what the stdlib client accepts: exec plugins (run
+    again before the token expires, through the client's ``refresh_api_key_hook``), tokens, client
+    certificates, basic auth, impersonation and an http proxy.
     """
     import kubernetes  # only here: importing nodetopo.publish must not load the official client
 
-    config: Any = kubernetes.config  # untyped in some client releases
-    if kubeconfig is not None:
-        return config.new_client_from_config(config_file=kubeconfig, context=context, persist_config=False)
+    access = cluster_access(kubeconfig, context=context)
     configuration = kubernetes.client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=configuration)
-    except config.ConfigException:
-        log.debug("not in a cluster; using the default kubeconfig")
-        return config.new_client_from_config(context=context, persist_config=False)
-    return kubernetes.client.ApiClient(configuration)
+    configuration.host = access.server.rstrip("/")
+    configuration.verify_ssl = not access.insecure_skip_tls_verify
+    if access.tls_server_name:
+        configuration.tls_server_name = access.tls_server_name
+    files = _PemFiles()
+    configuration.ssl_ca_cert = files.path(access.ca_data, "ca.crt") or access.ca_file
+    configuration.cert_file = files.path(access.client_cert_data, "client.crt") or access.client_cert_file
+    configuration.key_file = files.path(access.client_key_data, "client.key") or access.client_key_file
+    _ssl_context(access)  # the same checks (and one-line errors) as the stdlib client
+    if access.proxy_url:
+        configuration.proxy = access.proxy_url
+    if access.username is not None and access.password is not None:
+        configuration.username, configuration.password = access.username, access.password
+    credentials = (
+        ExecCredentials(
+            access.exec_plugin,
+            server=access.server,
+            ca_data=access.ca_data,
+            insecure=not configuration.verify_ssl,
+        )
+        if access.exec_plugin is not None
+        else None
+    )
+    token = _BearerToken(access.token, access.token_file)
+
+    def refresh(config: Any) -> None:
+        if credentials is not None:
+            credential = credentials.get()
+            if credential.client_cert_data is not None:
+                config.cert_file = files.path(credential.client_cert_data, "exec-client.crt")
+                config.key_file = files.path(credential.client_key_data, "exec-client.key")
+            value = f"Bearer {credential.token}" if credential.token else token()
+        else:
+            value = token()
+        config.api_key = {"authorization": value} if value else {}
+
+    refresh(configuration)
+    configuration.refresh_api_key_hook = refresh  # type: ignore[assignment]
+    client: Any = kubernetes.client.ApiClient(configuration)
+    for name, value in access.headers().items():
+        if name != "Authorization":
+            client.set_default_header(name, value)
+    return client
+
+
+class _PemFiles:
+    """Key material the official client can only read from files: written once into a private
+    directory (mode 0700, files 0600) that is removed when the process exits."""
+
+    _directory: str | None = None
+
+    def path(self, data: bytes | None, name: str) -> str | None:
+        if data is None:
+            return None
+        if _PemFiles._directory is None:
+            import atexit
+
+            _PemFiles._directory = tempfile.mkdtemp(prefix="nodetopo-kube-")
+            atexit.register(shutil.rmtree, _PemFiles._directory, True)
+        target = os.path.join(_PemFiles._directory, name)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return target
 
 
 # --------------------------------------------------------------------------------------------
@@ -132,6 +189,168 @@ class ClusterAccess:
     client_cert_data: bytes | None = dataclasses.field(default=None, repr=False)
     client_key_file: str | None = None
     client_key_data: bytes | None = dataclasses.field(default=None, repr=False)
+    username: str | None = None
+    password: str | None = dataclasses.field(default=None, repr=False)
+    #: impersonation (kubeconfig ``as``, ``as-uid``, ``as-groups``, ``as-user-extra``)
+    impersonate_user: str | None = None
+    impersonate_uid: str | None = None
+    impersonate_groups: tuple[str, ...] = ()
+    impersonate_extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: an ``http://`` proxy (kubeconfig ``proxy-url``, else ``$HTTPS_PROXY`` unless ``$NO_PROXY``)
+    proxy_url: str | None = None
+    #: an exec credential plugin (``users[].user.exec``)
+    exec_plugin: ExecPlugin | None = None
+
+    def headers(self) -> dict[str, str]:
+        """The request headers these settings add (basic auth, impersonation); not the bearer token."""
+        headers: dict[str, str] = {}
+        if self.username is not None and self.password is not None:
+            basic = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+            headers["Authorization"] = f"Basic {basic}"
+        if self.impersonate_user:
+            headers["Impersonate-User"] = self.impersonate_user
+        if self.impersonate_uid:
+            headers["Impersonate-Uid"] = self.impersonate_uid
+        if self.impersonate_groups:  # http.client sends one header; the apiserver splits on ","
+            headers["Impersonate-Group"] = ",".join(self.impersonate_groups)
+        for key, values in self.impersonate_extra:
+            headers[f"Impersonate-Extra-{urllib.parse.quote(key, safe='')}"] = ",".join(values)
+        return headers
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ExecPlugin:
+    """``users[].user.exec``: a command that prints an ``ExecCredential`` (kubectl's
+    client.authentication.k8s.io plugins: ``aws eks get-token``, ``gke-gcloud-auth-plugin``,
+    ``kubelogin``). Run without a terminal (nodetopo is never interactive)."""
+
+    command: str
+    api_version: str
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = dataclasses.field(default=(), repr=False)
+    install_hint: str | None = None
+    provide_cluster_info: bool = False
+    source: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ExecCredential:
+    """What an exec plugin returned: a token and/or a client certificate, and when it expires."""
+
+    token: str | None = dataclasses.field(default=None, repr=False)
+    client_cert_data: bytes | None = dataclasses.field(default=None, repr=False)
+    client_key_data: bytes | None = dataclasses.field(default=None, repr=False)
+    expires_at: float | None = None  #: Unix time; None: until the server rejects it (401)
+
+
+class ExecPluginError(PublishError):
+    """An exec credential plugin failed (not found, exit status, bad output). Retryable: a plugin
+    that talks to a cloud's token service may fail for a while."""
+
+
+def parse_exec_credential(text: str, *, source: str) -> ExecCredential:
+    """The ``status`` of an ``ExecCredential`` a plugin printed. Never quotes the output (it holds
+    credentials): errors name what is wrong, not the value."""
+    try:
+        document = json.loads(text)
+    except ValueError as e:
+        raise ExecPluginError(
+            f"{source}: the plugin's output is not JSON (line {getattr(e, 'lineno', '?')})"
+        ) from None
+    if not isinstance(document, dict) or document.get("kind") != "ExecCredential":
+        raise ExecPluginError(f"{source}: the plugin's output is not an ExecCredential object")
+    status = document.get("status")
+    if not isinstance(status, dict):
+        raise ExecPluginError(f"{source}: the ExecCredential has no status")
+    token = status.get("token") or None
+    cert = status.get("clientCertificateData") or None
+    key = status.get("clientKeyData") or None
+    if (
+        not isinstance(token, str | None)
+        or not isinstance(cert, str | None)
+        or not isinstance(key, str | None)
+    ):
+        raise ExecPluginError(f"{source}: status.token/clientCertificateData/clientKeyData must be strings")
+    if (cert is None) != (key is None):
+        raise ExecPluginError(f"{source}: the ExecCredential has a client certificate without its key")
+    if token is None and cert is None:
+        raise ExecPluginError(f"{source}: the ExecCredential has neither a token nor a client certificate")
+    expires_at = None
+    stamp = status.get("expirationTimestamp")
+    if stamp:
+        try:
+            expires_at = datetime.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            raise ExecPluginError(
+                f"{source}: expirationTimestamp {str(stamp)[:40]!r} is not RFC 3339"
+            ) from None
+    return ExecCredential(
+        token=token,
+        client_cert_data=cert.encode() if cert else None,
+        client_key_data=key.encode() if key else None,
+        expires_at=expires_at,
+    )
+
+
+class ExecCredentials:
+    """Runs an ``ExecPlugin`` when a credential is needed and caches it until it expires (or the
+    server answers 401: ``get(refresh=True)``), as client-go does."""
+
+    def __init__(
+        self, plugin: ExecPlugin, *, server: str, ca_data: bytes | None = None, insecure: bool = False
+    ):
+        self.plugin = plugin
+        self._server = server
+        self._ca_data = ca_data
+        self._insecure = insecure
+        self._cached: ExecCredential | None = None
+        self._lock = threading.Lock()
+
+    def get(self, *, refresh: bool = False) -> ExecCredential:
+        with self._lock:
+            cached = self._cached
+            fresh = cached is not None and (
+                cached.expires_at is None or cached.expires_at - EXEC_EXPIRY_SKEW_SECONDS > time.time()
+            )
+            if cached is not None and fresh and not refresh:
+                return cached
+            self._cached = self._run()
+            return self._cached
+
+    def _run(self) -> ExecCredential:
+        plugin = self.plugin
+        where = f"{plugin.source}: exec plugin {plugin.command!r}"
+        spec: dict[str, Any] = {"interactive": False}
+        if plugin.provide_cluster_info:
+            cluster: dict[str, Any] = {"server": self._server, "insecure-skip-tls-verify": self._insecure}
+            if self._ca_data:
+                cluster["certificate-authority-data"] = base64.b64encode(self._ca_data).decode()
+            spec["cluster"] = cluster
+        info = {"apiVersion": plugin.api_version, "kind": "ExecCredential", "spec": spec}
+        env = {**os.environ, **dict(plugin.env), "KUBERNETES_EXEC_INFO": json.dumps(info)}
+        try:
+            result = subprocess.run(
+                [plugin.command, *plugin.args],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                env=env,
+                timeout=EXEC_TIMEOUT_SECONDS,
+                check=False,
+            )
+        except FileNotFoundError:
+            hint = f" ({plugin.install_hint.strip()})" if plugin.install_hint else ""
+            raise ExecPluginError(f"{where} is not installed (not found on PATH){hint}") from None
+        except PermissionError:
+            raise ExecPluginError(f"{where} is not executable") from None
+        except subprocess.TimeoutExpired:
+            raise ExecPluginError(f"{where} did not finish in {EXEC_TIMEOUT_SECONDS:g}s") from None
+        if result.returncode != 0:
+            lines = result.stderr.decode("utf-8", "replace").strip().splitlines()
+            said = clip(lines[-1], 200) if lines else "no message"
+            raise ExecPluginError(f"{where} exited {result.returncode}: {said}")
+        credential = parse_exec_credential(result.stdout.decode("utf-8", "replace"), source=where)
+        log.debug("exec plugin %s gave a credential (expires %s)", plugin.command, credential.expires_at)
+        return credential
 
 
 def in_cluster_access(
@@ -254,23 +473,25 @@ def parse_kubeconfig(config: Mapping[str, Any], *, context: str | None = None, s
     refused = [field for field in _UNSUPPORTED_USER_FIELDS if user.get(field)]
     if refused:
         raise KubeConfigError(
-            f"{where}: user {user_name!r} uses {', '.join(refused)}, which nodetopo does not "
-            f"support. {SUPPORTED_AUTH}"
-        )
-    if cluster.get("proxy-url"):
-        raise KubeConfigError(
-            f"{where}: cluster {cluster_name!r} uses proxy-url, which nodetopo does not support. "
-            f"{SUPPORTED_AUTH}"
+            f"{where}: user {user_name!r} uses {', '.join(refused)} (removed from kubectl; use an exec "
+            f"plugin such as kubelogin), which nodetopo does not support. {SUPPORTED_AUTH}"
         )
     server = _text(cluster, "server")
     if server is None:
         raise KubeConfigError(f"{where}: cluster {cluster_name!r} has no server")
+    proxy = _proxy_url(_text(cluster, "proxy-url"), server, where)
+    ca_data = _decoded(cluster, "certificate-authority-data", where)
+    insecure = bool(cluster.get("insecure-skip-tls-verify"))
+    groups = user.get("as-groups") or []
+    extra = user.get("as-user-extra") or {}
+    if not isinstance(groups, list) or not isinstance(extra, Mapping):
+        raise KubeConfigError(f"{where}: as-groups must be a list and as-user-extra a mapping")
     return ClusterAccess(
         server=server,
         source=where,
         ca_file=_text(cluster, "certificate-authority"),
-        ca_data=_decoded(cluster, "certificate-authority-data", where),
-        insecure_skip_tls_verify=bool(cluster.get("insecure-skip-tls-verify")),
+        ca_data=ca_data,
+        insecure_skip_tls_verify=insecure,
         tls_server_name=_text(cluster, "tls-server-name"),
         token=_text(user, "token"),
         token_file=_text(user, "tokenFile"),
@@ -278,7 +499,120 @@ def parse_kubeconfig(config: Mapping[str, Any], *, context: str | None = None, s
         client_cert_data=_decoded(user, "client-certificate-data", where),
         client_key_file=_text(user, "client-key"),
         client_key_data=_decoded(user, "client-key-data", where),
+        username=_text(user, "username"),
+        password=_text(user, "password"),
+        impersonate_user=_text(user, "as"),
+        impersonate_uid=_text(user, "as-uid"),
+        impersonate_groups=tuple(str(g) for g in groups),
+        impersonate_extra=tuple(
+            (str(k), tuple(str(v) for v in (vs if isinstance(vs, list) else [vs]))) for k, vs in extra.items()
+        ),
+        proxy_url=proxy,
+        exec_plugin=_exec_plugin(user.get("exec"), where),
     )
+
+
+def _exec_plugin(body: Any, where: str) -> ExecPlugin | None:
+    if not body:
+        return None
+    if not isinstance(body, Mapping) or not body.get("command"):
+        raise KubeConfigError(f"{where}: exec needs a command")
+    version = str(body.get("apiVersion") or "")
+    if version not in EXEC_API_VERSIONS:
+        raise KubeConfigError(
+            f"{where}: exec apiVersion {version[:80]!r} is not one of {', '.join(EXEC_API_VERSIONS)}"
+        )
+    if body.get("interactiveMode") == "Always":
+        raise KubeConfigError(
+            f"{where}: the exec plugin wants a terminal (interactiveMode: Always); nodetopo runs "
+            "plugins without one: log in first, or use a non-interactive plugin mode"
+        )
+    env = []
+    for item in body.get("env") or ():
+        if not isinstance(item, Mapping) or "name" not in item:
+            raise KubeConfigError(f"{where}: exec env entries need a name and a value")
+        env.append((str(item["name"]), str(item.get("value", ""))))
+    args = body.get("args") or []
+    if not isinstance(args, list):
+        raise KubeConfigError(f"{where}: exec args must be a list")
+    return ExecPlugin(
+        command=str(body["command"]),
+        api_version=version,
+        args=tuple(str(a) for a in args),
+        env=tuple(env),
+        install_hint=_text(body, "installHint"),
+        provide_cluster_info=bool(body.get("provideClusterInfo")),
+        source=where,
+    )
+
+
+EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
+
+
+def _proxy_url(configured: str | None, server: str, where: str) -> str | None:
+    """The proxy for ``server``: kubeconfig ``proxy-url``, else ``$HTTPS_PROXY``/``$HTTP_PROXY``
+    unless ``$NO_PROXY`` names the host (as kubectl). Only ``http://`` proxies (HTTP CONNECT)."""
+    url = urllib.parse.urlsplit(server if "://" in server else f"https://{server}")
+    if configured is None:
+        configured = _environment_proxy(url.scheme or "https", url.hostname or "")
+        if not configured:
+            return None
+        where = f"{where} (from ${(url.scheme or 'https').upper()}_PROXY)"
+    proxy = urllib.parse.urlsplit(configured)
+    if proxy.scheme != "http" or not proxy.hostname:
+        raise KubeConfigError(
+            f"{where}: proxy {proxy.scheme or configured[:40]!r}: nodetopo supports http:// proxies "
+            f"(HTTP CONNECT) only, not {proxy.scheme or 'this'}. {SUPPORTED_AUTH}"
+        )
+    return configured
+
+
+def _environment_proxy(scheme: str, host: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """``$HTTPS_PROXY`` (``$HTTP_PROXY`` for http) unless ``$NO_PROXY`` lists ``host`` (a name, a
+    ``.suffix``, an IP, a CIDR or ``*``), as Go's ``http.ProxyFromEnvironment`` reads them."""
+    env = os.environ if environ is None else environ
+    name = f"{scheme.lower()}_proxy"
+    proxy = env.get(name.upper()) or env.get(name)
+    if not proxy:
+        return None
+    for entry in (env.get("NO_PROXY") or env.get("no_proxy") or "").split(","):
+        entry = entry.strip().lower()
+        if not entry:
+            continue
+        if (
+            entry == "*"
+            or host.lower() == entry.lstrip(".")
+            or host.lower().endswith("." + entry.lstrip("."))
+        ):
+            return None
+        try:
+            if ipaddress.ip_address(host) in ipaddress.ip_network(entry, strict=False):
+                return None
+        except ValueError:
+            continue
+    return proxy
+
+
+def _load_kubeconfig_file(path: Path) -> Any:
+    """One kubeconfig file parsed. Errors say where and what, never the file's text: a YAML error
+    on the line of a token would otherwise print the token (only line and column are quoted)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise KubeConfigError(f"kubeconfig {path}: {e.strerror or type(e).__name__}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise KubeConfigError(
+            f"kubeconfig {path}: not UTF-8 text (invalid byte at offset {e.start})"
+        ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = str(getattr(e, "problem", "") or "syntax error")
+        raise KubeConfigError(f"kubeconfig {path}: not valid YAML{where}: {clip(problem, 80)}") from None
 
 
 def kubeconfig_access(
@@ -288,12 +622,7 @@ def kubeconfig_access(
     files = [Path(paths)] if isinstance(paths, str | os.PathLike) else [Path(p) for p in paths]
     documents = []
     for path in files:
-        try:
-            document = yaml.safe_load(path.read_text())
-        except OSError as e:
-            raise KubeConfigError(f"kubeconfig {path}: {e.strerror or e}") from e
-        except yaml.YAMLError as e:
-            raise KubeConfigError(f"kubeconfig {path}: not YAML: {e}") from e
+        document = _load_kubeconfig_file(path)
         if document is None:
             continue
         if not isinstance(document, Mapping):
@@ -338,15 +667,26 @@ class _BearerToken:
 def _ssl_context(access: ClusterAccess) -> ssl.SSLContext:
     """TLS settings of ``access``; client certificates given as data pass through a private
     temporary directory that is removed as soon as ``ssl`` has loaded them."""
-    if access.insecure_skip_tls_verify:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    elif access.ca_data is not None:
-        pem = b"-----BEGIN" in access.ca_data
-        context = ssl.create_default_context(cadata=access.ca_data.decode() if pem else access.ca_data)
-    else:
-        context = ssl.create_default_context(cafile=access.ca_file)
+    try:
+        if access.insecure_skip_tls_verify:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        elif access.ca_data is not None:
+            pem = b"-----BEGIN" in access.ca_data
+            data = access.ca_data.decode("ascii", "replace") if pem else access.ca_data
+            context = ssl.create_default_context(cadata=data)
+        else:
+            context = ssl.create_default_context(cafile=access.ca_file)
+    except (ssl.SSLError, ValueError) as e:
+        what = "certificate-authority-data" if access.ca_data is not None else "certificate-authority"
+        raise KubeConfigError(
+            f"{access.source}: {what} is not a PEM or DER CA certificate ({type(e).__name__})"
+        ) from None
+    except OSError as e:
+        raise KubeConfigError(
+            f"{access.source}: certificate-authority {access.ca_file}: {e.strerror or type(e).__name__}"
+        ) from None
     has_cert = access.client_cert_data is not None or access.client_cert_file is not None
     has_key = access.client_key_data is not None or access.client_key_file is not None
     if has_cert != has_key:
@@ -366,7 +706,17 @@ def _ssl_context(access: ClusterAccess) -> ssl.SSLContext:
 
             cert = materialize(access.client_cert_data, access.client_cert_file, "client.crt")
             key = materialize(access.client_key_data, access.client_key_file, "client.key")
-            context.load_cert_chain(cert, key)
+            try:
+                context.load_cert_chain(cert, key)
+            except ssl.SSLError as e:
+                raise KubeConfigError(
+                    f"{access.source}: the client certificate and key are not a PEM pair that matches "
+                    f"({e.reason or type(e).__name__})"
+                ) from None
+            except OSError as e:
+                raise KubeConfigError(
+                    f"{access.source}: client certificate/key: {e.strerror or type(e).__name__}"
+                ) from None
         finally:
             shutil.rmtree(directory, ignore_errors=True)
     return context
@@ -429,8 +779,21 @@ class KubeConnection:
         self._host = url.hostname
         self._port = url.port or (443 if self._https else 80)
         self._prefix = url.path.rstrip("/")
+        self._exec = (
+            ExecCredentials(
+                access.exec_plugin,
+                server=access.server,
+                ca_data=access.ca_data,
+                insecure=access.insecure_skip_tls_verify,
+            )
+            if access.exec_plugin is not None and authorization is None
+            else None
+        )
+        self._exec_cert: bytes | None = None  #: the exec client certificate the context holds
         self._context = _ssl_context(access) if self._https else None
         self._authorization = authorization or _BearerToken(access.token, access.token_file)
+        self._headers = access.headers()
+        self._proxy = urllib.parse.urlsplit(access.proxy_url) if access.proxy_url else None
         self._lock = threading.Lock()
         self._conn: http.client.HTTPConnection | None = None
         self._reused = False  #: the open connection has completed a request already
@@ -457,18 +820,49 @@ class KubeConnection:
 
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
+            host, port = self._host, self._port
+            if self._proxy is not None:  # HTTP CONNECT through the proxy, then TLS to the server
+                host, port = str(self._proxy.hostname), self._proxy.port or 80
             if self._context is None:
-                self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+                self._conn = http.client.HTTPConnection(host, port, timeout=self.timeout)
             else:
                 self._conn = _TlsConnection(
-                    self._host,
-                    self._port,
+                    host,
+                    port,
                     server_name=self.access.tls_server_name or self._host,
                     timeout=self.timeout,
                     context=self._context,
                 )
+            if self._proxy is not None:
+                headers = {}
+                if self._proxy.username is not None:
+                    user = urllib.parse.unquote(self._proxy.username)
+                    password = urllib.parse.unquote(self._proxy.password or "")
+                    basic = base64.b64encode(f"{user}:{password}".encode()).decode()
+                    headers["Proxy-Authorization"] = f"Basic {basic}"
+                self._conn.set_tunnel(self._host, self._port, headers=headers)
             self._reused = False
         return self._conn
+
+    def _credential(self, *, refresh: bool = False) -> str | None:
+        """The ``Authorization`` value: the exec plugin's token (its client certificate goes into
+        the TLS context, rebuilt when the plugin hands out a new one), else the static/file token."""
+        if self._exec is None:
+            return self._authorization()
+        credential = self._exec.get(refresh=refresh)
+        if credential.client_cert_data is not None and credential.client_cert_data != self._exec_cert:
+            self._drop()
+            self._context = _ssl_context(
+                dataclasses.replace(
+                    self.access,
+                    client_cert_data=credential.client_cert_data,
+                    client_key_data=credential.client_key_data,
+                    client_cert_file=None,
+                    client_key_file=None,
+                )
+            )
+            self._exec_cert = credential.client_cert_data
+        return f"Bearer {credential.token}" if credential.token else self._authorization()
 
     def _drop(self) -> None:
         if self._conn is not None:
@@ -498,13 +892,14 @@ class KubeConnection:
         """Send one request; return the answer whatever its status. Raises ``OSError`` (refused,
         timeout, TLS) or ``http.client.HTTPException`` when no answer came."""
         target = self._prefix + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
-        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT, **self._headers}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
         with self._lock:
-            authorization = self._authorization()
+            authorization = self._credential()
             if authorization:
                 headers["Authorization"] = authorization
+            refreshed = self._exec is None
             while True:
                 connection = self._connection()
                 reused = self._reused
@@ -525,6 +920,13 @@ class KubeConnection:
                     self._drop()
                 else:
                     self._reused = True
+                if response.status == 401 and not refreshed:
+                    # an exec credential the server no longer accepts: ask the plugin again, once
+                    refreshed = True
+                    authorization = self._credential(refresh=True)
+                    if authorization:
+                        headers["Authorization"] = authorization
+                    continue
                 return ApiResponse(
                     status=response.status,
                     reason=response.reason,
@@ -539,14 +941,29 @@ def connect(
     """A ``KubeConnection`` chosen as ``load_api_client`` chooses: ``kubeconfig`` given, that
     file (and ``context``); otherwise the in-cluster service account, falling back to
     ``$KUBECONFIG`` / ``~/.kube/config`` when not running in a pod."""
-    if kubeconfig is not None:
-        return KubeConnection(kubeconfig_access(kubeconfig, context=context), timeout=timeout)
-    try:
-        access = in_cluster_access()
-    except KubeConfigError as e:
-        log.debug("%s; using the default kubeconfig", e)
-        access = kubeconfig_access(default_kubeconfig_paths(), context=context)
-    return KubeConnection(access, timeout=timeout)
+    return KubeConnection(cluster_access(kubeconfig, context=context), timeout=timeout)
+
+
+def cluster_access(kubeconfig: str | None = None, *, context: str | None = None) -> ClusterAccess:
+    """THE loader, for every command that talks to the API (the stdlib client and the official
+    one): ``kubeconfig`` (a path, or several joined by ``os.pathsep``), else ``$KUBECONFIG``: those
+    files and ``context``; else, in a pod and without ``context``, the service account; else
+    ``~/.kube/config``. ``KubeConfigError`` (one line) for what cannot be used."""
+    kubeconfig = kubeconfig or os.environ.get("KUBECONFIG") or None
+    if kubeconfig:
+        return kubeconfig_access([p for p in kubeconfig.split(os.pathsep) if p], context=context)
+    if context is None:
+        try:
+            return in_cluster_access()
+        except KubeConfigError as e:
+            log.debug("%s; using the default kubeconfig", e)
+    paths = default_kubeconfig_paths()
+    if not any(p.exists() for p in paths):
+        raise KubeConfigError(
+            "no API server configured: not running in a pod, and no kubeconfig "
+            f"({os.pathsep.join(str(p) for p in paths)} does not exist; give --kubeconfig or set $KUBECONFIG)"
+        )
+    return kubeconfig_access(paths, context=context)
 
 
 # --------------------------------------------------------------------------------------------
@@ -594,18 +1011,28 @@ def _status_message(body: str | None) -> str:
     return body[:500]
 
 
-def translate_api_error(error: BaseException, *, action: str) -> PublishError:
-    """The ``nodetopo.errors`` type for a failed request (the caller raises it ``from`` ``error``).
+def translate_api_error(error: BaseException, *, action: str, server: str | None = None) -> PublishError:
+    """THE translation of a failed API request into a ``nodetopo.errors`` type, for the stdlib
+    client and the official one alike (the caller raises it ``from`` ``error``): one line, never a
+    traceback or a credential.
 
-    ``ApiStatusError``: 409 → ConflictError; 401/403 → ForbiddenError; 400/422 → InvalidError;
-    429 and 5xx → TransientError (with ``retry_after`` from the Retry-After header); anything
-    else (404 ...) → PublishError, which is retryable. Any other error (connection refused or
-    reset, timeout, TLS) → TransientError.
+    An HTTP answer (``ApiStatusError``, or the official client's ``ApiException``): 409 →
+    ConflictError; 401/403 → ForbiddenError; 400/422 → InvalidError; 429 and 5xx → TransientError
+    (with ``retry_after`` from the Retry-After header); anything else (404 ...) → PublishError,
+    which is retryable. No answer (refused, reset, timeout, TLS, DNS; urllib3's MaxRetryError) →
+    TransientError "cannot reach the API server <server>: <why>"; an ``ExecPluginError`` as is.
     """
-    if isinstance(error, ApiStatusError):
-        status = error.status
-        retry_after = parse_retry_after(_header(error.headers, "Retry-After"))
-        message = f"{action}: HTTP {status}: {_status_message(error.body) or error.reason}"
+    if isinstance(error, PublishError):
+        return error
+    status = getattr(error, "status", None)
+    if isinstance(error, ApiStatusError) or (isinstance(status, int) and hasattr(error, "body")):
+        assert isinstance(status, int)
+        headers = dict(getattr(error, "headers", None) or {})
+        body = getattr(error, "body", "") or ""
+        body = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+        retry_after = parse_retry_after(_header(headers, "Retry-After"))
+        said = _status_message(body) or str(getattr(error, "reason", ""))
+        message = f"{action}: HTTP {status}: {clip(said, 300)}"
         if status == 409:
             return ConflictError(message, status=status)
         if status in (401, 403):
@@ -615,7 +1042,27 @@ def translate_api_error(error: BaseException, *, action: str) -> PublishError:
         if status == 429 or status >= 500:
             return TransientError(message, status=status, retry_after=retry_after)
         return PublishError(message, status=status, retry_after=retry_after)
-    return TransientError(f"{action}: {type(error).__name__}: {error}")
+    at = f" {server}" if server else ""
+    return TransientError(f"{action}: cannot reach the API server{at}: {_why(error)}")
+
+
+def _why(error: BaseException) -> str:
+    """The innermost reason of a connection failure, without object reprs (urllib3 wraps a
+    ``NewConnectionError`` in a ``MaxRetryError`` whose text is a paragraph)."""
+    seen: set[int] = set()
+    current: BaseException = error
+    while id(current) not in seen:
+        seen.add(id(current))
+        inner = getattr(current, "reason", None)
+        if isinstance(inner, BaseException):
+            current = inner
+            continue
+        if current.__cause__ is not None:
+            current = current.__cause__
+            continue
+        break
+    text = re.sub(r"<[^<>]* object at 0x[0-9a-f]+>:?\s*", "", str(current)).strip()
+    return clip(f"{type(current).__name__}: {text}" if text else type(current).__name__, 300)
 
 
 # --------------------------------------------------------------------------------------------
@@ -666,7 +1113,7 @@ class ApiSession:
                     content_type=APPLY_PATCH,
                 )
         except (OSError, http.client.HTTPException) as e:
-            raise translate_api_error(e, action=action) from e
+            raise translate_api_error(e, action=action, server=self.connection.access.server) from e
         if missing_ok and response.status == 404:
             return None
         if not 200 <= response.status < 300:
@@ -700,6 +1147,10 @@ class ApiSession:
         """The object, or None when it does not exist (404)."""
         path = f"/apis/{group}/{version}/{plural}/{_quote(name)}"
         return self._call(f"read {plural}/{name}", "GET", path, missing_ok=True)
+
+    def list_cluster_objects(self, group: str, version: str, plural: str) -> dict[str, Any]:
+        """The list of a cluster-scoped custom resource (one page: ``items``)."""
+        return self._must(self._call(f"list {plural}", "GET", f"/apis/{group}/{version}/{plural}"))
 
     def read_namespaced_object(
         self, group: str, version: str, namespace: str, plural: str, name: str

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
@@ -18,6 +17,7 @@ import yaml
 
 from nodetopo.crd import GROUP, PLURAL, VERSION
 from nodetopo.errors import BundleError, NodetopoError
+from nodetopo.kubeflags import add_kube_args
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +60,7 @@ def register(
         default=os.environ.get("NODE_NAME"),
         help="read NodeTopology/NODE from the API (default: $NODE_NAME)",
     )
-    p.add_argument(
-        "--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: in-cluster, or $KUBECONFIG"
-    )
+    add_kube_args(p)
     p.add_argument(
         "--wait",
         type=_seconds,
@@ -139,27 +137,24 @@ def _from_bundle(path: str, node_name: str | None) -> dict[str, Any]:
     return to_nodetopology(scan(bundle_context(path)).topology, node_name or Path(path).name)
 
 
-def _from_api(node_name: str, kubeconfig: str | None, wait_s: float) -> dict[str, Any]:
-    import kubernetes
+def _from_api(node_name: str, kubeconfig: str | None, context: str | None, wait_s: float) -> dict[str, Any]:
+    """NodeTopology/``node_name`` through the stdlib client (one GET; the same loader and error
+    translation as ``publish`` and the agent: an unreachable server is one line, not a traceback)."""
+    from nodetopo.publish.client import ApiSession, connect
 
-    from nodetopo.publish.client import load_api_client
-
-    api: Any = kubernetes.client.CustomObjectsApi(load_api_client(kubeconfig))
     deadline = time.monotonic() + wait_s
     delay = 1.0
-    while True:
-        try:
-            response = api.get_cluster_custom_object(
-                GROUP, VERSION, PLURAL, node_name, _preload_content=False, _request_timeout=30
-            )
-            data: dict[str, Any] = json.loads(response.data)
-            return data
-        except kubernetes.client.ApiException as e:
-            if e.status != 404 or time.monotonic() >= deadline:
-                raise NodetopoError(f"reading NodeTopology/{node_name}: HTTP {e.status}: {e.reason}") from e
-        log.info("NodeTopology/%s not published yet; waiting %.0fs", node_name, delay)
-        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        delay = min(delay * 2, 10.0)
+    with connect(kubeconfig, context=context) as connection:
+        session = ApiSession(connection)
+        while True:
+            data = session.read_cluster_object(GROUP, VERSION, PLURAL, node_name)
+            if data is not None:
+                return data
+            if time.monotonic() >= deadline:
+                raise NodetopoError(f"reading NodeTopology/{node_name}: not found (HTTP 404)")
+            log.info("NodeTopology/%s not published yet; waiting %.0fs", node_name, delay)
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 10.0)
 
 
 def _write(path: str, text: str) -> None:
@@ -181,7 +176,7 @@ def cmd_ray(args: argparse.Namespace) -> int:
     elif args.bundle:
         body = _from_bundle(args.bundle, args.node_name)
     elif args.node_name:
-        body = _from_api(args.node_name, args.kubeconfig, args.wait)
+        body = _from_api(args.node_name, args.kubeconfig, args.kube_context, args.wait)
     else:
         raise BundleError(
             "nodetopo ray: give --node-name (or $NODE_NAME), --nodetopology FILE or --from BUNDLE"

@@ -599,7 +599,9 @@ def _load_kubeconfig_file(path: Path) -> Any:
     try:
         raw = path.read_bytes()
     except OSError as e:
-        raise KubeConfigError(f"kubeconfig {path}: {e.strerror or type(e).__name__}") from None
+        raise KubeConfigError(
+            f"kubeconfig {path}: cannot read this Kubernetes configuration: {e.strerror or type(e).__name__}"
+        ) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

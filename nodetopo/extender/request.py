@@ -14,7 +14,9 @@ Annotations (all optional; a pod without any is only checked for GPU capacity):
 ``nodetopo.io/link-layer: InfiniBand|Ethernet``
     a preference, not a filter: nodes whose RDMA NICs near the pod's GPUs use this link layer score higher.
 
-Values are case-insensitive. A malformed value is an ``AnnotationError``: the extender rejects every
+Values are case-insensitive words with nothing around them: no spaces, no sign, no empty value, ASCII
+only (``GRAMMAR``; the admission policies in ``deploy/admission/`` use the same patterns and the same
+messages, ``value_error``). A malformed value is an ``AnnotationError``: the extender rejects every
 node for that pod with the error text, so the pod's events say which annotation is wrong.
 """
 
@@ -42,8 +44,63 @@ LINK_LAYER = PREFIX + "link-layer"
 #: Every annotation the extender reads, in the order the README documents them.
 ANNOTATIONS = (ONE_ISLAND, MAX_NIC_DISTANCE, NUMA_ALIGNED, RDMA, LINK_LAYER)
 
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Grammar:
+    """What one annotation's value must look like: an RE2/Python-compatible ``pattern`` (matched
+    against the whole value) and the ``expected`` text of the error message."""
+
+    pattern: str
+    expected: str
+
+
+_FLAG = Grammar("(?i)^(true|false|yes|no|1|0)$", "true or false")
+#: The value grammar of every annotation the extender reads (admission adds its own in
+#: ``nodetopo.admission.rules``). The CEL policies carry the same patterns (a test compares them).
+GRAMMAR: dict[str, Grammar] = {
+    ONE_ISLAND: _FLAG,
+    MAX_NIC_DISTANCE: Grammar("(?i)^(PIX|PXB|PHB|NODE|SYS)$", "one of PIX|PXB|PHB|NODE|SYS"),
+    NUMA_ALIGNED: _FLAG,
+    RDMA: Grammar("(?i)^(required|true|optional|false)$", "required or optional"),
+    LINK_LAYER: Grammar("(?i)^(InfiniBand|Ethernet)$", "InfiniBand or Ethernet"),
+}
+_PRINTABLE = re.compile(r"^[ -~]*$")
+_LONGEST_ECHO = 32
+
+
+def describe_value(value: str) -> str:
+    """How an error message shows a bad value: quoted when short printable ASCII (with a hint for
+    spaces and signs), else only what is wrong with it, so a message never carries control
+    characters, look-alike Unicode or a huge paste."""
+    if value == "":
+        return "an empty value"
+    if not _PRINTABLE.fullmatch(value):
+        return "a value with characters outside printable ASCII"
+    if len(value) > _LONGEST_ECHO:
+        return f"a value of {len(value)} characters"
+    hint = ""
+    if " " in value:
+        hint = " (spaces are not allowed)"
+    elif value[0] in "+-":
+        hint = " (no sign allowed)"
+    return f'"{value}"{hint}'
+
+
+def value_error(key: str, value: str, expected: str) -> str:
+    """The message for a value of ``key`` that does not match its grammar."""
+    return f"{key}: expected {expected}, got {describe_value(value)}"
+
+
+def check_value(key: str, value: Any, grammar: Grammar) -> str:
+    """``value`` as a string when it is printable ASCII matching ``grammar``; else an
+    ``AnnotationError``. (ASCII first: ``(?i)`` folds look-alikes such as U+017F into ``s``.)"""
+    text = value if isinstance(value, str) else str(value)
+    if not (_PRINTABLE.fullmatch(text) and re.fullmatch(grammar.pattern, text)):
+        raise AnnotationError(value_error(key, text, grammar.expected))
+    return text
+
+
 _TRUE = frozenset({"true", "yes", "1"})
-_FALSE = frozenset({"false", "no", "0", ""})
 _LINK_LAYERS = {"infiniband": "InfiniBand", "ethernet": "Ethernet"}
 _QUANTITY = re.compile(r"^\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?\s*$")
 _SUFFIX: dict[str, Fraction | int] = {
@@ -150,19 +207,15 @@ def pod_gpus(spec: Mapping[str, Any]) -> int:
     return max(main, init)
 
 
-def _quote(value: Any) -> str:
-    """A value for an error message: repr'd, at most 64 characters of it (annotations reach 256 KiB)."""
-    text = str(value)
-    return repr(text[:64]) + ("..." if len(text) > 64 else "")
+def _value(annotations: Mapping[str, str], key: str) -> str | None:
+    """The value of ``key`` checked against its grammar, lower-cased; None when absent."""
+    if key not in annotations:
+        return None
+    return check_value(key, annotations[key], GRAMMAR[key]).lower()
 
 
-def _flag(annotations: Mapping[str, Any], key: str) -> bool:
-    value = str(annotations.get(key, "")).strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise AnnotationError(f'{key}: expected "true" or "false", got {_quote(annotations[key])}')
+def _flag(annotations: Mapping[str, str], key: str) -> bool:
+    return _value(annotations, key) in _TRUE
 
 
 def parse_pod_request(pod: Any) -> PodRequest:
@@ -174,36 +227,15 @@ def parse_pod_request(pod: Any) -> PodRequest:
         if key in annotations and not isinstance(annotations[key], str):
             raise PodShapeError(f"annotation {key} must be a string, not {type(annotations[key]).__name__}")
     gpus = pod_gpus(_mapping(pod.get("spec"), "Pod.spec"))
-    distance = None
-    text = str(annotations.get(MAX_NIC_DISTANCE, "")).strip().upper()
-    if text:
-        try:
-            distance = LinkClass[text]
-        except KeyError:
-            choices = "|".join(c.name for c in LinkClass)
-            raise AnnotationError(
-                f"{MAX_NIC_DISTANCE}: expected one of {choices}, got {_quote(annotations[MAX_NIC_DISTANCE])}"
-            ) from None
-    rdma_text = str(annotations.get(RDMA, "")).strip().lower()
-    if rdma_text in ("required", "true"):
-        rdma = True
-    elif rdma_text in ("", "false", "optional"):
-        rdma = False
-    else:
-        raise AnnotationError(f'{RDMA}: expected "required", got {_quote(annotations[RDMA])}')
-    layer_text = str(annotations.get(LINK_LAYER, "")).strip().lower()
-    link_layer = None
-    if layer_text:
-        if layer_text not in _LINK_LAYERS:
-            raise AnnotationError(
-                f"{LINK_LAYER}: expected InfiniBand or Ethernet, got {_quote(annotations[LINK_LAYER])}"
-            )
-        link_layer = _LINK_LAYERS[layer_text]
+    distance_text = _value(annotations, MAX_NIC_DISTANCE)
+    distance = LinkClass[distance_text.upper()] if distance_text else None
+    layer_text = _value(annotations, LINK_LAYER)
+    link_layer = _LINK_LAYERS[layer_text] if layer_text else None
     return PodRequest(
         gpus=gpus,
         one_island=_flag(annotations, ONE_ISLAND),
         max_nic_distance=distance,
         numa_aligned=_flag(annotations, NUMA_ALIGNED),
-        rdma=rdma,
+        rdma=_value(annotations, RDMA) in ("required", "true"),
         link_layer=link_layer,
     )

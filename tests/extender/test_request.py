@@ -74,3 +74,26 @@ def test_quantities() -> None:
     assert parse_quantity("1Ki") == 1024
     with pytest.raises(AnnotationError):
         parse_quantity("two")
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (" true", '" true" (spaces are not allowed)'),
+        ("true ", '"true " (spaces are not allowed)'),
+        ("", "an empty value"),
+        ("\uff54rue", "a value with characters outside printable ASCII"),
+        ("true\n", "a value with characters outside printable ASCII"),
+    ],
+)
+def test_flag_values_are_exact_words(value: str, shown: str) -> None:
+    """The admission policies' grammar: no surrounding spaces, no empty value, ASCII only."""
+    with pytest.raises(AnnotationError) as info:
+        parse_pod_request(pod({"nodetopo.io/numa-aligned": value}))
+    assert str(info.value) == f"nodetopo.io/numa-aligned: expected true or false, got {shown}"
+
+
+def test_case_folding_look_alikes_are_refused() -> None:
+    """(?i) alone folds U+017F (long s) into s: 'ſys' must not read as SYS."""
+    with pytest.raises(AnnotationError, match="outside printable ASCII"):
+        parse_pod_request(pod({"nodetopo.io/max-nic-distance": "\u017fys"}))

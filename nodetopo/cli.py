@@ -228,6 +228,8 @@ _MODULE_COMMANDS: tuple[tuple[str, str], ...] = (
     ("ray", "nodetopo.ray.cli"),
     ("export", "nodetopo.export.cli"),
     ("fabric", "nodetopo.export.fabric_cli"),
+    ("admit", "nodetopo.admission.cli"),
+    ("summary-controller", "nodetopo.admission.cli"),
 )
 _BUILTIN_COMMANDS = ("discover", "capture", "publish")
 
@@ -235,9 +237,11 @@ _BUILTIN_COMMANDS = ("discover", "capture", "publish")
 def _add_module_commands(sub: Any, command: str | None) -> None:
     """Register the subcommands that live in their own modules: only ``command``'s when one is given
     (importing the agent costs more than a whole discovery), else all of them."""
+    registered: set[str] = set()  # a module may register several commands
     for name, module_name in _MODULE_COMMANDS:
-        if command is not None and name != command:
+        if (command is not None and name != command) or module_name in registered:
             continue
+        registered.add(module_name)
         try:
             module = __import__(module_name, fromlist=["register"])
         except ModuleNotFoundError as e:

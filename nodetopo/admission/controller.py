@@ -1,0 +1,194 @@
+"""``nodetopo summary-controller``: keep the ``NodeTopologySummary`` "cluster" current.
+
+A reflector (the extender's: paged list, then a resourceVersion watch, relist on 410) feeds
+``SummaryState``, which keeps only each node's ``NodeFacts`` (interned: identical machines share
+one) and a count per distinct facts. A writer thread waits for a change, lets a burst settle
+(``debounce_s``), folds the counts into the summary and server-side-applies it, as field manager
+``nodetopo-summary-controller``, when its content changed, and at least every ``heartbeat_s`` so
+that ``computedAt`` shows the summary is alive (the admission policies stop trusting it
+``staleAfterSeconds`` after ``computedAt``). Nothing is written before the first list completed: a
+summary of an empty cache would claim the cluster has nothing. Write failures back off with jitter
+and are retried; the watch keeps running meanwhile.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import logging
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from nodetopo.admission.summary import NAME, PLURAL, NodeFacts, Thresholds, node_facts, summarize
+from nodetopo.crd import GROUP, VERSION
+from nodetopo.crd import PLURAL as NODETOPOLOGY_PLURAL
+from nodetopo.extender.cache import NODETOPOLOGY_PATH, Handlers, Reflector
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "nodetopo-summary-controller"
+
+
+class SummaryState:
+    """The facts of every NodeTopology, by name, and how many nodes share each distinct facts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_name: dict[str, NodeFacts | None] = {}
+        self._counts: Counter[NodeFacts] = Counter()
+        self._interned: dict[NodeFacts, NodeFacts] = {}
+        self.synced = threading.Event()
+        self.changed = threading.Event()
+        self.changes = 0  #: applied events that changed the counts (for tests and benchmarks)
+
+    @staticmethod
+    def compact(obj: Mapping[str, Any]) -> tuple[str, NodeFacts | None]:
+        status = obj.get("status")
+        return str(obj["metadata"]["name"]), node_facts(status) if status else None
+
+    def _intern(self, facts: NodeFacts | None) -> NodeFacts | None:
+        return None if facts is None else self._interned.setdefault(facts, facts)
+
+    def _set(self, name: str, facts: NodeFacts | None) -> bool:
+        old = self._by_name.get(name)
+        if name in self._by_name and old == facts:
+            return False
+        if old is not None:
+            self._counts[old] -= 1
+            if self._counts[old] <= 0:
+                del self._counts[old]
+        self._by_name[name] = facts
+        if facts is not None:
+            self._counts[facts] += 1
+        return True
+
+    def replace(self, items: Iterable[tuple[str, NodeFacts | None]]) -> None:
+        with self._lock:
+            self._by_name, self._counts, self._interned = {}, Counter(), {}
+            for name, facts in items:
+                self._set(name, self._intern(facts))
+            self.changes += 1
+        self.changed.set()
+
+    def upsert(self, obj: Mapping[str, Any]) -> None:
+        name, facts = self.compact(obj)
+        with self._lock:
+            changed = self._set(name, self._intern(facts))
+            self.changes += changed
+        if changed:
+            self.changed.set()
+
+    def delete(self, obj: Mapping[str, Any]) -> None:
+        name = str(obj["metadata"]["name"])
+        with self._lock:
+            if name not in self._by_name:
+                return
+            self._set(name, None)
+            del self._by_name[name]
+            self.changes += 1
+        self.changed.set()
+
+    def snapshot(self) -> tuple[dict[NodeFacts, int], int]:
+        """(facts → node count, NodeTopology objects observed)."""
+        with self._lock:
+            return dict(self._counts), len(self._by_name)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _content(body: Mapping[str, Any]) -> Any:
+    status = {k: v for k, v in body["status"].items() if k != "computedAt"}
+    return (body["spec"], status)
+
+
+class SummaryWriter:
+    """Writes the summary from ``state`` on change (debounced) and on heartbeat."""
+
+    def __init__(
+        self,
+        state: SummaryState,
+        apply: Callable[[dict[str, Any]], Any],
+        *,
+        thresholds: Thresholds,
+        debounce_s: float = 0.5,
+        heartbeat_s: float | None = None,
+        stop: threading.Event | None = None,
+        clock: Callable[[], str] = _now,
+    ) -> None:
+        self.state = state
+        self.apply = apply
+        self.thresholds = thresholds
+        self.debounce_s = debounce_s
+        self.heartbeat_s = heartbeat_s if heartbeat_s is not None else max(1.0, thresholds.stale_after_s / 3)
+        self.stop = stop or threading.Event()
+        self.clock = clock
+        self.writes = 0
+        self.last_body: dict[str, Any] | None = None
+        self._written: Any = None
+        self._last_write = 0.0
+
+    def write_once(self) -> bool:
+        """Summarize now and apply when the content changed or the heartbeat is due; True if written."""
+        counts, observed = self.state.snapshot()
+        body = summarize(counts, computed_at=self.clock(), thresholds=self.thresholds, observed=observed)
+        due = time.monotonic() - self._last_write >= self.heartbeat_s
+        if _content(body) == self._written and not due:
+            return False
+        self.apply(body)
+        self._written, self._last_write, self.last_body = _content(body), time.monotonic(), body
+        self.writes += 1
+        log.info(
+            "summary written: %d NodeTopology objects, %d distinct shapes",
+            observed,
+            len(counts),
+        )
+        return True
+
+    def run(self) -> None:
+        while not self.stop.is_set() and not self.state.synced.wait(0.5):
+            pass
+        failures = 0
+        while not self.stop.is_set():
+            try:
+                self.state.changed.clear()
+                self.write_once()
+                failures = 0
+            except Exception as e:  # noqa: BLE001 - keep the controller alive through API failures
+                failures += 1
+                delay = min(30.0, 0.5 * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
+                log.warning("writing the summary failed (%s: %s); retry in %.1fs", type(e).__name__, e, delay)
+                self.stop.wait(delay)
+                self.state.changed.set()
+                continue
+            remaining = max(0.0, self.heartbeat_s - (time.monotonic() - self._last_write))
+            if self.state.changed.wait(remaining) and not self.stop.is_set():
+                self.stop.wait(self.debounce_s)  # let a burst of changes settle into one write
+
+
+def apply_with(session: Any) -> Callable[[dict[str, Any]], Any]:
+    """``session.apply_cluster_object`` for the summary (a ``nodetopo.publish.client.ApiSession``)."""
+    return functools.partial(session.apply_cluster_object, GROUP, VERSION, PLURAL, NAME, status=False)
+
+
+def start_reflector(
+    api_client: Any, state: SummaryState, *, page_size: int = 500, stop: threading.Event | None = None
+) -> Reflector:
+    """Start the NodeTopology reflector feeding ``state``."""
+    import kubernetes
+
+    custom: Any = kubernetes.client.CustomObjectsApi(api_client)
+    reflector = Reflector(
+        functools.partial(custom.list_cluster_custom_object, GROUP, VERSION, NODETOPOLOGY_PLURAL),
+        NODETOPOLOGY_PATH,
+        Handlers(state.replace, state.upsert, state.delete, state.synced, compact=state.compact),
+        page_size=page_size,
+        stop=stop,
+    )
+    reflector.start()
+    return reflector

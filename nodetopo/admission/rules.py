@@ -1,0 +1,326 @@
+"""The admission rules, offline: what the ValidatingAdmissionPolicies in ``deploy/admission/`` decide
+for a Pod or a Job, with the same messages, so ``nodetopo admit`` in CI says what the API server
+will say. ``tests/admit/cases.py`` drives both this module and the real API server through one table.
+
+Two policies, evaluated separately by the API server, and so here:
+
+``nodetopo-annotations`` (no parameters; always on in an opted-in namespace)
+    every ``nodetopo.io/`` annotation of the pod (of the Job's pod template) is known and its value
+    matches its grammar (``GRAMMAR``; the extender's five plus ``topology``, ``topology-scope``,
+    ``gpus-per-pod``). All errors, in ``GRAMMAR`` order, then the unknown keys, joined by ``; ``.
+``nodetopo-topology`` (parameters: the ``NodeTopologySummary``)
+    only when the annotations parse. *Declaration* (thresholds in the summary's ``spec``): a pod
+    with at least ``declareTopologyMinGPUs`` GPUs declares ``gpus-in-one-island``/``numa-aligned``
+    "true" or ``topology: any``; a container requesting an RDMA device resource declares ``rdma``;
+    ``gpus-per-pod``, when given, equals the pod's GPU request; a Job with ``parallelism`` ≥
+    ``multiPodMinParallelism`` whose pods request GPUs declares ``gpus-per-pod`` and
+    ``topology-scope``. *Feasibility* (pods with GPUs, only while the summary is fresh: computed
+    less than ``staleAfterSeconds`` before the object's creation): one island ≤ the largest island,
+    one NUMA node ≤ the largest single-NUMA group, ``rdma: required`` only if a node has a usable RDMA
+    NIC (with the preferred link layer, when one is given), ``max-nic-distance`` no tighter than the
+    best class the cluster has. A fact the summary lacks is unknown and its check is skipped.
+
+Each check refuses only what no single node can offer; combinations of needs are left to the
+scheduler extender, which sees each node whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nodetopo.admission.summary import NO_NIC, Thresholds
+from nodetopo.extender.request import (
+    GPU_RESOURCE,
+    LINK_LAYER,
+    MAX_NIC_DISTANCE,
+    NUMA_ALIGNED,
+    ONE_ISLAND,
+    PREFIX,
+    RDMA,
+    AnnotationError,
+    Grammar,
+    parse_quantity,
+    value_error,
+)
+from nodetopo.extender.request import (
+    GRAMMAR as EXTENDER_GRAMMAR,
+)
+from nodetopo.model import LinkClass
+
+TOPOLOGY = PREFIX + "topology"
+TOPOLOGY_SCOPE = PREFIX + "topology-scope"
+GPUS_PER_POD = PREFIX + "gpus-per-pod"
+
+#: Every pod annotation under nodetopo.io/, in the order errors are reported.
+GRAMMAR: dict[str, Grammar] = {
+    **EXTENDER_GRAMMAR,
+    TOPOLOGY: Grammar("(?i)^any$", "any"),
+    TOPOLOGY_SCOPE: Grammar(
+        r"^nodetopo\.io/(nvlink\.(domain|clique)|fabric\.tier-[0-9])$",
+        "a node label key: nodetopo.io/nvlink.domain, nvlink.clique or fabric.tier-0 to fabric.tier-9",
+    ),
+    GPUS_PER_POD: Grammar("^[1-9][0-9]{0,2}$", "a whole number from 1 to 999"),
+}
+_PRINTABLE = re.compile(r"[ -~]*")
+_KNOWN = ", ".join(key.removeprefix(PREFIX) for key in GRAMMAR)
+
+ANNOTATIONS_POLICY = "nodetopo-annotations"
+TOPOLOGY_POLICY = "nodetopo-topology"
+
+
+class ManifestError(AnnotationError):
+    """An object ``nodetopo admit`` cannot check (not a Pod or Job, or not valid as one)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Denial:
+    policy: str  #: the ValidatingAdmissionPolicy that refuses
+    message: str  #: its message, exactly as the API server reports it
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the object
+# --------------------------------------------------------------------------------------------
+
+
+def is_job(obj: Mapping[str, Any]) -> bool:
+    return str(obj.get("apiVersion", "")).startswith("batch/") and obj.get("kind") == "Job"
+
+
+def pod_template(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The Pod itself, or the Job's ``spec.template``."""
+    if is_job(obj):
+        return (obj.get("spec") or {}).get("template") or {}
+    if obj.get("kind") == "Pod":
+        return obj
+    raise ManifestError(f"{obj.get('kind')!s}: nodetopo admit checks Pods and Jobs (batch/v1)")
+
+
+def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    annotations = dict((pod_template(obj).get("metadata") or {}).get("annotations") or {})
+    for key, value in annotations.items():
+        if not isinstance(value, str):  # YAML `true` or `8` unquoted: the API server refuses the object
+            raise ManifestError(
+                f"{describe(obj)}: annotation {key}: values must be strings (quote {value!r})"
+            )
+    return annotations
+
+
+def _containers(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list(spec.get("containers") or []) + list(spec.get("initContainers") or [])
+
+
+def _whole(value: Any, where: str) -> int:
+    number = parse_quantity(str(value))
+    if number != int(number):
+        raise ManifestError(f"{where}: {GPU_RESOURCE} must be a whole number, got {value!r}")
+    return int(number)
+
+
+def gpu_request(spec: Mapping[str, Any]) -> int:
+    """GPUs per pod, as the policy computes them: the containers' sum or the largest init container.
+    (The API server has already defaulted requests from limits and checked whole numbers.)"""
+
+    def one(container: Mapping[str, Any]) -> int:
+        resources = container.get("resources") or {}
+        for kind in ("requests", "limits"):
+            value = (resources.get(kind) or {}).get(GPU_RESOURCE)
+            if value is not None:
+                return _whole(value, f"container {container.get('name')}")
+        return 0
+
+    main = sum(one(c) for c in spec.get("containers") or [])
+    return max([main, *(one(c) for c in spec.get("initContainers") or [])])
+
+
+# --------------------------------------------------------------------------------------------
+# nodetopo-annotations
+# --------------------------------------------------------------------------------------------
+
+
+def annotation_errors(annotations: Mapping[str, str]) -> list[str]:
+    """The grammar errors of a pod's ``nodetopo.io/`` annotations (empty: they all parse)."""
+    errors = []
+    for key, grammar in GRAMMAR.items():
+        if key in annotations:
+            value = str(annotations[key])
+            if not (_PRINTABLE.fullmatch(value) and re.fullmatch(grammar.pattern, value)):
+                errors.append(value_error(key, value, grammar.expected))
+    unknown = sorted(k for k in annotations if k.startswith(PREFIX) and k not in GRAMMAR)
+    if unknown:
+        more = f" and {len(unknown) - 1} more" if len(unknown) > 1 else ""
+        errors.append(f"unknown annotation {unknown[0]}{more}; known: {_KNOWN}")
+    return errors
+
+
+# --------------------------------------------------------------------------------------------
+# nodetopo-topology
+# --------------------------------------------------------------------------------------------
+
+
+def _timestamp(text: Any) -> datetime.datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _thresholds(summary: Mapping[str, Any]) -> Thresholds:
+    spec = summary.get("spec") or {}
+    default = Thresholds()
+    return Thresholds(
+        stale_after_s=int(spec.get("staleAfterSeconds", default.stale_after_s)),
+        declare_topology_min_gpus=int(spec.get("declareTopologyMinGPUs", default.declare_topology_min_gpus)),
+        rdma_resource_prefixes=tuple(spec.get("rdmaResourcePrefixes", default.rdma_resource_prefixes)),
+        multi_pod_min_parallelism=int(spec.get("multiPodMinParallelism", default.multi_pod_min_parallelism)),
+    )
+
+
+def is_fresh(summary: Mapping[str, Any], created: datetime.datetime) -> bool:
+    """True when the summary was computed less than ``staleAfterSeconds`` before ``created``."""
+    computed = _timestamp((summary.get("status") or {}).get("computedAt"))
+    if computed is None:
+        return False
+    return (created - computed).total_seconds() < _thresholds(summary).stale_after_s
+
+
+def declaration_errors(obj: Mapping[str, Any], summary: Mapping[str, Any]) -> list[str]:
+    limits = _thresholds(summary)
+    template = pod_template(obj)
+    spec = template.get("spec") or {}
+    ann = annotations_of(obj)
+    gpus = gpu_request(spec)
+    errors = []
+    declared = (
+        str(ann.get(ONE_ISLAND, "")).lower() in ("true", "yes", "1")
+        or str(ann.get(NUMA_ALIGNED, "")).lower() in ("true", "yes", "1")
+        or TOPOLOGY in ann
+    )
+    if gpus >= limits.declare_topology_min_gpus and not declared:
+        errors.append(
+            f"pod requests {gpus} GPUs (at least {limits.declare_topology_min_gpus}) but declares no "
+            f'topology: set {ONE_ISLAND} or {NUMA_ALIGNED} to "true", or {TOPOLOGY} to "any"'
+        )
+    if RDMA not in ann:
+        for container in _containers(spec):
+            resources = container.get("resources") or {}
+            names = [
+                name
+                for kind in ("requests", "limits")
+                for name in resources.get(kind) or {}
+                if any(name.startswith(p) for p in limits.rdma_resource_prefixes)
+            ]
+            if names:
+                errors.append(
+                    f'container "{container.get("name")}" requests {min(names)} but the pod does not '
+                    f"declare {RDMA}"
+                )
+                break
+    if GPUS_PER_POD in ann and int(ann[GPUS_PER_POD]) != gpus:
+        errors.append(f"{GPUS_PER_POD} says {ann[GPUS_PER_POD]} but the pod requests {gpus} {GPU_RESOURCE}")
+    parallelism = int((obj.get("spec") or {}).get("parallelism", 1)) if is_job(obj) else 1
+    if parallelism >= limits.multi_pod_min_parallelism and gpus > 0:
+        for key, example in ((GPUS_PER_POD, str(gpus)), (TOPOLOGY_SCOPE, "nodetopo.io/nvlink.domain")):
+            if key not in ann:
+                errors.append(
+                    f"Job runs {parallelism} pods at once but its pod template does not declare {key} "
+                    f"(e.g. {example})"
+                )
+    return errors
+
+
+def feasibility_errors(obj: Mapping[str, Any], summary: Mapping[str, Any]) -> list[str]:
+    """What no node in the summary can offer. Unknown facts (missing fields) skip their check."""
+    total = (summary.get("status") or {}).get("total")
+    template = pod_template(obj)
+    gpus = gpu_request(template.get("spec") or {})
+    if not isinstance(total, Mapping) or gpus < 1:
+        return []
+    ann = {k: str(v).lower() for k, v in annotations_of(obj).items()}
+    errors = []
+    island = total.get("largestIsland")
+    if ann.get(ONE_ISLAND) in ("true", "yes", "1") and gpus > 1 and isinstance(island, int) and gpus > island:
+        where = f"the largest island in the cluster has {island}" if island else "no node has an island"
+        errors.append(f"pod needs {gpus} GPUs in one NVLink island but {where}")
+    numa = total.get("largestNUMAGroup")
+    if ann.get(NUMA_ALIGNED) in ("true", "yes", "1") and isinstance(numa, int) and gpus > numa:
+        errors.append(
+            f"pod needs {gpus} GPUs on one NUMA node but the most on one NUMA node in the cluster is {numa}"
+        )
+    rdma = ann.get(RDMA) in ("required", "true")
+    layer = {"infiniband": "InfiniBand", "ethernet": "Ethernet"}.get(ann.get(LINK_LAYER, ""))
+    rdma_nodes = total.get("rdmaNodes")
+    layers = total.get("rdmaLinkLayers")
+    if rdma and rdma_nodes == 0:
+        errors.append("pod requires RDMA but no node in the cluster has a usable RDMA NIC")
+    elif rdma and layer and isinstance(rdma_nodes, int) and isinstance(layers, list) and layer not in layers:
+        errors.append(
+            f"pod requires RDMA over {layer} but the cluster's usable RDMA NICs are {', '.join(layers)}"
+        )
+    if MAX_NIC_DISTANCE in ann:
+        wanted = LinkClass[ann[MAX_NIC_DISTANCE].upper()]
+        to_rdma = rdma or layer is not None
+        field = "bestRDMANICDistance" if to_rdma else "bestNICDistance"
+        kind = "an RDMA NIC" if to_rdma else "a NIC"
+        best = str(total.get(field))
+        if best == NO_NIC and not rdma:
+            errors.append(f"pod needs {kind} at {wanted.name} or closer but no GPU in the cluster has {kind}")
+        elif best in LinkClass.__members__ and wanted < LinkClass[best]:
+            errors.append(
+                f"pod needs {kind} at {wanted.name} or closer but the best GPU-to-"
+                f"{'RDMA-NIC' if to_rdma else 'NIC'} class in the cluster is {best}"
+            )
+    return errors
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def check(
+    obj: Mapping[str, Any], summary: Mapping[str, Any] | None, *, now: datetime.datetime | None = None
+) -> list[Denial]:
+    """The denials the policies give ``obj`` on CREATE in an opted-in namespace (empty: admitted).
+
+    ``summary`` None is a missing summary: the topology policy does not run (it fails open).
+    ``now`` is the creation time the staleness check compares with (default: the object's
+    ``creationTimestamp``, else the current time).
+    """
+    errors = annotation_errors(annotations_of(obj))
+    if errors:
+        return [Denial(ANNOTATIONS_POLICY, "; ".join(errors))]
+    if summary is None:
+        return []
+    created = now or _timestamp((obj.get("metadata") or {}).get("creationTimestamp"))
+    created = created or datetime.datetime.now(datetime.UTC)
+    errors = declaration_errors(obj, summary)
+    if is_fresh(summary, created):
+        errors += feasibility_errors(obj, summary)
+    return [Denial(TOPOLOGY_POLICY, "; ".join(errors))] if errors else []
+
+
+def describe(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{obj.get('kind')}/{namespace}{meta.get('name') or meta.get('generateName') or '?'}"
+
+
+def check_documents(
+    documents: Sequence[Any], summary: Mapping[str, Any] | None, *, now: datetime.datetime | None = None
+) -> list[tuple[str, list[Denial]]]:
+    """(object, denials) for every Pod and Job in a manifest's documents (``List`` items included);
+    other kinds are not checked by the policies and are left out."""
+    results = []
+    for document in documents:
+        if not isinstance(document, Mapping):
+            continue
+        items = document.get("items") if str(document.get("kind", "")).endswith("List") else [document]
+        for obj in items or []:
+            if isinstance(obj, Mapping) and (obj.get("kind") == "Pod" or is_job(obj)):
+                results.append((describe(obj), check(obj, summary, now=now)))
+    return results

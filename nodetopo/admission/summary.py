@@ -1,0 +1,172 @@
+"""The cluster summary: what the NodeTopology objects offer, per GPU model and in total.
+
+Pure functions. ``node_facts`` reduces one NodeTopology ``status`` to the few facts admission needs
+(through the extender's own ``node_shape``, so "the largest island" means what the extender will
+place into: whole GPUs, MIG-enabled ones left out); ``summarize`` folds a multiset of those facts
+into the ``NodeTopologySummary`` body. Identical machines have equal facts, so the controller keeps
+a count per distinct ``NodeFacts`` and a summary costs O(distinct shapes), not O(nodes).
+
+Not-Ready NodeTopology objects (a source failed and the agent kept its last good facts, or sources
+disagree) are *included*: their facts were observed and the extender places on them too; they are
+counted in ``notReadyNodes`` so an operator sees how much of the summary rests on them. A
+NodeTopology without a status yet contributes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from nodetopo.crd import GROUP, VERSION
+from nodetopo.extender.fit import node_shape
+from nodetopo.model import LinkClass
+
+KIND = "NodeTopologySummary"
+PLURAL = "nodetopologysummaries"
+#: The one summary object the controller writes and the policies read (``paramRef.name``).
+NAME = "cluster"
+UNKNOWN_MODEL = "unknown"
+#: The CRD's bounds: the most common shapes and the first models (by name) are kept beyond these.
+MAX_SHAPES = 4096
+MAX_MODELS = 1024
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Thresholds:
+    """Admission parameters the controller publishes in the summary's ``spec`` (its flags)."""
+
+    stale_after_s: int = 600  #: older summaries are not used to refuse (feasibility fails open)
+    declare_topology_min_gpus: int = 2  #: pods with this many GPUs must declare a topology
+    rdma_resource_prefixes: tuple[str, ...] = ("rdma/",)  #: resources that are RDMA devices
+    multi_pod_min_parallelism: int = 2  #: Jobs running this many pods at once are gangs
+
+    def to_spec(self) -> dict[str, Any]:
+        return {
+            "staleAfterSeconds": self.stale_after_s,
+            "declareTopologyMinGPUs": self.declare_topology_min_gpus,
+            "rdmaResourcePrefixes": list(self.rdma_resource_prefixes),
+            "multiPodMinParallelism": self.multi_pod_min_parallelism,
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """One node as admission sees it. Equal for identical machines."""
+
+    model: str
+    gpus: int  #: whole GPUs (not MIG-enabled)
+    islands: str  #: the NodeTopology's ``1x8`` / ``4x2`` text ("" without NVLink)
+    largest_island: int  #: most whole GPUs sharing one NVLink island (0: no island)
+    largest_numa_group: int  #: most whole GPUs on one NUMA node (0: no GPU with a known node)
+    best_nic: LinkClass | None  #: best GPU→NIC class over the whole GPUs
+    best_rdma_nic: LinkClass | None  #: best GPU→usable RDMA NIC class
+    rdma_layers: tuple[str, ...]  #: link layers of the usable RDMA NICs
+    ready: bool
+
+
+def node_facts(status: Mapping[str, Any]) -> NodeFacts:
+    """The ``NodeFacts`` of one NodeTopology ``status`` (tolerant of missing fields)."""
+    shape = node_shape(status)
+    whole = [g for g in shape.gpus if g.whole]
+    islands: Counter[int] = Counter(g.island for g in whole if g.island is not None)
+    numa: Counter[int] = Counter(g.numa for g in whole if g.numa is not None)
+    rdma_usable = bool(shape.rdma_layers) and any(g.rdma_nic is not None for g in whole)
+    summary = status.get("summary") or {}
+    return NodeFacts(
+        model=str(summary.get("gpuModel") or UNKNOWN_MODEL),
+        gpus=len(whole),
+        islands=str(summary.get("islands") or ""),
+        largest_island=max(islands.values(), default=0),
+        largest_numa_group=max(numa.values(), default=0),
+        best_nic=min((g.nic for g in whole if g.nic is not None), default=None),
+        best_rdma_nic=min((g.rdma_nic for g in whole if g.rdma_nic is not None), default=None),
+        rdma_layers=shape.rdma_layers if rdma_usable else (),
+        ready=shape.ready,
+    )
+
+
+#: The ``best*Distance`` value when no GPU has such a NIC (a fact; a missing field is "unknown").
+NO_NIC = "none"
+
+
+def _best(classes: Iterable[LinkClass | None]) -> str:
+    present = [c for c in classes if c is not None]
+    return min(present).name if present else NO_NIC
+
+
+def _offer(facts: Mapping[NodeFacts, int]) -> dict[str, Any]:
+    """What a set of nodes offers (the ``total`` and each ``models[]`` entry)."""
+    gpu_nodes = {f: n for f, n in facts.items() if f.gpus > 0}
+    return {
+        "nodes": sum(facts.values()),
+        "gpus": sum(f.gpus * n for f, n in facts.items()),
+        "largestIsland": max((f.largest_island for f in gpu_nodes), default=0),
+        "largestNUMAGroup": max((f.largest_numa_group for f in gpu_nodes), default=0),
+        "bestNICDistance": _best(f.best_nic for f in gpu_nodes),
+        "bestRDMANICDistance": _best(f.best_rdma_nic for f in gpu_nodes),
+        "rdmaNodes": sum(n for f, n in gpu_nodes.items() if f.rdma_layers),
+        "rdmaLinkLayers": sorted({layer for f in gpu_nodes for layer in f.rdma_layers}),
+    }
+
+
+def summarize(
+    facts: Mapping[NodeFacts, int], *, computed_at: str, thresholds: Thresholds, observed: int
+) -> dict[str, Any]:
+    """The ``NodeTopologySummary`` object for ``facts`` (distinct facts → how many nodes have them).
+
+    ``observed`` is the number of NodeTopology objects seen (with or without a status yet).
+    """
+    counted = {f: n for f, n in facts.items() if n > 0}
+    by_model: dict[str, dict[NodeFacts, int]] = defaultdict(dict)
+    shapes: Counter[tuple[str, int, str, tuple[str, ...], str]] = Counter()
+    for f, n in counted.items():
+        by_model[f.model][f] = n
+        best = f.best_rdma_nic if f.rdma_layers else f.best_nic
+        shapes[(f.model, f.gpus, f.islands, f.rdma_layers, best.name if best else "")] += n
+    status: dict[str, Any] = {
+        "computedAt": computed_at,
+        "observedNodeTopologies": observed,
+        "notReadyNodes": sum(n for f, n in counted.items() if not f.ready),
+    }
+    if counted:  # no NodeTopology with facts yet: nothing is known, so no "total" (checks skip)
+        status["total"] = _offer(counted)
+        status["models"] = [{"model": model, **_offer(group)} for model, group in sorted(by_model.items())][
+            :MAX_MODELS
+        ]
+    status |= {
+        "shapes": [
+            {
+                "model": model,
+                "gpus": gpus,
+                "islands": islands,
+                "rdmaLinkLayers": list(layers),
+                "bestNICDistance": distance or NO_NIC,
+                "nodes": n,
+            }
+            for (model, gpus, islands, layers, distance), n in sorted(
+                shapes.items(), key=lambda item: (-item[1], item[0])
+            )[:MAX_SHAPES]
+        ],
+    }
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {"name": NAME, "labels": {"app.kubernetes.io/managed-by": "nodetopo-summary-controller"}},
+        "spec": thresholds.to_spec(),
+        "status": status,
+    }
+
+
+def summarize_objects(
+    objects: Iterable[Mapping[str, Any]], *, computed_at: str, thresholds: Thresholds | None = None
+) -> dict[str, Any]:
+    """The summary of a list of NodeTopology objects (``nodetopo admit --nodetopologies``, tests)."""
+    facts: Counter[NodeFacts] = Counter()
+    observed = 0
+    for obj in objects:
+        observed += 1
+        if obj.get("status"):
+            facts[node_facts(obj["status"])] += 1
+    return summarize(facts, computed_at=computed_at, thresholds=thresholds or Thresholds(), observed=observed)

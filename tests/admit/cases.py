@@ -1,0 +1,440 @@
+# ruff: noqa: E501  (a table: one case per entry, messages kept whole so they can be grepped)
+"""ONE table of admission cases, for ``nodetopo admit`` (tests/admit/test_admit.py) and for the real
+API server running deploy/admission/ (tests/kube/test_admission.py). Both must give every case
+exactly the ``expected`` denial (policy, message) or admit it (``expected`` None).
+
+Summaries (``SUMMARIES``): NodeTopologySummary objects folded from real-machine fixture bundles:
+``mixed`` — a DGX-1 V100 (1x8 NVLink, InfiniBand at PIX), a PCIe A100 node (2x2 NVLink bridges,
+InfiniBand), an 8x RTX 4090 two-socket node (no NVLink, no NIC, 6 GPUs on one NUMA node) and a
+GH200 (InfiniBand at NODE); ``gh200`` — the GH200 alone; ``pcie`` — the RTX 4090 node alone;
+``stale`` — ``mixed`` computed two hours ago; ``partial`` — a summary whose ``total`` lacks every
+fact the feasibility checks read; ``empty`` — a summary with no status at all; ``missing`` — no
+summary object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+from typing import Any
+
+from nodetopo.admission.rules import ANNOTATIONS_POLICY as ANN
+from nodetopo.admission.rules import TOPOLOGY_POLICY as TOPO
+
+KNOWN = (
+    "known: gpus-in-one-island, max-nic-distance, numa-aligned, rdma, link-layer, topology, "
+    "topology-scope, gpus-per-pod"
+)
+NO_TOPOLOGY = (
+    "pod requests {n} GPUs (at least 2) but declares no topology: set nodetopo.io/gpus-in-one-island "
+    'or nodetopo.io/numa-aligned to "true", or nodetopo.io/topology to "any"'
+)
+ISLAND = {"nodetopo.io/gpus-in-one-island": "true"}
+SCOPE = {"nodetopo.io/topology-scope": "nodetopo.io/nvlink.domain"}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Case:
+    id: str
+    annotations: dict[str, str]
+    expected: tuple[str, str] | None  #: (policy, message), or None: admitted
+    gpus: int = 0  #: nvidia.com/gpu of the one container
+    resources: dict[str, str] = dataclasses.field(default_factory=dict)  #: more limits of the container
+    init_gpus: int | None = None
+    job_parallelism: int | None = None  #: a batch/v1 Job with this parallelism instead of a Pod
+    summary: str = "mixed"
+
+    @property
+    def kind(self) -> str:
+        return "Job" if self.job_parallelism is not None else "Pod"
+
+
+def _c(id: str, annotations: dict[str, str], expected: tuple[str, str] | None = None, **kw: Any) -> Case:
+    return Case(id=id, annotations=annotations, expected=expected, **kw)
+
+
+CASES: tuple[Case, ...] = (
+    # ---- nodetopo-annotations: every nodetopo.io/ annotation parses ---------------------------
+    _c("no-gpus-no-annotations", {}),
+    _c("one-gpu-plain", {}, gpus=1),
+    _c(
+        "all-annotations-valid",
+        {
+            **ISLAND,
+            "nodetopo.io/max-nic-distance": "pxb",
+            "nodetopo.io/numa-aligned": "False",
+            "nodetopo.io/rdma": "Required",
+            "nodetopo.io/link-layer": "infiniband",
+            "nodetopo.io/topology": "ANY",
+            "nodetopo.io/gpus-per-pod": "2",
+            **SCOPE,
+        },
+        gpus=2,
+    ),
+    _c(
+        "space-around-flag",
+        {"nodetopo.io/gpus-in-one-island": " true"},
+        (ANN, 'nodetopo.io/gpus-in-one-island: expected true or false, got " true" (spaces are not allowed)'),
+        gpus=2,
+    ),
+    _c(
+        "space-inside-distance",
+        {"nodetopo.io/max-nic-distance": "P IX"},
+        (
+            ANN,
+            'nodetopo.io/max-nic-distance: expected one of PIX|PXB|PHB|NODE|SYS, got "P IX" (spaces are not allowed)',
+        ),
+        gpus=1,
+    ),
+    _c(
+        "sign-plus",
+        {"nodetopo.io/gpus-per-pod": "+8"},
+        (ANN, 'nodetopo.io/gpus-per-pod: expected a whole number from 1 to 999, got "+8" (no sign allowed)'),
+        gpus=8,
+    ),
+    _c(
+        "sign-minus",
+        {"nodetopo.io/gpus-per-pod": "-1"},
+        (ANN, 'nodetopo.io/gpus-per-pod: expected a whole number from 1 to 999, got "-1" (no sign allowed)'),
+        gpus=1,
+    ),
+    _c(
+        "huge-number",
+        {"nodetopo.io/gpus-per-pod": "99999999999999999999"},
+        (ANN, 'nodetopo.io/gpus-per-pod: expected a whole number from 1 to 999, got "99999999999999999999"'),
+        gpus=1,
+    ),
+    _c(
+        "zero",
+        {"nodetopo.io/gpus-per-pod": "0"},
+        (ANN, 'nodetopo.io/gpus-per-pod: expected a whole number from 1 to 999, got "0"'),
+        gpus=1,
+    ),
+    _c(
+        "unicode-digit",
+        {"nodetopo.io/gpus-per-pod": "\u0668"},  # ARABIC-INDIC DIGIT EIGHT: int() takes it
+        (
+            ANN,
+            "nodetopo.io/gpus-per-pod: expected a whole number from 1 to 999, "
+            "got a value with characters outside printable ASCII",
+        ),
+        gpus=8,
+    ),
+    _c(
+        "unicode-lookalike",
+        {"nodetopo.io/numa-aligned": "\uff54rue"},  # FULLWIDTH t
+        (
+            ANN,
+            "nodetopo.io/numa-aligned: expected true or false, got a value with characters outside printable ASCII",
+        ),
+        gpus=2,
+    ),
+    _c(
+        "unicode-case-fold",
+        {"nodetopo.io/max-nic-distance": "\u017fys"},  # LATIN SMALL LONG S folds to s
+        (
+            ANN,
+            "nodetopo.io/max-nic-distance: expected one of PIX|PXB|PHB|NODE|SYS, "
+            "got a value with characters outside printable ASCII",
+        ),
+        gpus=1,
+    ),
+    _c(
+        "long-value",
+        {"nodetopo.io/link-layer": "InfiniBand" * 5},
+        (ANN, "nodetopo.io/link-layer: expected InfiniBand or Ethernet, got a value of 50 characters"),
+        gpus=1,
+    ),
+    _c(
+        "empty-value",
+        {"nodetopo.io/rdma": ""},
+        (ANN, "nodetopo.io/rdma: expected required or optional, got an empty value"),
+        gpus=1,
+    ),
+    _c(
+        "bad-scope",
+        {"nodetopo.io/topology-scope": "kubernetes.io/hostname"},
+        (
+            ANN,
+            "nodetopo.io/topology-scope: expected a node label key: nodetopo.io/nvlink.domain, nvlink.clique or "
+            'fabric.tier-0 to fabric.tier-9, got "kubernetes.io/hostname"',
+        ),
+        gpus=1,
+    ),
+    _c(
+        "unknown-keys",
+        {"nodetopo.io/gpus-in-one-islnd": "true", "nodetopo.io/zz": "1"},
+        (ANN, f"unknown annotation nodetopo.io/gpus-in-one-islnd and 1 more; {KNOWN}"),
+        gpus=1,
+    ),
+    _c(
+        "several-errors",
+        {
+            "nodetopo.io/rdma": "maybe",
+            "nodetopo.io/gpus-in-one-island": "yes please",
+            "nodetopo.io/typo": "x",
+        },
+        (
+            ANN,
+            'nodetopo.io/gpus-in-one-island: expected true or false, got "yes please" (spaces are not allowed); '
+            'nodetopo.io/rdma: expected required or optional, got "maybe"; '
+            f"unknown annotation nodetopo.io/typo; {KNOWN}",
+        ),
+        gpus=16,
+    ),
+    _c(
+        "job-template-bad-annotation",
+        {"nodetopo.io/numa-aligned": "sure"},
+        (ANN, 'nodetopo.io/numa-aligned: expected true or false, got "sure"'),
+        gpus=1,
+        job_parallelism=1,
+    ),
+    _c("other-prefixes-ignored", {"example.com/nodetopo.io": "x", "nodetopo.io": "x"}, gpus=1),
+    # ---- nodetopo-topology: declaration where it matters -------------------------------------
+    _c("undeclared-multi-gpu", {}, (TOPO, NO_TOPOLOGY.format(n=4)), gpus=4),
+    _c(
+        "undeclared-false-is-not-a-declaration",
+        {"nodetopo.io/numa-aligned": "false"},
+        (TOPO, NO_TOPOLOGY.format(n=2)),
+        gpus=2,
+    ),
+    _c("topology-any", {"nodetopo.io/topology": "any"}, gpus=4),
+    _c("init-container-gpus-count", {}, (TOPO, NO_TOPOLOGY.format(n=3)), gpus=1, init_gpus=3),
+    _c(
+        "rdma-device-undeclared",
+        {},
+        (
+            TOPO,
+            'container "main" requests rdma/hca_shared_devices_a but the pod '
+            "does not declare nodetopo.io/rdma",
+        ),
+        gpus=1,
+        resources={"rdma/hca_shared_devices_a": "1"},
+    ),
+    _c(
+        "rdma-device-declared",
+        {"nodetopo.io/rdma": "required"},
+        gpus=1,
+        resources={"rdma/hca_shared_devices_a": "1"},
+    ),
+    _c(
+        "gpus-per-pod-mismatch",
+        {**ISLAND, "nodetopo.io/gpus-per-pod": "8"},
+        (TOPO, "nodetopo.io/gpus-per-pod says 8 but the pod requests 4 nvidia.com/gpu"),
+        gpus=4,
+    ),
+    _c(
+        "job-gang-undeclared",
+        ISLAND,
+        (
+            TOPO,
+            "Job runs 4 pods at once but its pod template does not declare nodetopo.io/gpus-per-pod (e.g. 8); "
+            "Job runs 4 pods at once but its pod template does not declare nodetopo.io/topology-scope "
+            "(e.g. nodetopo.io/nvlink.domain)",
+        ),
+        gpus=8,
+        job_parallelism=4,
+    ),
+    _c("job-gang-declared", {**ISLAND, "nodetopo.io/gpus-per-pod": "8", **SCOPE}, gpus=8, job_parallelism=4),
+    _c("job-sequential", ISLAND, gpus=8, job_parallelism=1),
+    _c("job-cpu-gang", {}, job_parallelism=8),
+    # ---- nodetopo-topology: the request can be met somewhere ---------------------------------
+    _c("island-8-fits", ISLAND, gpus=8),
+    _c(
+        "island-16-too-big",
+        ISLAND,
+        (TOPO, "pod needs 16 GPUs in one NVLink island but the largest island in the cluster has 8"),
+        gpus=16,
+    ),
+    _c(
+        "job-island-16-too-big",
+        {**ISLAND, "nodetopo.io/gpus-per-pod": "16", **SCOPE},
+        (TOPO, "pod needs 16 GPUs in one NVLink island but the largest island in the cluster has 8"),
+        gpus=16,
+        job_parallelism=2,
+    ),
+    _c("numa-6-fits", {"nodetopo.io/numa-aligned": "true"}, gpus=6),
+    _c(
+        "numa-8-too-big",
+        {"nodetopo.io/numa-aligned": "yes"},
+        (TOPO, "pod needs 8 GPUs on one NUMA node but the most on one NUMA node in the cluster is 6"),
+        gpus=8,
+    ),
+    _c("rdma-infiniband", {"nodetopo.io/rdma": "required", "nodetopo.io/link-layer": "InfiniBand"}, gpus=1),
+    _c(
+        "rdma-ethernet-absent",
+        {"nodetopo.io/rdma": "required", "nodetopo.io/link-layer": "Ethernet"},
+        (TOPO, "pod requires RDMA over Ethernet but the cluster's usable RDMA NICs are InfiniBand"),
+        gpus=1,
+    ),
+    _c("nic-pix-fits", {"nodetopo.io/max-nic-distance": "PIX"}, gpus=1),
+    _c(
+        "no-gpus-no-feasibility",
+        {**ISLAND, "nodetopo.io/rdma": "required", "nodetopo.io/link-layer": "Ethernet"},
+    ),
+    _c(
+        "two-problems",
+        {
+            **ISLAND,
+            "nodetopo.io/numa-aligned": "true",
+            "nodetopo.io/rdma": "required",
+            "nodetopo.io/link-layer": "ethernet",
+        },
+        (
+            TOPO,
+            "pod needs 16 GPUs in one NVLink island but the largest island in the cluster has 8; "
+            "pod needs 16 GPUs on one NUMA node but the most on one NUMA node in the cluster is 6; "
+            "pod requires RDMA over Ethernet but the cluster's usable RDMA NICs are InfiniBand",
+        ),
+        gpus=16,
+    ),
+    _c(
+        "gh200-nic-pix",
+        {"nodetopo.io/max-nic-distance": "pix"},
+        (TOPO, "pod needs a NIC at PIX or closer but the best GPU-to-NIC class in the cluster is NODE"),
+        gpus=1,
+        summary="gh200",
+    ),
+    _c(
+        "gh200-rdma-nic-phb",
+        {"nodetopo.io/rdma": "required", "nodetopo.io/max-nic-distance": "PHB"},
+        (
+            TOPO,
+            "pod needs an RDMA NIC at PHB or closer but the best GPU-to-RDMA-NIC class in the cluster is NODE",
+        ),
+        gpus=1,
+        summary="gh200",
+    ),
+    _c(
+        "gh200-nic-node",
+        {"nodetopo.io/max-nic-distance": "NODE", "nodetopo.io/rdma": "required"},
+        gpus=1,
+        summary="gh200",
+    ),
+    _c(
+        "pcie-rdma-absent",
+        {"nodetopo.io/rdma": "required"},
+        (TOPO, "pod requires RDMA but no node in the cluster has a usable RDMA NIC"),
+        gpus=1,
+        summary="pcie",
+    ),
+    _c(
+        "pcie-no-island",
+        ISLAND,
+        (TOPO, "pod needs 2 GPUs in one NVLink island but no node has an island"),
+        gpus=2,
+        summary="pcie",
+    ),
+    _c(
+        "pcie-no-nic",
+        {"nodetopo.io/max-nic-distance": "SYS"},
+        (TOPO, "pod needs a NIC at SYS or closer but no GPU in the cluster has a NIC"),
+        gpus=1,
+        summary="pcie",
+    ),
+    _c("pcie-numa-6-fits", {"nodetopo.io/numa-aligned": "true"}, gpus=6, summary="pcie"),
+    # ---- a summary that is stale, partial, empty or missing ----------------------------------
+    _c("stale-island-16-admitted", ISLAND, gpus=16, summary="stale"),
+    _c("stale-declaration-still-applies", {}, (TOPO, NO_TOPOLOGY.format(n=4)), gpus=4, summary="stale"),
+    _c(
+        "partial-island-16-admitted",
+        {**ISLAND, "nodetopo.io/rdma": "required", "nodetopo.io/max-nic-distance": "PIX"},
+        gpus=16,
+        summary="partial",
+    ),
+    _c("partial-declaration-applies", {}, (TOPO, NO_TOPOLOGY.format(n=4)), gpus=4, summary="partial"),
+    _c(
+        "partial-annotations-apply",
+        {"nodetopo.io/rdma": "yes"},
+        (ANN, 'nodetopo.io/rdma: expected required or optional, got "yes"'),
+        gpus=1,
+        summary="partial",
+    ),
+    _c("empty-island-16-admitted", ISLAND, gpus=16, summary="empty"),
+    _c("missing-island-16-admitted", ISLAND, gpus=16, summary="missing"),
+    _c("missing-undeclared-admitted", {}, gpus=4, summary="missing"),
+    _c(
+        "missing-annotations-apply",
+        {"nodetopo.io/topology": "none"},
+        (ANN, 'nodetopo.io/topology: expected any, got "none"'),
+        gpus=1,
+        summary="missing",
+    ),
+)
+
+MIXED = ("dgx1-v100", "pcie-4x-nvbridge", "pcie-8x-2socket", "gh200-nvl")
+SUMMARY_NAMES = ("mixed", "gh200", "pcie", "stale", "partial", "empty", "missing")
+
+
+def manifest(case: Case, name: str, namespace: str) -> dict[str, Any]:
+    """The Pod or Job of ``case``."""
+    limits = dict(case.resources)
+    if case.gpus:
+        limits["nvidia.com/gpu"] = str(case.gpus)
+    container: dict[str, Any] = {"name": "main", "image": "registry.invalid/train:1"}
+    if limits:
+        container["resources"] = {"limits": limits}
+    spec: dict[str, Any] = {"containers": [container], "restartPolicy": "Never"}
+    if case.init_gpus is not None:
+        spec["initContainers"] = [
+            {
+                "name": "init",
+                "image": "registry.invalid/init:1",
+                "resources": {"limits": {"nvidia.com/gpu": str(case.init_gpus)}},
+            }
+        ]
+    meta: dict[str, Any] = {"annotations": dict(case.annotations)} if case.annotations else {}
+    if case.job_parallelism is None:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, **meta},
+            "spec": spec,
+        }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "parallelism": case.job_parallelism,
+            "completions": case.job_parallelism,
+            "template": {"metadata": meta, "spec": spec},
+        },
+    }
+
+
+@functools.cache
+def _mixed_objects() -> tuple[dict[str, Any], ...]:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from extender.conftest import nodetopology_of
+
+    return tuple(nodetopology_of(bundle) for bundle in MIXED)
+
+
+def summary(kind: str, now: datetime.datetime) -> dict[str, Any] | None:
+    """The NodeTopologySummary object of a case's ``summary`` at time ``now`` (None: missing)."""
+    from nodetopo.admission.summary import summarize_objects
+
+    stamp = (now - datetime.timedelta(hours=2) if kind == "stale" else now).strftime("%Y-%m-%dT%H:%M:%SZ")
+    objects = {
+        "mixed": MIXED,
+        "stale": MIXED,
+        "partial": MIXED,
+        "empty": MIXED,
+        "gh200": ("gh200-nvl",),
+        "pcie": ("pcie-8x-2socket",),
+    }
+    if kind == "missing":
+        return None
+    chosen = [o for o in _mixed_objects() if o["metadata"]["name"] in objects[kind]]
+    body = summarize_objects(chosen, computed_at=stamp)
+    if kind == "partial":
+        body["status"]["total"] = {"nodes": body["status"]["total"]["nodes"]}
+        del body["status"]["models"]
+    if kind == "empty":
+        del body["status"]
+    return body

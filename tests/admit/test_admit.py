@@ -1,0 +1,241 @@
+"""``nodetopo admit`` and the rules behind it, offline, on the one table of cases (cases.py) that
+tests/kube/test_admission.py replays against the real API server."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from admit.cases import CASES, SUMMARY_NAMES, Case, manifest, summary
+from nodetopo.admission.controller import SummaryState, SummaryWriter
+from nodetopo.admission.rules import GRAMMAR, Denial, check
+from nodetopo.admission.summary import NO_NIC, Thresholds, node_facts, summarize, summarize_objects
+from nodetopo.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+POLICIES = REPO / "deploy" / "admission" / "policies.yaml"
+NOW = datetime.datetime(2026, 6, 1, 12, 0, tzinfo=datetime.UTC)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_case(case: Case) -> None:
+    obj = manifest(case, f"t-{case.id}", "team")
+    denials = check(obj, summary(case.summary, NOW), now=NOW)
+    assert denials == ([Denial(*case.expected)] if case.expected else [])
+
+
+def test_the_table_covers_every_summary_and_both_outcomes() -> None:
+    seen = Counter((c.summary, c.expected is None) for c in CASES)
+    for name in SUMMARY_NAMES:
+        assert seen[(name, True)] >= 1, f"no admitted case with summary {name}"
+    assert {c.expected[0] for c in CASES if c.expected} == {"nodetopo-annotations", "nodetopo-topology"}
+    assert len({c.id for c in CASES}) == len(CASES)
+
+
+def test_policies_carry_the_same_grammar() -> None:
+    """Both policies list exactly GRAMMAR (key, RE2 pattern, expected text), in GRAMMAR's order."""
+    docs = [d for d in yaml.safe_load_all(POLICIES.read_text()) if d]
+    expected = [[key, g.pattern, g.expected] for key, g in GRAMMAR.items()]
+    for doc in docs:
+        variables = {v["name"]: v["expression"] for v in doc["spec"]["variables"]}
+        entries = re.findall(
+            r"\['(nodetopo\.io/[^']+)', '((?:[^'\\]|\\.)*)',\s*'([^']*)'\]", variables["grammar"]
+        )
+        parsed = [[k, p.replace("\\\\", "\\"), e] for k, p, e in entries]
+        assert parsed == expected, doc["metadata"]["name"]
+
+
+def test_value_check_refuses_before_case_folding() -> None:
+    """(?i) alone would let U+017F (long s) match 's' and U+212A (Kelvin) match 'k', in Python and RE2."""
+    assert re.fullmatch(GRAMMAR["nodetopo.io/max-nic-distance"].pattern, "\u017fys")
+    obj = manifest(Case("x", {"nodetopo.io/max-nic-distance": "\u017fys"}, None, gpus=1), "x", "ns")
+    assert check(obj, None)[0].policy == "nodetopo-annotations"
+
+
+def test_unquoted_annotation_value_is_a_manifest_error() -> None:
+    obj = manifest(Case("x", {}, None, gpus=1), "x", "ns")
+    obj["metadata"]["annotations"] = {"nodetopo.io/gpus-in-one-island": True}
+    with pytest.raises(Exception, match="values must be strings"):
+        check(obj, None)
+
+
+# ---- the summary ---------------------------------------------------------------------------
+
+
+def test_summary_of_the_mixed_fixture_cluster() -> None:
+    body = summary("mixed", NOW)
+    assert body is not None
+    status = body["status"]
+    assert status["computedAt"] == "2026-06-01T12:00:00Z"
+    assert status["observedNodeTopologies"] == 4 and status["notReadyNodes"] == 0
+    assert status["total"] == {
+        "nodes": 4,
+        "gpus": 8 + 4 + 8 + 2,
+        "largestIsland": 8,
+        "largestNUMAGroup": 6,
+        "bestNICDistance": "PIX",
+        "bestRDMANICDistance": "PIX",
+        "rdmaNodes": 3,
+        "rdmaLinkLayers": ["InfiniBand"],
+    }
+    models = {m["model"]: m for m in status["models"]}
+    assert models["NVIDIA GeForce RTX 4090"]["bestNICDistance"] == NO_NIC
+    assert models["NVIDIA GH200 480GB"]["bestNICDistance"] == "NODE"
+    assert models["NVIDIA A100-PCIE-40GB"]["largestIsland"] == 2
+    assert sum(s["nodes"] for s in status["shapes"]) == 4
+    assert body["spec"] == Thresholds().to_spec()
+
+
+def test_identical_nodes_are_one_shape_and_mig_gpus_are_not_whole() -> None:
+    from extender.conftest import nodetopology_of
+
+    mig = nodetopology_of("a100-mig")
+    h100 = nodetopology_of("dgx-h100")
+    facts = node_facts(mig["status"])
+    assert facts.gpus == 2 and facts.largest_island == 2  # 2 of 4 GPUs have MIG enabled
+    body = summarize_objects([h100, h100, mig], computed_at="2026-06-01T12:00:00Z")
+    shapes = body["status"]["shapes"]
+    assert shapes[0]["nodes"] == 2 and shapes[0]["model"] == "NVIDIA H100 80GB HBM3"
+    assert body["status"]["total"]["gpus"] == 8 + 8 + 2
+
+
+def test_no_facts_means_no_total() -> None:
+    """An empty cache or objects without status: nothing is known, so the policies skip feasibility."""
+    body = summarize_objects([{"metadata": {"name": "n"}}], computed_at="2026-06-01T12:00:00Z")
+    assert body["status"]["observedNodeTopologies"] == 1
+    assert "total" not in body["status"] and "models" not in body["status"]
+
+
+def test_not_ready_nodes_are_counted_and_kept() -> None:
+    from extender.conftest import nodetopology_of
+
+    body = nodetopology_of("dgx1-v100")
+    body["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": "ParseError"}]
+    out = summarize_objects([body], computed_at="2026-06-01T12:00:00Z")
+    assert out["status"]["notReadyNodes"] == 1 and out["status"]["total"]["largestIsland"] == 8
+
+
+# ---- the controller's state and writer -----------------------------------------------------
+
+
+def _topology(name: str, island: int, numa: int = 0) -> dict[str, Any]:
+    gpus = [{"index": i, "island": 0, "numaNode": numa, "nics": []} for i in range(island)]
+    return {"metadata": {"name": name}, "status": {"gpus": gpus, "summary": {"gpuModel": "X"}}}
+
+
+def test_state_counts_distinct_facts_and_follows_changes() -> None:
+    state = SummaryState()
+    state.replace([SummaryState.compact(_topology(f"n{i}", 4)) for i in range(1000)])
+    counts, observed = state.snapshot()
+    assert observed == 1000 and list(counts.values()) == [1000]
+    state.upsert(_topology("n1", 8))
+    counts, _ = state.snapshot()
+    assert sorted(counts.values()) == [1, 999]
+    state.changed.clear()
+    state.upsert(_topology("n1", 8))  # no change: no wake-up
+    assert not state.changed.is_set()
+    state.delete({"metadata": {"name": "n1"}})
+    counts, observed = state.snapshot()
+    assert observed == 999 and list(counts.values()) == [999] and state.changed.is_set()
+
+
+def test_writer_writes_on_change_and_on_heartbeat_only() -> None:
+    state = SummaryState()
+    state.replace([SummaryState.compact(_topology("a", 4))])
+    written: list[dict[str, Any]] = []
+    writer = SummaryWriter(state, written.append, thresholds=Thresholds(), heartbeat_s=3600)
+    assert writer.write_once() and not writer.write_once()  # unchanged: skipped
+    state.upsert(_topology("b", 8))
+    assert writer.write_once()
+    assert [w["status"]["total"]["largestIsland"] for w in written] == [4, 8]
+    writer.heartbeat_s = 0
+    assert writer.write_once()  # heartbeat due: computedAt refreshed even without a change
+
+
+def test_writer_waits_for_the_first_list() -> None:
+    state = SummaryState()
+    written: list[dict[str, Any]] = []
+    stop = threading.Event()
+    writer = SummaryWriter(state, written.append, thresholds=Thresholds(), debounce_s=0.01, stop=stop)
+    thread = threading.Thread(target=writer.run)
+    thread.start()
+    stop.wait(0.7)
+    assert written == []  # not synced: an empty cache must not be published as "the cluster has nothing"
+    state.replace([SummaryState.compact(_topology("a", 4))])
+    state.synced.set()
+    for _ in range(100):
+        if written:
+            break
+        stop.wait(0.05)
+    stop.set()
+    state.changed.set()
+    thread.join(5)
+    assert written and written[0]["status"]["total"]["largestIsland"] == 4
+
+
+def test_summarize_caps_shapes() -> None:
+    from nodetopo.admission.summary import MAX_SHAPES, NodeFacts
+
+    facts = {NodeFacts("X", i, "", 0, 0, None, None, (), True): 1 for i in range(1, MAX_SHAPES + 10)}
+    body = summarize(facts, computed_at="2026-06-01T12:00:00Z", thresholds=Thresholds(), observed=len(facts))
+    assert len(body["status"]["shapes"]) == MAX_SHAPES
+
+
+# ---- the command ---------------------------------------------------------------------------
+
+
+def _write(path: Path, docs: list[Any]) -> Path:
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+def test_admit_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    now = datetime.datetime.now(datetime.UTC)
+    summary_file = _write(tmp_path / "summary.yaml", [summary("mixed", now)])
+    ok = next(c for c in CASES if c.id == "island-8-fits")
+    bad = next(c for c in CASES if c.id == "island-16-too-big")
+    good = _write(tmp_path / "good.yaml", [manifest(ok, "ok", "team")])
+    both = _write(
+        tmp_path / "both.yaml",
+        [{"kind": "List", "items": [manifest(ok, "ok", "team"), manifest(bad, "bad", "team")]}],
+    )
+    assert main(["admit", str(good), "--summary", str(summary_file)]) == 0
+    assert capsys.readouterr().out == "Pod/team/ok: admitted\n"
+    assert main(["admit", str(both), "--summary", str(summary_file), "-o", "json"]) == 3
+    out = json.loads(capsys.readouterr().out)
+    assert out[1] == {
+        "object": "Pod/team/bad",
+        "admitted": False,
+        "denials": [{"policy": "nodetopo-topology", "message": bad.expected[1]}],  # type: ignore[index]
+    }
+
+
+def test_admit_from_nodetopology_objects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from extender.conftest import nodetopology_of
+
+    topologies = _write(tmp_path / "ntopo.yaml", [{"kind": "List", "items": [nodetopology_of("gh200-nvl")]}])
+    case = next(c for c in CASES if c.id == "gh200-nic-pix")
+    pod = _write(tmp_path / "pod.yaml", [manifest(case, "p", "team")])
+    assert main(["admit", str(pod), "--nodetopologies", str(topologies)]) == 3
+    assert capsys.readouterr().out == f"Pod/team/p: refused by nodetopo-topology: {case.expected[1]}\n"  # type: ignore[index]
+
+
+def test_admit_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    summary_file = _write(tmp_path / "s.yaml", [summary("mixed", NOW)])
+    service = _write(
+        tmp_path / "svc.yaml", [{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}]
+    )
+    assert main(["admit", str(service), "--summary", str(summary_file)]) == 2
+    assert "no Pod or Job" in capsys.readouterr().err
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: Pod\n  metadata: [\n")
+    assert main(["admit", str(broken), "--summary", str(summary_file)]) == 2
+    assert main(["admit", str(tmp_path / "absent.yaml"), "--summary", str(summary_file)]) == 2

@@ -72,7 +72,13 @@ def register(
     p.add_argument(
         "--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: in-cluster, or $KUBECONFIG"
     )
-    p.add_argument("--page-size", type=int, default=500, metavar="N", help="default: %(default)s")
+    p.add_argument(
+        "--page-size",
+        type=int,
+        default=100,
+        metavar="N",
+        help="NodeTopology objects per list page: bounds the memory a list takes (default: %(default)s)",
+    )
     p.add_argument(
         "--debounce",
         type=float,
@@ -207,7 +213,7 @@ def cmd_summary_controller(args: argparse.Namespace) -> int:
         start_reflector,
     )
     from nodetopo.admission.summary import Thresholds
-    from nodetopo.publish.client import ApiSession, load_api_client
+    from nodetopo.publish.client import ApiSession, connect
 
     thresholds = Thresholds(
         stale_after_s=args.stale_after,
@@ -215,11 +221,10 @@ def cmd_summary_controller(args: argparse.Namespace) -> int:
         rdma_resource_prefixes=tuple(args.rdma_resource_prefix or ("rdma/",)),
         multi_pod_min_parallelism=args.multi_pod_min_parallelism,
     )
-    api_client = load_api_client(args.kubeconfig)
-    session = ApiSession(api_client, field_manager=FIELD_MANAGER)
+    session = ApiSession(connect(args.kubeconfig), field_manager=FIELD_MANAGER)
     stop = threading.Event()
     state = SummaryState()
-    start_reflector(api_client, state, page_size=args.page_size, stop=stop)
+    start_reflector(session.connection, state, page_size=args.page_size, stop=stop)
     writer = SummaryWriter(
         state, apply_with(session), thresholds=thresholds, debounce_s=args.debounce, stop=stop
     )

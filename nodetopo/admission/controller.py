@@ -20,7 +20,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from nodetopo.admission.summary import NAME, PLURAL, NodeFacts, Thresholds, node_facts, summarize
@@ -176,15 +176,61 @@ def apply_with(session: Any) -> Callable[[dict[str, Any]], Any]:
     return functools.partial(session.apply_cluster_object, GROUP, VERSION, PLURAL, NAME, status=False)
 
 
-def start_reflector(
-    api_client: Any, state: SummaryState, *, page_size: int = 500, stop: threading.Event | None = None
-) -> Reflector:
-    """Start the NodeTopology reflector feeding ``state``."""
-    import kubernetes
+class _Response:
+    """An ``ApiStream`` as the reflector reads a response: ``data``, ``stream()``, ``release_conn()``."""
 
-    custom: Any = kubernetes.client.CustomObjectsApi(api_client)
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    @property
+    def data(self) -> bytes:
+        try:
+            return bytes(self._stream.read())
+        finally:
+            self._stream.close()
+
+    def stream(self, amt: int = 65536, decode_content: bool = True) -> Iterator[bytes]:
+        return iter(self._stream.chunks(amt))
+
+    def release_conn(self) -> None:
+        self._stream.close()
+
+
+def list_function(connection: Any, path: str) -> Callable[..., Any]:
+    """A reflector ``list_func`` (the official client's keyword arguments, raw response) over the
+    standard-library ``KubeConnection``: the controller does without the official client (~50 MiB)."""
+    from nodetopo.publish.client import ApiStatusError
+
+    names = {
+        "limit": "limit",
+        "_continue": "continue",
+        "resource_version": "resourceVersion",
+        "timeout_seconds": "timeoutSeconds",
+        "field_selector": "fieldSelector",
+    }
+
+    def list_func(**kwargs: Any) -> _Response:
+        query = {names[k]: str(v) for k, v in kwargs.items() if k in names and v is not None}
+        if kwargs.get("watch"):
+            query["watch"] = "true"
+            query["allowWatchBookmarks"] = "true"
+        read_timeout = kwargs.get("_request_timeout", (10.0, 60.0))[1]
+        stream = connection.stream(path, query=query, timeout=read_timeout)
+        if not 200 <= stream.status < 300:
+            body = stream.read().decode("utf-8", "replace")
+            stream.close()
+            raise ApiStatusError(stream.status, stream.reason, body=body)
+        return _Response(stream)
+
+    return list_func
+
+
+def start_reflector(
+    connection: Any, state: SummaryState, *, page_size: int = 100, stop: threading.Event | None = None
+) -> Reflector:
+    """Start the NodeTopology reflector feeding ``state`` over ``connection`` (a ``KubeConnection``)."""
     reflector = Reflector(
-        functools.partial(custom.list_cluster_custom_object, GROUP, VERSION, NODETOPOLOGY_PLURAL),
+        list_function(connection, f"/apis/{GROUP}/{VERSION}/{NODETOPOLOGY_PLURAL}"),
         NODETOPOLOGY_PATH,
         Handlers(state.replace, state.upsert, state.delete, state.synced, compact=state.compact),
         page_size=page_size,

@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -936,6 +936,58 @@ class KubeConnection:
                     data=data,
                 )
 
+    def stream(
+        self, path: str, *, query: Mapping[str, str] | None = None, timeout: float | None = None
+    ) -> ApiStream:
+        """GET ``path`` on a connection of its own and return the open response, to be read as it
+        arrives (a watch, a large list page); the caller closes it. ``timeout`` bounds each socket
+        read. Raises like ``request``."""
+        target = self._prefix + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        authorization = self._authorization()
+        if authorization:
+            headers["Authorization"] = authorization
+        limit = timeout if timeout is not None else self.timeout
+        connection: http.client.HTTPConnection
+        if self._context is None:
+            connection = http.client.HTTPConnection(self._host, self._port, timeout=limit)
+        else:
+            connection = _TlsConnection(
+                self._host,
+                self._port,
+                server_name=self.access.tls_server_name or self._host,
+                timeout=limit,
+                context=self._context,
+            )
+        try:
+            connection.request("GET", target, headers=headers)
+            return ApiStream(connection, connection.getresponse())
+        except BaseException:
+            connection.close()
+            raise
+
+
+class ApiStream:
+    """An open streaming response of ``KubeConnection.stream``: ``status``, ``read()`` the rest,
+    ``chunks()`` as they arrive, ``close()``."""
+
+    def __init__(self, connection: http.client.HTTPConnection, response: http.client.HTTPResponse) -> None:
+        self._connection = connection
+        self._response = response
+        self.status = response.status
+        self.reason = response.reason
+
+    def read(self) -> bytes:
+        return self._response.read()
+
+    def chunks(self, size: int = 65536) -> Iterator[bytes]:
+        while chunk := self._response.read1(size):
+            yield chunk
+
+    def close(self) -> None:
+        self._response.close()
+        self._connection.close()
+
 
 def connect(
     kubeconfig: str | None = None, *, context: str | None = None, timeout: float = REQUEST_TIMEOUT_SECONDS
@@ -1183,6 +1235,7 @@ __all__ = [
     "ApiResponse",
     "ApiSession",
     "ApiStatusError",
+    "ApiStream",
     "ClusterAccess",
     "KubeConfigError",
     "KubeConnection",

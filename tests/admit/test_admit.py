@@ -239,3 +239,64 @@ def test_admit_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
     broken.write_text("kind: Pod\n  metadata: [\n")
     assert main(["admit", str(broken), "--summary", str(summary_file)]) == 2
     assert main(["admit", str(tmp_path / "absent.yaml"), "--summary", str(summary_file)]) == 2
+
+
+class _FakeStream:
+    def __init__(self, status: int, payload: bytes) -> None:
+        self.status, self.reason, self.payload, self.closed = (
+            status,
+            "OK" if status == 200 else "Gone",
+            payload,
+            False,
+        )
+
+    def read(self) -> bytes:
+        return self.payload
+
+    def chunks(self, size: int = 65536) -> Any:
+        yield from (self.payload[i : i + 3] for i in range(0, len(self.payload), 3))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _FakeConnection:
+    def __init__(self, *answers: _FakeStream) -> None:
+        self.answers = list(answers)
+        self.calls: list[tuple[str, dict[str, str], float | None]] = []
+
+    def stream(self, path: str, *, query: dict[str, str], timeout: float | None = None) -> _FakeStream:
+        self.calls.append((path, query, timeout))
+        return self.answers.pop(0)
+
+
+def test_list_function_speaks_the_reflectors_protocol() -> None:
+    """The controller lists and watches over the standard-library client with the reflector's
+    (official client's) keyword arguments; a non-2xx answer carries its status (410 means relist)."""
+    from nodetopo.admission.controller import list_function
+    from nodetopo.publish.client import ApiStatusError
+
+    page = _FakeStream(200, b'{"items": []}')
+    watch = _FakeStream(200, b'{"type":"ADDED"}\n')
+    gone = _FakeStream(410, b'{"kind":"Status","code":410}')
+    connection = _FakeConnection(page, watch, gone)
+    list_func = list_function(connection, "/apis/nodetopo.io/v1alpha1/nodetopologies")
+    assert json.loads(list_func(limit=100, _continue=None, _request_timeout=(10.0, 60.0)).data) == {
+        "items": []
+    }
+    assert page.closed
+    response = list_func(
+        watch=True, resource_version="42", timeout_seconds=300, _request_timeout=(10.0, 330.0)
+    )
+    assert b"".join(response.stream(65536)) == b'{"type":"ADDED"}\n'
+    response.release_conn()
+    with pytest.raises(ApiStatusError) as info:
+        list_func(limit=100)
+    assert info.value.status == 410 and gone.closed
+    assert connection.calls[0] == ("/apis/nodetopo.io/v1alpha1/nodetopologies", {"limit": "100"}, 60.0)
+    assert connection.calls[1][1] == {
+        "resourceVersion": "42",
+        "timeoutSeconds": "300",
+        "watch": "true",
+        "allowWatchBookmarks": "true",
+    }

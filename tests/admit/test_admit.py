@@ -300,3 +300,19 @@ def test_list_function_speaks_the_reflectors_protocol() -> None:
         "watch": "true",
         "allowWatchBookmarks": "true",
     }
+
+
+def test_commands_are_listed_and_import_no_official_client() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "nodetopo", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert re.search(r"^ +admit ", out, re.M) and re.search(r"^ +summary-controller\b", out, re.M)
+    modules = "nodetopo.admission.controller, nodetopo.admission.rules"
+    probe = f"import sys, {modules}; print('kubernetes' in sys.modules)"
+    assert (
+        subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+        == "False\n"
+    )

@@ -2,7 +2,7 @@
 
     python benchmarks/run.py                 # everything (~10 minutes on 2 cores)
     python benchmarks/run.py --quick         # fewer repetitions, shorter windows (~3 minutes)
-    python benchmarks/run.py discovery scale # some of them (discovery, scale, agent, extender)
+    python benchmarks/run.py discovery scale # some of them (discovery, scale, agent, extender, admission)
     python benchmarks/run.py --compare OLD.md  # also print (and append) the deltas against OLD.md
 
 See benchmarks/README.md for what each one measures and how to read the ratios.
@@ -24,11 +24,15 @@ from compare import compare
 
 log = logging.getLogger("benchmarks")
 
-NAMES = ("discovery", "scale", "agent", "extender")
+NAMES = ("discovery", "scale", "agent", "extender", "admission")
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
 def runner(name: str) -> Callable[[bool], list[Section]]:
+    if name == "admission":
+        import bench_admission
+
+        return lambda quick: [bench_admission.run(quick)]
     if name == "discovery":
         import bench_discovery
 

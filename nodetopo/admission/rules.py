@@ -32,7 +32,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nodetopo.admission.summary import NO_NIC, Thresholds
+from nodetopo.admission.summary import NO_NIC, UNKNOWN_LAYER, Thresholds
 from nodetopo.extender.request import (
     GPU_RESOURCE,
     LINK_LAYER,
@@ -259,7 +259,14 @@ def feasibility_errors(obj: Mapping[str, Any], summary: Mapping[str, Any]) -> li
     layers = total.get("rdmaLinkLayers")
     if rdma and rdma_nodes == 0:
         errors.append("pod requires RDMA but no node in the cluster has a usable RDMA NIC")
-    elif rdma and layer and isinstance(rdma_nodes, int) and isinstance(layers, list) and layer not in layers:
+    elif (
+        rdma
+        and layer
+        and isinstance(rdma_nodes, int)
+        and isinstance(layers, list)
+        and layer not in layers
+        and UNKNOWN_LAYER not in layers  # an unknown layer may be the one asked for
+    ):
         errors.append(
             f"pod requires RDMA over {layer} but the cluster's usable RDMA NICs are {', '.join(layers)}"
         )

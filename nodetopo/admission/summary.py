@@ -28,6 +28,8 @@ PLURAL = "nodetopologysummaries"
 #: The one summary object the controller writes and the policies read (``paramRef.name``).
 NAME = "cluster"
 UNKNOWN_MODEL = "unknown"
+#: In ``rdmaLinkLayers``: some usable RDMA NIC's link layer is not reported (``topo -m`` names NICs only).
+UNKNOWN_LAYER = "Unknown"
 #: The CRD's bounds: the most common shapes and the first models (by name) are kept beyond these.
 MAX_SHAPES = 4096
 MAX_MODELS = 1024
@@ -62,7 +64,8 @@ class NodeFacts:
     largest_numa_group: int  #: most whole GPUs on one NUMA node (0: no GPU with a known node)
     best_nic: LinkClass | None  #: best GPU→NIC class over the whole GPUs
     best_rdma_nic: LinkClass | None  #: best GPU→usable RDMA NIC class
-    rdma_layers: tuple[str, ...]  #: link layers of the usable RDMA NICs
+    rdma: bool  #: a usable RDMA NIC near a whole GPU (``rdma: required`` can be placed)
+    rdma_layers: tuple[str, ...]  #: link layers of the usable RDMA NICs (UNKNOWN_LAYER: not reported)
     ready: bool
 
 
@@ -72,7 +75,15 @@ def node_facts(status: Mapping[str, Any]) -> NodeFacts:
     whole = [g for g in shape.gpus if g.whole]
     islands: Counter[int] = Counter(g.island for g in whole if g.island is not None)
     numa: Counter[int] = Counter(g.numa for g in whole if g.numa is not None)
-    rdma_usable = bool(shape.rdma_layers) and any(g.rdma_nic is not None for g in whole)
+    # As the extender's filter: a node serves ``rdma: required`` with a usable (not DOWN) RDMA NIC
+    # near a whole GPU, whatever its link layer; an unknown layer is listed as UNKNOWN_LAYER so the
+    # link-layer check never reads it as "not InfiniBand" or "not Ethernet".
+    rdma_usable = shape.has_rdma and any(g.rdma_nic is not None for g in whole)
+    unknown_layer = any(
+        nic.get("rdma") and str(nic.get("state") or "").upper() != "DOWN" and not nic.get("linkLayer")
+        for nic in status.get("nics") or []
+    )
+    layers = tuple(sorted({*shape.rdma_layers, *((UNKNOWN_LAYER,) if unknown_layer else ())}))
     summary = status.get("summary") or {}
     return NodeFacts(
         model=str(summary.get("gpuModel") or UNKNOWN_MODEL),
@@ -82,7 +93,8 @@ def node_facts(status: Mapping[str, Any]) -> NodeFacts:
         largest_numa_group=max(numa.values(), default=0),
         best_nic=min((g.nic for g in whole if g.nic is not None), default=None),
         best_rdma_nic=min((g.rdma_nic for g in whole if g.rdma_nic is not None), default=None),
-        rdma_layers=shape.rdma_layers if rdma_usable else (),
+        rdma=rdma_usable,
+        rdma_layers=layers if rdma_usable else (),
         ready=shape.ready,
     )
 
@@ -106,7 +118,7 @@ def _offer(facts: Mapping[NodeFacts, int]) -> dict[str, Any]:
         "largestNUMAGroup": max((f.largest_numa_group for f in gpu_nodes), default=0),
         "bestNICDistance": _best(f.best_nic for f in gpu_nodes),
         "bestRDMANICDistance": _best(f.best_rdma_nic for f in gpu_nodes),
-        "rdmaNodes": sum(n for f, n in gpu_nodes.items() if f.rdma_layers),
+        "rdmaNodes": sum(n for f, n in gpu_nodes.items() if f.rdma),
         "rdmaLinkLayers": sorted({layer for f in gpu_nodes for layer in f.rdma_layers}),
     }
 
@@ -123,7 +135,7 @@ def summarize(
     shapes: Counter[tuple[str, int, str, tuple[str, ...], str]] = Counter()
     for f, n in counted.items():
         by_model[f.model][f] = n
-        best = f.best_rdma_nic if f.rdma_layers else f.best_nic
+        best = f.best_rdma_nic if f.rdma else f.best_nic
         shapes[(f.model, f.gpus, f.islands, f.rdma_layers, best.name if best else "")] += n
     status: dict[str, Any] = {
         "computedAt": computed_at,

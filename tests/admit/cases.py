@@ -7,6 +7,7 @@ Summaries (``SUMMARIES``): NodeTopologySummary objects folded from real-machine 
 ``mixed`` — a DGX-1 V100 (1x8 NVLink, InfiniBand at PIX), a PCIe A100 node (2x2 NVLink bridges,
 InfiniBand), an 8x RTX 4090 two-socket node (no NVLink, no NIC, 6 GPUs on one NUMA node) and a
 GH200 (InfiniBand at NODE); ``gh200`` — the GH200 alone; ``pcie`` — the RTX 4090 node alone;
+``unknown-layer`` — the GH200 with its NICs' link layers unreported (a ``topo -m``-only capture);
 ``stale`` — ``mixed`` computed two hours ago; ``partial`` — a summary whose ``total`` lacks every
 fact the feasibility checks read; ``empty`` — a summary with no status at all; ``missing`` — no
 summary object.
@@ -14,6 +15,7 @@ summary object.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import functools
@@ -334,6 +336,22 @@ CASES: tuple[Case, ...] = (
         summary="pcie",
     ),
     _c("pcie-numa-6-fits", {"nodetopo.io/numa-aligned": "true"}, gpus=6, summary="pcie"),
+    _c(
+        "unknown-layer-may-be-ethernet",
+        {"nodetopo.io/rdma": "required", "nodetopo.io/link-layer": "Ethernet"},
+        gpus=1,
+        summary="unknown-layer",
+    ),
+    _c(
+        "unknown-layer-rdma",
+        {"nodetopo.io/rdma": "required", "nodetopo.io/max-nic-distance": "PIX"},
+        (
+            TOPO,
+            "pod needs an RDMA NIC at PIX or closer but the best GPU-to-RDMA-NIC class in the cluster is NODE",
+        ),
+        gpus=1,
+        summary="unknown-layer",
+    ),
     # ---- a summary that is stale, partial, empty or missing ----------------------------------
     _c("stale-island-16-admitted", ISLAND, gpus=16, summary="stale"),
     _c("stale-declaration-still-applies", {}, (TOPO, NO_TOPOLOGY.format(n=4)), gpus=4, summary="stale"),
@@ -364,7 +382,7 @@ CASES: tuple[Case, ...] = (
 )
 
 MIXED = ("dgx1-v100", "pcie-4x-nvbridge", "pcie-8x-2socket", "gh200-nvl")
-SUMMARY_NAMES = ("mixed", "gh200", "pcie", "stale", "partial", "empty", "missing")
+SUMMARY_NAMES = ("mixed", "gh200", "pcie", "unknown-layer", "stale", "partial", "empty", "missing")
 
 
 def manifest(case: Case, name: str, namespace: str) -> dict[str, Any]:
@@ -427,10 +445,15 @@ def summary(kind: str, now: datetime.datetime) -> dict[str, Any] | None:
         "empty": MIXED,
         "gh200": ("gh200-nvl",),
         "pcie": ("pcie-8x-2socket",),
+        "unknown-layer": ("gh200-nvl",),
     }
     if kind == "missing":
         return None
     chosen = [o for o in _mixed_objects() if o["metadata"]["name"] in objects[kind]]
+    if kind == "unknown-layer":  # the GH200 as a topo -m-only capture would show it: no link layers
+        chosen = copy.deepcopy(chosen)
+        for nic in chosen[0]["status"]["nics"]:
+            nic.pop("linkLayer", None)
     body = summarize_objects(chosen, computed_at=stamp)
     if kind == "partial":
         body["status"]["total"] = {"nodes": body["status"]["total"]["nodes"]}

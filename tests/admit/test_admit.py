@@ -184,7 +184,7 @@ def test_writer_waits_for_the_first_list() -> None:
 def test_summarize_caps_shapes() -> None:
     from nodetopo.admission.summary import MAX_SHAPES, NodeFacts
 
-    facts = {NodeFacts("X", i, "", 0, 0, None, None, (), True): 1 for i in range(1, MAX_SHAPES + 10)}
+    facts = {NodeFacts("X", i, "", 0, 0, None, None, False, (), True): 1 for i in range(1, MAX_SHAPES + 10)}
     body = summarize(facts, computed_at="2026-06-01T12:00:00Z", thresholds=Thresholds(), observed=len(facts))
     assert len(body["status"]["shapes"]) == MAX_SHAPES
 
@@ -316,3 +316,17 @@ def test_commands_are_listed_and_import_no_official_client() -> None:
         subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
         == "False\n"
     )
+
+
+def test_rdma_nics_with_unknown_link_layer_serve_rdma_required() -> None:
+    """As the extender's filter: a usable RDMA NIC whose link layer is not reported still serves
+    rdma: required, and its layer is 'Unknown', never read as 'not Ethernet'."""
+    from extender.conftest import nodetopology_of
+
+    body = nodetopology_of("gh200-nvl")
+    for nic in body["status"]["nics"]:
+        nic.pop("linkLayer", None)
+    facts = node_facts(body["status"])
+    assert facts.rdma and facts.rdma_layers == ("Unknown",)
+    total = summarize_objects([body], computed_at="2026-06-01T12:00:00Z")["status"]["total"]
+    assert total["rdmaNodes"] == 1 and total["rdmaLinkLayers"] == ["Unknown"]

@@ -422,15 +422,27 @@ def manifest(case: Case, name: str, namespace: str) -> dict[str, Any]:
     }
 
 
-@functools.cache
-def _mixed_objects() -> tuple[dict[str, Any], ...]:
+def topology_of(bundle: str, node_name: str | None = None) -> dict[str, Any]:
+    """The NodeTopology object of a fixture bundle (``extender/conftest.py``'s), with the
+    ``nodetopo`` logger's level put back: that helper quiets it, and tests of log output run later."""
+    import logging
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from extender.conftest import nodetopology_of
 
-    return tuple(nodetopology_of(bundle) for bundle in MIXED)
+    logger = logging.getLogger("nodetopo")
+    level = logger.level
+    try:
+        return nodetopology_of(bundle, node_name)
+    finally:
+        logger.setLevel(level)
+
+
+@functools.cache
+def _mixed_objects() -> tuple[dict[str, Any], ...]:
+    return tuple(topology_of(bundle) for bundle in MIXED)
 
 
 def summary(kind: str, now: datetime.datetime) -> dict[str, Any] | None:

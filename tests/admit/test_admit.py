@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from admit.cases import CASES, SUMMARY_NAMES, Case, manifest, summary
+from admit.cases import CASES, SUMMARY_NAMES, Case, manifest, summary, topology_of
 from nodetopo.admission.controller import SummaryState, SummaryWriter
 from nodetopo.admission.rules import GRAMMAR, Denial, check
 from nodetopo.admission.summary import NO_NIC, Thresholds, node_facts, summarize, summarize_objects
@@ -95,10 +95,8 @@ def test_summary_of_the_mixed_fixture_cluster() -> None:
 
 
 def test_identical_nodes_are_one_shape_and_mig_gpus_are_not_whole() -> None:
-    from extender.conftest import nodetopology_of
-
-    mig = nodetopology_of("a100-mig")
-    h100 = nodetopology_of("dgx-h100")
+    mig = topology_of("a100-mig")
+    h100 = topology_of("dgx-h100")
     facts = node_facts(mig["status"])
     assert facts.gpus == 2 and facts.largest_island == 2  # 2 of 4 GPUs have MIG enabled
     body = summarize_objects([h100, h100, mig], computed_at="2026-06-01T12:00:00Z")
@@ -115,9 +113,7 @@ def test_no_facts_means_no_total() -> None:
 
 
 def test_not_ready_nodes_are_counted_and_kept() -> None:
-    from extender.conftest import nodetopology_of
-
-    body = nodetopology_of("dgx1-v100")
+    body = topology_of("dgx1-v100")
     body["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": "ParseError"}]
     out = summarize_objects([body], computed_at="2026-06-01T12:00:00Z")
     assert out["status"]["notReadyNodes"] == 1 and out["status"]["total"]["largestIsland"] == 8
@@ -192,12 +188,25 @@ def test_summarize_caps_shapes() -> None:
 # ---- the command ---------------------------------------------------------------------------
 
 
+@pytest.fixture
+def cli_logging() -> Any:
+    """``nodetopo.cli.main`` configures the root logger (handler and level) for the process: put it
+    back, or later tests that read log records see a WARNING-level root."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
 def _write(path: Path, docs: list[Any]) -> Path:
     path.write_text(yaml.safe_dump_all(docs))
     return path
 
 
-def test_admit_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_admit_command(tmp_path: Path, capsys: pytest.CaptureFixture[str], cli_logging: Any) -> None:
     now = datetime.datetime.now(datetime.UTC)
     summary_file = _write(tmp_path / "summary.yaml", [summary("mixed", now)])
     ok = next(c for c in CASES if c.id == "island-8-fits")
@@ -218,17 +227,19 @@ def test_admit_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     }
 
 
-def test_admit_from_nodetopology_objects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from extender.conftest import nodetopology_of
-
-    topologies = _write(tmp_path / "ntopo.yaml", [{"kind": "List", "items": [nodetopology_of("gh200-nvl")]}])
+def test_admit_from_nodetopology_objects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cli_logging: Any
+) -> None:
+    topologies = _write(tmp_path / "ntopo.yaml", [{"kind": "List", "items": [topology_of("gh200-nvl")]}])
     case = next(c for c in CASES if c.id == "gh200-nic-pix")
     pod = _write(tmp_path / "pod.yaml", [manifest(case, "p", "team")])
     assert main(["admit", str(pod), "--nodetopologies", str(topologies)]) == 3
     assert capsys.readouterr().out == f"Pod/team/p: refused by nodetopo-topology: {case.expected[1]}\n"  # type: ignore[index]
 
 
-def test_admit_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_admit_bad_input_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cli_logging: Any
+) -> None:
     summary_file = _write(tmp_path / "s.yaml", [summary("mixed", NOW)])
     service = _write(
         tmp_path / "svc.yaml", [{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}]
@@ -321,9 +332,7 @@ def test_commands_are_listed_and_import_no_official_client() -> None:
 def test_rdma_nics_with_unknown_link_layer_serve_rdma_required() -> None:
     """As the extender's filter: a usable RDMA NIC whose link layer is not reported still serves
     rdma: required, and its layer is 'Unknown', never read as 'not Ethernet'."""
-    from extender.conftest import nodetopology_of
-
-    body = nodetopology_of("gh200-nvl")
+    body = topology_of("gh200-nvl")
     for nic in body["status"]["nics"]:
         nic.pop("linkLayer", None)
     facts = node_facts(body["status"])

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-from admit.cases import CASES, Case, manifest, summary
+from admit.cases import CASES, Case, manifest, summary, topology_of
 
 from nodetopo.admission.controller import FIELD_MANAGER
 from nodetopo.admission.summary import NAME, PLURAL
@@ -322,12 +322,10 @@ def test_summary_follows_nodetopology_changes(
     admission: Admission, cluster: LocalCluster, tmp_path: Path
 ) -> None:
     """A node with a bigger island appears: a pod refused a moment ago is admitted."""
-    from extender.conftest import nodetopology_of
-
     admission.set_summary("missing")  # the controller creates it
     admission.current = None
     log = tmp_path / "controller.log"
-    small = nodetopology_of("dgx1-v100", f"adm-small-{RUN}")
+    small = topology_of("dgx1-v100", f"adm-small-{RUN}")
     _put_topology(cluster, small)
     created = [small["metadata"]["name"]]
     try:
@@ -345,7 +343,7 @@ def test_summary_follows_nodetopology_changes(
             admission.settled(obj, refused)
             assert admission.verdict(obj, admission.namespaces["deny"]) == refused
 
-            big = _big_topology(nodetopology_of("dgx-h100"), f"adm-big-{RUN}", wanted)
+            big = _big_topology(topology_of("dgx-h100"), f"adm-big-{RUN}", wanted)
             _put_topology(cluster, big)
             created.append(big["metadata"]["name"])
             grown = _wait_summary(

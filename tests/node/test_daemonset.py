@@ -521,3 +521,37 @@ def test_a_pod_without_the_hosts_sys_says_why_and_loses_nothing_published(
         agent.cluster.kubectl(
             "delete", "pod", "-n", NAMESPACE, name, "--grace-period=0", "--force", check=False
         )
+
+
+def test_kubelet_restarted_while_a_new_agent_publishes_loses_nothing(agent: Agent) -> None:
+    """A label the agent owns is removed behind its back; the pod is recreated (its first cycle
+    writes the label back) and kubelet is stopped and started again while that pod starts and
+    publishes. The label comes back, nothing else published changes, the pod ends Ready."""
+    pod = agent.wait_ready()
+    labels = agent.node_labels()
+    key = "nodetopo.io/numa.count"
+    assert key in labels, labels
+    before = agent.nodetopology()["status"]
+    status, body = agent.cluster.request(
+        "PATCH",
+        f"/api/v1/nodes/{agent.node.name}",
+        body={"metadata": {"labels": {key: None}}},
+        content_type="application/merge-patch+json",
+    )
+    assert status == 200, body
+    agent.cluster.kubectl("delete", "pod", "-n", NAMESPACE, pod["metadata"]["name"], "--wait=false")
+    agent.wait("started again", lambda p: p["metadata"]["uid"] != pod["metadata"]["uid"] and bool(
+        p.get("status", {}).get("containerStatuses")), timeout=120)  # fmt: skip
+    agent.node.stop_kubelet()
+    time.sleep(3)
+    agent.node.start_kubelet()
+    new = agent.wait_ready(timeout=180)
+    assert new["metadata"]["uid"] != pod["metadata"]["uid"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and agent.node_labels() != labels:
+        time.sleep(1)
+    assert agent.node_labels() == labels
+    after = agent.nodetopology()["status"]
+    for field in ("summary", "gpus", "nics", "numaNodes", "nvlinkIslands"):
+        assert after.get(field) == before.get(field), field
+    assert "Traceback" not in agent.logs(new)

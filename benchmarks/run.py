@@ -24,7 +24,7 @@ from compare import compare
 
 log = logging.getLogger("benchmarks")
 
-NAMES = ("discovery", "scale", "agent", "extender", "admission")
+NAMES = ("discovery", "scale", "agent", "extender", "admission", "fabric")
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
@@ -41,6 +41,10 @@ def runner(name: str) -> Callable[[bool], list[Section]]:
         import bench_scale
 
         return lambda quick: [bench_scale.run(quick)]
+    if name == "fabric":
+        import bench_fabric
+
+        return lambda quick: [bench_fabric.run(quick)]
     if name == "agent":
         import bench_agent
 

@@ -185,5 +185,7 @@ def test_timeout_and_garbage_are_conditions_naming_the_source(serve: list[Server
 def test_setting_is_checked() -> None:
     with pytest.raises(ValueError, match="cloud metadata must be"):
         cloud.parse_setting("azure=http://x")
+    (condition,) = cloud.collect(context("gce=ftp://169.254.169.254")).facts.conditions
+    assert condition.source == "fabric.cloud" and "cloud metadata must be <gce|aws|oci>=" in condition.message
     with pytest.raises(ParseError):
         cloud.parse_oci_rdma_topology('{"customerLocalBlock": 7}')

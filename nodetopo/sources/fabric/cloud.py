@@ -151,7 +151,10 @@ def fetch(url: str, headers: dict[str, str], timeout: float, limit: int = 1 << 2
 
 
 def read_cloud(setting: str, *, timeout: float) -> Facts:
-    provider, base = parse_setting(setting)
+    try:
+        provider, base = parse_setting(setting)
+    except ValueError as e:  # a configuration mistake: say so, in the source's own words
+        return failed(NAME, ConditionReason.DEGRADED, str(e))
     try:
         if provider == "gce":
             url = base + GCE_PATH

@@ -22,11 +22,18 @@ from typing import IO, Any, Protocol
 import yaml
 
 from nodetopo.errors import PublishError
-from nodetopo.model import ConditionReason
 from nodetopo.publish import Publisher, PublishOutcome
 from nodetopo.publish.client import ApiSession
 from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelOutcome, LabelTracker
-from nodetopo.publish.nodetopology import GROUP, PLURAL, VERSION, ApplyOutcome, status_content_hash
+from nodetopo.publish.nodetopology import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    ApplyOutcome,
+    essential_missing,
+    held_body,
+    status_content_hash,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,34 +67,6 @@ class AgentPublisher(Protocol):
 
     def resync(self) -> None:
         """Forget what was written, so the next publish compares with the server again."""
-
-
-def essential_missing(body: Mapping[str, Any]) -> bool:
-    """The body comes from a scan whose essential sources observed nothing (reason ``Missing``)."""
-    conditions = (body.get("status") or {}).get("conditions") or ()
-    return any(c.get("reason") == ConditionReason.MISSING.value for c in conditions)
-
-
-def held_body(body: Mapping[str, Any], stored: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """``body`` (a scan whose essential sources are ``Missing``) with the facts of the ``stored``
-    NodeTopology instead of its own: a wrong host root never overwrites published facts with
-    zeros. This scan's sources and conditions (Ready False, Missing) are kept, so the object says
-    it is not Ready and why. ``body`` itself when nothing is stored."""
-    old = (stored or {}).get("status") or {}
-    if not old or not old.get("summary"):
-        return body
-    new = dict(body.get("status") or {})
-    mine = ("sources", "conditions", "agentVersion", "contentHash")
-    status = {k: v for k, v in old.items() if k not in mine}
-    status.update({k: new[k] for k in ("nodeName", "agentVersion", "sources") if k in new})
-    conditions = [dict(c) for c in new.get("conditions") or ()]
-    for c in conditions:
-        c.pop("lastTransitionTime", None)
-        if c.get("type") == "Ready":
-            c["message"] = f"{c.get('message', '')}; facts kept from the last published scan"
-    status["conditions"] = conditions
-    status["contentHash"] = status_content_hash(status)
-    return {**body, "status": status}
 
 
 def _body_hash(body: Mapping[str, Any]) -> str:

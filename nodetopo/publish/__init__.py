@@ -22,7 +22,15 @@ from typing import Any
 from nodetopo.publish.client import ApiSession, connect
 from nodetopo.publish.nfd import DEFAULT_NAMESPACE, NodeFeaturePublisher
 from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelOutcome, NodeLabelPublisher
-from nodetopo.publish.nodetopology import ApplyOutcome, NodeTopologyPublisher
+from nodetopo.publish.nodetopology import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    ApplyOutcome,
+    NodeTopologyPublisher,
+    essential_missing,
+    held_body,
+)
 
 __all__ = ["PublishOutcome", "Publisher", "run_publish"]
 
@@ -67,7 +75,13 @@ class Publisher:
         uncertain_keys: Iterable[str] = (),
         uncertain_prefixes: Iterable[str] = (),
     ) -> PublishOutcome:
-        """Write the NodeTopology, then the labels (see ``node_labels`` for the label input)."""
+        """Write the NodeTopology, then the labels (see ``node_labels`` for the label input).
+
+        A body whose essential sources are ``Missing`` (a wrong host root) keeps the stored
+        object's facts (``held_body``): Ready=False and why, never zeros over published facts."""
+        if essential_missing(body):
+            name = str(body["metadata"]["name"])
+            body = held_body(body, self.topology.session.read_cluster_object(GROUP, VERSION, PLURAL, name))
         topology = self.topology.apply(body, node_name=self.node_name)
         applied = self.labels.publish(
             labels, uncertain_keys=uncertain_keys, uncertain_prefixes=uncertain_prefixes

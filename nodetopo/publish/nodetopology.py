@@ -27,6 +27,7 @@ from typing import Any
 
 from nodetopo.crd import content_hash
 from nodetopo.errors import PublishError
+from nodetopo.model import ConditionReason
 from nodetopo.publish.client import ApiSession
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,34 @@ def status_patch(
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "status": status}
 
 
+def essential_missing(body: Mapping[str, Any]) -> bool:
+    """The body comes from a scan whose essential sources observed nothing (reason ``Missing``)."""
+    conditions = (body.get("status") or {}).get("conditions") or ()
+    return any(c.get("reason") == ConditionReason.MISSING.value for c in conditions)
+
+
+def held_body(body: Mapping[str, Any], stored: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """``body`` (a scan whose essential sources are ``Missing``) with the facts of the ``stored``
+    NodeTopology instead of its own: a wrong host root never overwrites published facts with
+    zeros. This scan's sources and conditions (Ready False, Missing) are kept, so the object says
+    it is not Ready and why. ``body`` itself when nothing is stored."""
+    old = (stored or {}).get("status") or {}
+    if not old or not old.get("summary"):
+        return body
+    new = dict(body.get("status") or {})
+    mine = ("sources", "conditions", "agentVersion", "contentHash")
+    status = {k: v for k, v in old.items() if k not in mine}
+    status.update({k: new[k] for k in ("nodeName", "agentVersion", "sources") if k in new})
+    conditions = [dict(c) for c in new.get("conditions") or ()]
+    for c in conditions:
+        c.pop("lastTransitionTime", None)
+        if c.get("type") == "Ready":
+            c["message"] = f"{c.get('message', '')}; facts kept from the last published scan"
+    status["conditions"] = conditions
+    status["contentHash"] = status_content_hash(status)
+    return {**body, "status": status}
+
+
 def apply_nodetopology(
     session: ApiSession,
     body: Mapping[str, Any],
@@ -162,6 +191,7 @@ class NodeTopologyPublisher:
 
     def __init__(self, session: ApiSession, *, clock: Callable[[], datetime.datetime] = utc_now) -> None:
         self._session = session
+        self.session = session  #: for callers that read the stored object (``held_body``)
         self._clock = clock
         self._owners: dict[str, dict[str, Any]] = {}
         self._written_hash: dict[str, str] = {}

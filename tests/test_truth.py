@@ -128,3 +128,12 @@ def test_agent_once_dry_run_writes_no_zero_labels(
     topology = next(d for d in docs if d.get("kind") == "NodeTopology")
     ready = next(c for c in topology["status"]["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "Missing"
+
+
+def test_a_host_root_is_not_called_a_bundle(tmp_path: Path) -> None:
+    """`--host-root DIR` said "no nvml.json in the bundle"; only a bundle may say that."""
+    from nodetopo.discover import host_context
+
+    status = to_nodetopology(scan(host_context(tmp_path, nvml="auto")).topology, "n")["status"]
+    nvml = next(s for s in status["sources"] if s["name"] == "nvml")
+    assert "bundle" not in nvml["message"] and "--host-root" in nvml["message"]

@@ -41,7 +41,7 @@ def replay(name: str) -> nvml.RecordedNvml:
 
 
 def bundle_context(tmp_path: Path, api: object | None = None) -> Context:
-    return Context(root=HostRoot(tmp_path), runner=ReplayRunner({}), nvml=api)
+    return Context(root=HostRoot(tmp_path), runner=ReplayRunner({}), nvml=api, bundle=True)
 
 
 def addr(text: str) -> PciAddress:

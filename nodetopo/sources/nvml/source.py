@@ -196,6 +196,8 @@ def read_nvml(api: NvmlApi) -> tuple[NvmlSnapshot, tuple[Condition, ...]]:
 # --------------------------------------------------------------------------------------------
 
 NOT_THIS_SYSTEM = "NVML sees only the live host; no nvml.json in the bundle"
+#: the same for a host root that is not ``/`` (``--host-root``): there is no bundle to name
+NOT_THIS_ROOT = "NVML sees only the live host, not another --host-root (--nvml on uses it anyway)"
 
 
 def _dump_problems(api: RecordedNvml) -> Condition:
@@ -237,7 +239,7 @@ def _collect(ctx: Context) -> Facts:
         return _facts(given)
     live = ctx.live_nvml if ctx.live_nvml is not None else ctx.root.is_this_system
     if not live:
-        return failed(NAME, ConditionReason.UNAVAILABLE, NOT_THIS_SYSTEM)
+        return failed(NAME, ConditionReason.UNAVAILABLE, NOT_THIS_SYSTEM if ctx.bundle else NOT_THIS_ROOT)
     api = PynvmlApi()
     try:
         api.open()

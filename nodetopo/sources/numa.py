@@ -29,6 +29,7 @@ import re
 from nodetopo.errors import ParseError, excerpt
 from nodetopo.host import HostRoot
 from nodetopo.model import (
+    MAX_NUMA_NODE_ID,
     Condition,
     ConditionReason,
     Facts,
@@ -53,7 +54,12 @@ CPU_ONLINE = "devices/system/cpu/online"
 #: the files read in each ``nodeN`` directory (``capture`` copies exactly these)
 NODE_FILES = ("cpulist", "distance", "meminfo")
 
-_MEMTOTAL = re.compile(r"^Node\s+(?P<node>\d+)\s+MemTotal:\s+(?P<kb>\d+)\s*kB\s*$")
+_MEMTOTAL = re.compile(r"^Node\s+(?P<node>[0-9]{1,5})\s+MemTotal:\s+(?P<kb>[0-9]{1,20})\s*kB\s*$")
+#: the most memory one NUMA node can report (64 PiB: far above any machine, below absurd)
+MAX_NODE_MEMORY_BYTES = 1 << 56
+#: SLIT distances are one byte (10 = local, 255 = unreachable)
+MAX_DISTANCE = 255
+_DISTANCE = re.compile(r"[0-9]{1,3}")
 
 
 def parse_cpulist_text(text: str, path: str, *, source: str = NAME) -> frozenset[int]:
@@ -73,8 +79,10 @@ def parse_distance(text: str, path: str) -> tuple[int, ...]:
         raise ParseError(NAME, path, "expected a row of distances like '10 21', got an empty file")
     values: list[int] = []
     for field in fields:
-        if not field.isdigit():
-            raise ParseError(NAME, path, f"expected a row of integer distances, got {excerpt(text.strip())}")
+        if _DISTANCE.fullmatch(field) is None or int(field) > MAX_DISTANCE:
+            raise ParseError(
+                NAME, path, f"expected a row of distances 0-{MAX_DISTANCE}, got {excerpt(text.strip())}"
+            )
         values.append(int(field))
     return tuple(values)
 
@@ -98,7 +106,12 @@ def parse_meminfo_total(text: str, path: str, node_id: int) -> int:
             raise ParseError(NAME, path, f"expected 'Node {node_id} MemTotal: <n> kB'", line=number)
         if int(match["node"]) != node_id:
             raise ParseError(NAME, path, f"MemTotal is for node {match['node']}, not {node_id}", line=number)
-        return int(match["kb"]) * 1024
+        memory = int(match["kb"]) * 1024
+        if memory > MAX_NODE_MEMORY_BYTES:
+            raise ParseError(
+                NAME, path, f"MemTotal of {match['kb']} kB is more than any node has", line=number
+            )
+        return memory
     raise ParseError(NAME, path, "expected a line 'Node N MemTotal: <n> kB', found none")
 
 
@@ -118,8 +131,17 @@ def read_numa_nodes(root: HostRoot) -> tuple[tuple[NumaNode, ...], tuple[Conditi
             NAME, f"{root.relative(node_dir)}: no nodeN directories: assuming one node with the online CPUs"
         )
         return implicit, (note, *problems)
+    conditions: list[Condition] = []
+    beyond = [node_id for node_id, _ in entries if node_id > MAX_NUMA_NODE_ID]
+    if beyond:
+        entries = [(node_id, directory) for node_id, directory in entries if node_id <= MAX_NUMA_NODE_ID]
+        message = (
+            f"{root.relative(node_dir)}: {len(beyond)} node directories numbered above {MAX_NUMA_NODE_ID} "
+            f"(e.g. node{beyond[0]}), more than Linux has: left out"
+        )
+        conditions.append(_sysfs.parse_error(NAME, message))
     distance_ids, problem = _distance_order(root, tuple(node_id for node_id, _ in entries))
-    conditions: list[Condition] = [problem] if problem is not None else []
+    conditions += [problem] if problem is not None else []
     nodes: list[NumaNode] = []
     for node_id, directory in entries:
         cpulist_path = root.relative(directory / "cpulist")

@@ -34,6 +34,8 @@ from typing import TypeVar
 from nodetopo.errors import ParseError, excerpt
 from nodetopo.host import HostRoot
 from nodetopo.model import (
+    MAX_CPU_ID,
+    MAX_NUMA_NODE_ID,
     Condition,
     ConditionReason,
     Facts,
@@ -72,7 +74,7 @@ _REQUIRED = {"class": 24, "vendor": 16, "device": 16}
 _OPTIONAL_IDS = {"subsystem_vendor": 16, "subsystem_device": 16}
 
 _HEX = re.compile(r"^(?:0[xX])?(?P<digits>[0-9a-fA-F]{1,8})$")
-_INTEGER = re.compile(r"^[+-]?\d+$")
+_INTEGER = re.compile(r"^-?[0-9]{1,5}$")
 _MASK_WORD = re.compile(r"^[0-9a-fA-F]{1,8}$")
 _ROOT_COMPONENT = re.compile(r"^pci[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}$")
 _FUNCTION_COMPONENT = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
@@ -93,8 +95,10 @@ def parse_hex_id(text: str, path: str, *, bits: int) -> int:
 def parse_numa_node(text: str, path: str) -> int | None:
     """``numa_node``: the node id, or None for ``-1`` (the kernel's "no NUMA information")."""
     value_text = text.replace("\x00", "").strip()
-    if not _INTEGER.match(value_text):
-        raise ParseError(NAME, path, f"expected a NUMA node id or -1, got {excerpt(value_text)}")
+    if not _INTEGER.match(value_text) or int(value_text) > MAX_NUMA_NODE_ID:
+        raise ParseError(
+            NAME, path, f"expected a NUMA node id (0-{MAX_NUMA_NODE_ID}) or -1, got {excerpt(value_text)}"
+        )
     value = int(value_text)
     return value if value >= 0 else None
 
@@ -105,7 +109,10 @@ def parse_cpumask(text: str, path: str) -> frozenset[int]:
     ``0000,00000000,0000ffff`` is CPUs 0-15.
     """
     value_text = text.replace("\x00", "").strip()
-    cpus = _mask_cpus(value_text)
+    try:
+        cpus = _mask_cpus(value_text)
+    except ValueError as e:  # a CPU above MAX_CPU_ID
+        raise ParseError(NAME, path, f"{e} in the mask {excerpt(value_text)}") from None
     if cpus is None:
         raise ParseError(NAME, path, f"expected a CPU mask like 00000000,0000ffff, got {excerpt(value_text)}")
     return cpus
@@ -122,6 +129,8 @@ def _mask_cpus(value_text: str) -> frozenset[int] | None:
     for position, word in enumerate(reversed(words)):
         bits = int(word, 16)
         base = 32 * position
+        if bits and base + bits.bit_length() - 1 > MAX_CPU_ID:
+            raise ValueError(f"a CPU above {MAX_CPU_ID}")
         while bits:
             low = bits & -bits
             cpus.add(base + low.bit_length() - 1)

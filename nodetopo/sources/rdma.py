@@ -49,7 +49,13 @@ PORT_ATTRIBUTES = ("state", "phys_state", "rate", "link_layer", "lid", "gids/0")
 NET_ATTRIBUTES = ("operstate", "speed", "address", "dev_port", "dev_id")
 
 _STATE = re.compile(r"^(?:(?P<number>\d+)\s*:\s*)?(?P<name>[A-Za-z][A-Za-z_ ]*)$")
-_RATE = re.compile(r"^(?P<gbps>\d+(?:\.\d+)?)\s*Gb/sec\b")
+_RATE = re.compile(r"^(?P<gbps>[0-9]{1,5}(?:\.[0-9]{1,3})?)\s*Gb/sec\b")
+_LID = re.compile(r"(?:0[xX])?[0-9a-fA-F]{1,4}")
+_SPEED = re.compile(r"-?[0-9]{1,10}")
+_PORT_INDEX = re.compile(r"[0-9]{1,3}")
+_PORT_INDEX_HEX = re.compile(r"(?:0[xX])?[0-9a-fA-F]{1,2}")
+#: the fastest port rate accepted (Gb/s): XDR 4x is 800, so this leaves headroom
+MAX_RATE_GBPS = 10_000
 _GUID = re.compile(r"^[0-9a-fA-F]{4}(?::[0-9a-fA-F]{4}){3}$")
 _GID = re.compile(r"^[0-9a-fA-F]{4}(?::[0-9a-fA-F]{4}){7}$")
 _PCI_FUNCTION = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
@@ -85,7 +91,7 @@ def parse_phys_state(text: str, path: str) -> str:
 def parse_rate(text: str, path: str) -> float:
     """``400 Gb/sec (4X NDR)`` -> 400.0; ``2.5 Gb/sec (1X SDR)`` -> 2.5."""
     match = _RATE.match(_clean(text))
-    if match is None:
+    if match is None or float(match["gbps"]) > MAX_RATE_GBPS:
         raise ParseError(
             NAME, path, f"expected a rate like '400 Gb/sec (4X NDR)', got {excerpt(_clean(text))}"
         )
@@ -93,12 +99,11 @@ def parse_rate(text: str, path: str) -> float:
 
 
 def parse_lid(text: str, path: str) -> int:
-    """``0x3a4`` -> 932."""
+    """``0x3a4`` -> 932 (LIDs are 16 bits)."""
     value = _clean(text)
-    try:
-        return int(value, 16)
-    except ValueError:
-        raise ParseError(NAME, path, f"expected a hex LID like 0x3a4, got {excerpt(value)}") from None
+    if _LID.fullmatch(value) is None:
+        raise ParseError(NAME, path, f"expected a 16-bit hex LID like 0x3a4, got {excerpt(value)}")
+    return int(value, 16)
 
 
 def parse_guid(text: str, path: str) -> str:
@@ -122,7 +127,7 @@ def parse_speed(text: str, path: str) -> int | None:
     value = _clean(text)
     if not value:
         return None
-    if not re.fullmatch(r"-?\d+", value):
+    if _SPEED.fullmatch(value) is None:
         raise ParseError(NAME, path, f"expected a speed in Mb/s like 100000, got {excerpt(value)}")
     speed = int(value)
     return speed if 0 <= speed < 0xFFFFFFFF else None
@@ -131,10 +136,9 @@ def parse_speed(text: str, path: str) -> int | None:
 def parse_dev_port(text: str, path: str, *, hex_value: bool = False) -> int:
     """``dev_port`` (decimal) or ``dev_id`` (hex, ``hex_value``): the 0-based port index."""
     value = _clean(text)
-    try:
-        return int(value, 16 if hex_value else 10)
-    except ValueError:
-        raise ParseError(NAME, path, f"expected a port index, got {excerpt(value)}") from None
+    if (_PORT_INDEX_HEX if hex_value else _PORT_INDEX).fullmatch(value) is None:
+        raise ParseError(NAME, path, f"expected a port index, got {excerpt(value)}")
+    return int(value, 16 if hex_value else 10)
 
 
 # --------------------------------------------------------------------------------------------

@@ -47,6 +47,23 @@ class _Adapter:
     ports: list[tuple[int, dict[str, str], int]] = dataclasses.field(
         default_factory=list
     )  # (n, fields, line)
+    port_numbers: set[int] = dataclasses.field(default_factory=set)  #: for the duplicate check
+
+    def add_port(self, number: int, line: int, path: str) -> None:
+        if number in self.port_numbers:
+            raise ParseError(NAME, path, f"{self.name}: port {number} is listed twice", line=line)
+        self.port_numbers.add(number)
+        self.ports.append((number, {}, line))
+
+
+def _add_adapter(
+    adapters: list[_Adapter], names: set[str], name: str, what: str, path: str, line: int
+) -> None:
+    """Start the next adapter; a name seen before is a ParseError (a set: linear in the adapters)."""
+    if name in names:
+        raise ParseError(NAME, path, f"{what} {excerpt(name)} is listed twice", line=line)
+    names.add(name)
+    adapters.append(_Adapter(name))
 
 
 def _port_number(value: str, path: str, number: int, what: str) -> int | None:
@@ -77,6 +94,7 @@ def _ibstat_port(number: int, fields: dict[str, str], path: str, line: int) -> m
 def _read_ibstat(text: str, path: str) -> tuple[tuple[model.IbstatCa, ...], list[str]]:
     """Parse ``ibstat``; also return the diagnostics (``ibpanic: ...``) printed among the adapters."""
     adapters: list[_Adapter] = []
+    names: set[str] = set()
     problems: list[str] = []
     for number, raw in enumerate(text.split("\n"), start=1):
         stripped = raw.strip()
@@ -87,18 +105,14 @@ def _read_ibstat(text: str, path: str) -> tuple[tuple[model.IbstatCa, ...], list
             continue
         ca = _CA_LINE.fullmatch(stripped)
         if ca is not None and not raw[0].isspace():
-            if any(adapter.name == ca[1] for adapter in adapters):
-                raise ParseError(NAME, path, f"CA {excerpt(ca[1])} is listed twice", line=number)
-            adapters.append(_Adapter(ca[1]))
+            _add_adapter(adapters, names, ca[1], "CA", path, number)
             continue
         if not adapters:
             raise ParseError(NAME, path, f"expected \"CA '<name>'\", got {excerpt(stripped)}", line=number)
         adapter = adapters[-1]
         port = _PORT_LINE.fullmatch(stripped)
         if port is not None:
-            if any(existing == int(port[1]) for existing, _, _ in adapter.ports):
-                raise ParseError(NAME, path, f"{adapter.name}: port {port[1]} is listed twice", line=number)
-            adapter.ports.append((int(port[1]), {}, number))
+            adapter.add_port(int(port[1]), number, path)
             continue
         pair = _KEY_VALUE.fullmatch(stripped)
         if pair is None:
@@ -162,6 +176,7 @@ def _devinfo_guid(value: str | None) -> str | None:
 
 def _read_ibv_devinfo(text: str, path: str) -> tuple[tuple[model.IbstatCa, ...], list[str]]:
     adapters: list[_Adapter] = []
+    names: set[str] = set()
     problems: list[str] = []
     for number, raw in enumerate(text.split("\n"), start=1):
         stripped = raw.strip()
@@ -171,18 +186,14 @@ def _read_ibv_devinfo(text: str, path: str) -> tuple[tuple[model.IbstatCa, ...],
             continue
         hca = _DEVINFO_HCA.fullmatch(stripped)
         if hca is not None:
-            if any(adapter.name == hca[1] for adapter in adapters):
-                raise ParseError(NAME, path, f"hca_id {excerpt(hca[1])} is listed twice", line=number)
-            adapters.append(_Adapter(hca[1]))
+            _add_adapter(adapters, names, hca[1], "hca_id", path, number)
             continue
         if not adapters:
             raise ParseError(NAME, path, f"expected 'hca_id: <name>', got {excerpt(stripped)}", line=number)
         adapter = adapters[-1]
         port = _DEVINFO_PORT.fullmatch(stripped)
         if port is not None:
-            if any(existing == int(port[1]) for existing, _, _ in adapter.ports):
-                raise ParseError(NAME, path, f"{adapter.name}: port {port[1]} is listed twice", line=number)
-            adapter.ports.append((int(port[1]), {}, number))
+            adapter.add_port(int(port[1]), number, path)
             continue
         pair = _DEVINFO_KEY.fullmatch(stripped)
         if pair is None:

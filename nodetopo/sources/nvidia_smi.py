@@ -138,6 +138,7 @@ def _read_topo_matrix(text: str, path: str) -> tuple[model.TopoMatrix, list[str]
     if header_at is None:
         raise fail("no matrix header (a line starting with GPU0 ...) found")
     devices, affinity_columns = _topo_header(lines[header_at].split(), fail, header_at + 1)
+    position = {label: n for n, label in enumerate(devices)}  # every lookup below is O(1)
 
     # The rows, up to the first blank line or the legend.
     rows: dict[str, _TopoRow] = {}
@@ -146,10 +147,9 @@ def _read_topo_matrix(text: str, path: str) -> tuple[model.TopoMatrix, list[str]
         number = end + 1
         tokens = lines[end].split()
         label = tokens[0]
-        if label not in devices:
-            raise fail(
-                f"expected a row of one of the columns {', '.join(devices)}, got {excerpt(label)}", number
-            )
+        if label not in position:
+            shown = ", ".join(devices[:8]) + (", ..." if len(devices) > 8 else "")
+            raise fail(f"expected a row of one of the columns {shown}, got {excerpt(label)}", number)
         if label in rows:
             raise fail(f"a second row for {label}", number)
         if len(tokens) - 1 < len(devices):
@@ -167,8 +167,8 @@ def _read_topo_matrix(text: str, path: str) -> tuple[model.TopoMatrix, list[str]
         rows[label] = _TopoRow(number, label, cells, affinity)
         end += 1
 
-    links = _topo_links(devices, rows, fail, problems)
-    nic_names = _nic_legend(lines[end:], end, devices, fail)
+    links = _topo_links(devices, position, rows, fail, problems)
+    nic_names = _nic_legend(lines[end:], end, position, fail)
 
     gpu_columns = {label: int(m[1]) for label in devices if (m := _GPU_COLUMN.fullmatch(label))}
     nic_columns = [label for label in devices if label not in gpu_columns]
@@ -190,20 +190,24 @@ def _read_topo_matrix(text: str, path: str) -> tuple[model.TopoMatrix, list[str]
         model.TopoNic(index=nic_index[label], name=nic_names.get(label, label)) for label in nic_columns
     )
 
-    def index(label: str) -> int:
-        return gpu_columns[label] if label in gpu_columns else nic_index[label]
-
+    # per column position: is it a GPU, and its GPU number or NIC index
+    gpu_at = [label in gpu_columns for label in devices]
+    number_at = [gpu_columns[label] if label in gpu_columns else nic_index[label] for label in devices]
     Pairs = list[tuple[tuple[int, int], model.TopoLink]]
     gpu_gpu: Pairs = []
     gpu_nic: Pairs = []
     nic_nic: Pairs = []
-    for (a, b), link in links.items():
-        low, high = sorted((index(a), index(b)))
-        if a in gpu_columns and b in gpu_columns:
+    width = len(devices)
+    for key, link in links.items():
+        a, b = divmod(key, width)  # column positions, a < b
+        first, second = number_at[a], number_at[b]
+        low, high = (first, second) if first <= second else (second, first)
+        if gpu_at[a] and gpu_at[b]:
             gpu_gpu.append(((low, high), link))
-        elif a in gpu_columns or b in gpu_columns:
-            gpu, nic = (a, b) if a in gpu_columns else (b, a)
-            gpu_nic.append(((index(gpu), index(nic)), link))
+        elif gpu_at[a]:
+            gpu_nic.append(((first, second), link))
+        elif gpu_at[b]:
+            gpu_nic.append(((second, first), link))
         else:
             nic_nic.append(((low, high), link))
     matrix = model.TopoMatrix(
@@ -221,6 +225,7 @@ def _topo_header(
 ) -> tuple[list[str], list[str]]:
     """Split the header words into device columns and affinity columns (``CPU Affinity`` ...)."""
     devices: list[str] = []
+    seen: set[str] = set()
     affinity: list[str] = []
     at = 0
     while at < len(tokens):
@@ -237,8 +242,9 @@ def _topo_header(
                 raise fail(f"unexpected header word {excerpt(name)} after the affinity columns", number)
             if _DEVICE_NAME.fullmatch(name) is None or name == "X" or _topo_cell(name) is not None:
                 raise fail(f"expected a device column name in the header, got {excerpt(name)}", number)
-            if name in devices:
+            if name in seen:
                 raise fail(f"the header names the column {name} twice", number)
+            seen.add(name)
             devices.append(name)
             at += 1
     gpu_numbers = [int(m[1]) for name in devices if (m := _GPU_COLUMN.fullmatch(name))]
@@ -251,45 +257,60 @@ def _topo_header(
 
 def _topo_links(
     devices: list[str],
+    position: dict[str, int],
     rows: dict[str, _TopoRow],
     fail: Callable[[str, int | None], ParseError],
     problems: list[str],
-) -> dict[tuple[str, str], model.TopoLink]:
-    """Read every off-diagonal cell; both halves of the matrix must agree."""
-    seen: dict[tuple[str, str], tuple[str, int]] = {}
-    links: dict[tuple[str, str], model.TopoLink] = {}
+) -> dict[int, model.TopoLink]:
+    """Read every off-diagonal cell; both halves of the matrix must agree.
+
+    Linear in the cells, with little work per cell: a matrix of 1,000 GPUs has a million of them.
+    The few distinct cell values are read once each (``known``) and shared; a pair of column
+    positions ``a < b`` is the key ``a * len(devices) + b``.
+    """
+    width = len(devices)
+    seen: dict[int, tuple[str, int]] = {}
+    links: dict[int, model.TopoLink] = {}
+    known: dict[str, model.TopoLink | None] = {}
+
+    def where(row: _TopoRow, column: int) -> str:
+        return f"cell {column + 2} (row {row.label}, column {devices[column]})"
+
     for row in rows.values():
-        for column, (label, token) in enumerate(zip(devices, row.cells, strict=True), start=2):
-            where = f"cell {column} (row {row.label}, column {label})"
-            if label == row.label:
+        at = position[row.label]
+        for column, token in enumerate(row.cells):
+            if column == at:
                 if token != "X":
-                    raise fail(f"{where}: expected X on the diagonal, got {excerpt(token)}", row.line)
-                continue
-            if token == "X":
-                raise fail(f"{where}: X off the diagonal", row.line)
-            pair = (
-                (row.label, label) if devices.index(row.label) < devices.index(label) else (label, row.label)
-            )
-            if token in _ERROR_VALUES or token == "N/A":
-                problems.append(f"{row.label}-{label} reads {token}")
-                continue
-            link = _topo_cell(token)
-            if link is None:
-                raise fail(
-                    f"{where}: unknown value {excerpt(token)} (expected X, NV#, PIX, PXB, PHB, NODE, SYS)",
-                    row.line,
-                )
-            if pair in seen:
-                other_token, other_line = seen[pair]
-                if links[pair] != link:
                     raise fail(
-                        f"{where}: {token} disagrees with {other_token} for the same pair"
-                        f" on line {other_line}",
+                        f"{where(row, column)}: expected X on the diagonal, got {excerpt(token)}", row.line
+                    )
+                continue
+            link = known.get(token)
+            if link is None:
+                if token == "X":
+                    raise fail(f"{where(row, column)}: X off the diagonal", row.line)
+                if token in _ERROR_VALUES or token == "N/A":
+                    problems.append(f"{row.label}-{devices[column]} reads {token}")
+                    continue
+                link = known[token] = _topo_cell(token)
+                if link is None:
+                    raise fail(
+                        f"{where(row, column)}: unknown value {excerpt(token)}"
+                        " (expected X, NV#, PIX, PXB, PHB, NODE, SYS)",
                         row.line,
                     )
-            else:
+            pair = at * width + column if at < column else column * width + at
+            other = links.get(pair)
+            if other is None:
                 seen[pair] = (token, row.line)
                 links[pair] = link
+            elif other is not link and other != link:
+                other_token, other_line = seen[pair]
+                raise fail(
+                    f"{where(row, column)}: {token} disagrees with {other_token} for the same pair"
+                    f" on line {other_line}",
+                    row.line,
+                )
     return links
 
 
@@ -326,7 +347,7 @@ def _topo_gpu(
 
 
 def _nic_legend(
-    lines: list[str], offset: int, devices: list[str], fail: Callable[[str, int | None], ParseError]
+    lines: list[str], offset: int, devices: dict[str, int], fail: Callable[[str, int | None], ParseError]
 ) -> dict[str, str]:
     """``NIC Legend:`` entries (``NIC0: mlx5_0``) as column label -> device name."""
     names: dict[str, str] = {}
@@ -381,6 +402,9 @@ _UNREADABLE_GPU = re.compile(r"Unable to determine the device handle for .*")
 
 def _read_smi_list(text: str, path: str) -> tuple[tuple[model.ListedGpu, ...], list[str]]:
     gpus: list[model.ListedGpu] = []
+    migs: list[list[model.MigDevice]] = []  #: the MIG devices of gpus[i], joined at the end (linear)
+    seen: set[int] = set()  #: GPU indices
+    seen_migs: set[tuple[int, int]] = set()  #: (GPU index, MIG device index)
     problems: list[str] = []
     for number, line in enumerate(_lines(text), start=1):
         stripped = line.strip()
@@ -389,9 +413,11 @@ def _read_smi_list(text: str, path: str) -> tuple[tuple[model.ListedGpu, ...], l
         gpu = _GPU_LINE.fullmatch(stripped)
         if gpu is not None and not line[0].isspace():
             index = int(gpu[1])
-            if any(listed.index == index for listed in gpus):
+            if index in seen:
                 raise ParseError(NAME, path, f"GPU {index} is listed twice", line=number)
+            seen.add(index)
             gpus.append(model.ListedGpu(index=index, model=gpu[2], uuid=gpu[3]))
+            migs.append([])
             continue
         mig = _MIG_LINE.fullmatch(stripped)
         if mig is not None:
@@ -407,11 +433,12 @@ def _read_smi_list(text: str, path: str) -> tuple[tuple[model.ListedGpu, ...], l
                 gpu_instance=int(mig[4]) if mig[4] is not None else None,
                 compute_instance=int(mig[5]) if mig[5] is not None else None,
             )
-            if any(other.device_index == device.device_index for other in parent.migs):
+            if (parent.index, int(mig[2])) in seen_migs:
                 raise ParseError(
                     NAME, path, f"GPU {parent.index} lists MIG Device {mig[2]} twice", line=number
                 )
-            gpus[-1] = dataclasses.replace(parent, migs=(*parent.migs, device))
+            seen_migs.add((parent.index, int(mig[2])))
+            migs[-1].append(device)
             continue
         if _UNREADABLE_GPU.fullmatch(stripped):
             problems.append(stripped)
@@ -422,7 +449,11 @@ def _read_smi_list(text: str, path: str) -> tuple[tuple[model.ListedGpu, ...], l
             f"expected 'GPU n: <model> (UUID: GPU-...)' or a MIG line, got {excerpt(stripped)}",
             line=number,
         )
-    return tuple(sorted(gpus, key=lambda gpu: gpu.index)), problems
+    joined = (
+        dataclasses.replace(gpu, migs=tuple(found)) if found else gpu
+        for gpu, found in zip(gpus, migs, strict=True)
+    )
+    return tuple(sorted(joined, key=lambda gpu: gpu.index)), problems
 
 
 def parse_smi_list(text: str, path: str = LIST_PATH) -> tuple[model.ListedGpu, ...]:
@@ -449,6 +480,8 @@ _NVLINK_SPEED = re.compile(r"([0-9]{1,6}(?:\.[0-9]{1,6})?) GB/s")
 
 def _read_nvlink_status(text: str, path: str) -> tuple[tuple[model.NvlinkStatus, ...], list[str]]:
     gpus: list[model.NvlinkStatus] = []
+    links: list[dict[int, float | None]] = []  #: the links of gpus[i], joined at the end (linear)
+    seen: set[int] = set()
     problems: list[str] = []
     for number, line in enumerate(_lines(text), start=1):
         stripped = line.strip()
@@ -474,24 +507,28 @@ def _read_nvlink_status(text: str, path: str) -> tuple[tuple[model.NvlinkStatus,
                     f"Link {link[1]}: expected '<n> GB/s' or '<inactive>', got {excerpt(value)}",
                     line=number,
                 )
-            current = gpus[-1]
-            if any(existing == int(link[1]) for existing, _ in current.links):
-                raise ParseError(NAME, path, f"GPU {current.index} lists Link {link[1]} twice", line=number)
-            gpus[-1] = dataclasses.replace(current, links=(*current.links, (int(link[1]), speed)))
+            if int(link[1]) in links[-1]:
+                raise ParseError(NAME, path, f"GPU {gpus[-1].index} lists Link {link[1]} twice", line=number)
+            links[-1][int(link[1])] = speed
             continue
         gpu = _NVLINK_GPU.fullmatch(stripped)
         if gpu is not None and not line[0].isspace():
             index = int(gpu[1] if gpu[1] is not None else gpu[4])
-            if any(existing.index == index for existing in gpus):
+            if index in seen:
                 raise ParseError(NAME, path, f"GPU {index} is listed twice", line=number)
+            seen.add(index)
             gpus.append(model.NvlinkStatus(index=index, uuid=gpu[3], links=()))
+            links.append({})
             continue
         raise ParseError(
             NAME, path, f"expected 'GPU n: ...' or 'Link n: ...', got {excerpt(stripped)}", line=number
         )
     result = tuple(
         sorted(
-            (dataclasses.replace(gpu, links=tuple(sorted(gpu.links))) for gpu in gpus),
+            (
+                dataclasses.replace(gpu, links=tuple(sorted(found.items())))
+                for gpu, found in zip(gpus, links, strict=True)
+            ),
             key=lambda gpu: gpu.index,
         )
     )

@@ -21,7 +21,9 @@ from __future__ import annotations
 import errno
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from nodetopo.errors import ParseError, excerpt
 from nodetopo.host import SYSFS_ATTRIBUTE_LIMIT, HostRoot, Refused
@@ -111,6 +113,44 @@ def list_directory(directory: Path, *, root: HostRoot | None = None) -> list[str
 
 def is_dangling(path: Path) -> bool:
     return path.is_symlink() and not path.exists()
+
+
+_T = TypeVar("_T")
+
+#: the CPU ids one read may build in distinct CPU sets (about 10 MiB of frozensets; a real machine
+#: has one set per NUMA node, a few thousand ids in all)
+CPU_IDS_PER_READ = 1 << 18
+
+
+class CpuSets:
+    """Parses the CPU lists and masks of one read: equal texts once, distinct ones within a budget.
+
+    Every PCI function of a NUMA node repeats one ``local_cpulist``: it is parsed once and the set
+    shared. Distinct sets are bounded in total (``CPU_IDS_PER_READ``): a hostile tree of thousands of
+    functions, each with its own list of 65,536 CPUs, cannot make a scan build gigabytes; past the
+    budget a new list is a ParseError of its file.
+    """
+
+    def __init__(self, source: str, budget: int = CPU_IDS_PER_READ) -> None:
+        self.source = source
+        self.budget = budget
+        self._known: dict[tuple[object, str], frozenset[int]] = {}
+
+    def parse(self, parser: Callable[[str, str], frozenset[int]], text: str, path: str) -> frozenset[int]:
+        key = (parser, text)
+        known = self._known.get(key)
+        if known is not None:
+            return known
+        if self.budget <= 0:
+            raise ParseError(self.source, path, "more distinct CPU sets than any machine has: not read")
+        cpus = parser(text, path)
+        self.budget -= max(len(cpus), 1)
+        self._known[key] = cpus
+        return cpus
+
+    def parser(self, parser: Callable[[str, str], frozenset[int]]) -> Callable[[str, str], frozenset[int]]:
+        """``parser`` through this cache (for readers that take a parser)."""
+        return lambda text, path: self.parse(parser, text, path)
 
 
 def unavailable(source: str, message: str) -> Condition:

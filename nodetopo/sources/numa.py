@@ -143,6 +143,7 @@ def read_numa_nodes(root: HostRoot) -> tuple[tuple[NumaNode, ...], tuple[Conditi
     distance_ids, problem = _distance_order(root, tuple(node_id for node_id, _ in entries))
     conditions += [problem] if problem is not None else []
     nodes: list[NumaNode] = []
+    cpu_sets = _sysfs.CpuSets(NAME)
     for node_id, directory in entries:
         cpulist_path = root.relative(directory / "cpulist")
         try:
@@ -154,7 +155,7 @@ def read_numa_nodes(root: HostRoot) -> tuple[tuple[NumaNode, ...], tuple[Conditi
             conditions.append(_sysfs.unavailable(NAME, f"{cpulist_path}: missing: node {node_id} left out"))
             continue
         try:
-            cpus = parse_cpulist_text(cpulist_text, cpulist_path)
+            cpus = cpu_sets.parse(parse_cpulist_text, cpulist_text, cpulist_path)
         except ParseError as e:
             conditions.append(_sysfs.from_parse_error(e))
             continue

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from nodetopo.errors import ParseError, excerpt
+from nodetopo.errors import ParseError, clip, excerpt
 from nodetopo.host import HostRoot
 from nodetopo.model import (
     MAX_CPU_ID,
@@ -164,8 +164,9 @@ def read_pci_devices(root: HostRoot) -> tuple[tuple[PciDevice, ...], tuple[Condi
     devices: list[PciDevice] = []
     conditions: list[Condition] = []
     root_real = os.fspath(root.real_path)
+    cpu_sets = _sysfs.CpuSets(NAME)
     for name in _sysfs.list_directory(base, root=root):
-        device = _read_device(root, root_real, base / name, conditions)
+        device = _read_device(root, root_real, base / name, conditions, cpu_sets)
         if device is not None:
             devices.append(device)
     devices.sort(key=lambda d: d.address)
@@ -173,7 +174,7 @@ def read_pci_devices(root: HostRoot) -> tuple[tuple[PciDevice, ...], tuple[Condi
 
 
 def _read_device(
-    root: HostRoot, root_real: str, entry: Path, conditions: list[Condition]
+    root: HostRoot, root_real: str, entry: Path, conditions: list[Condition], cpu_sets: _sysfs.CpuSets
 ) -> PciDevice | None:
     host_path = root.relative(entry)
     try:
@@ -184,11 +185,11 @@ def _read_device(
     try:
         real = root.resolve(entry)
     except FileNotFoundError:
-        target = os.readlink(entry) if entry.is_symlink() else "?"
+        target = excerpt(os.readlink(entry)) if entry.is_symlink() else "?"
         conditions.append(_sysfs.unavailable(NAME, f"{host_path}: dangling symlink to {target}: left out"))
         return None
     except (ValueError, OSError, RuntimeError) as e:  # RuntimeError: a symlink loop (Python 3.11)
-        conditions.append(_sysfs.unavailable(NAME, f"{host_path}: cannot resolve: {e}: left out"))
+        conditions.append(_sysfs.unavailable(NAME, f"{host_path}: cannot resolve: {clip(str(e))}: left out"))
         return None
     # Strings from here on: pathlib costs more than the reads (10 attributes per function).
     real_dir, entry_dir = os.fspath(real), os.fspath(entry)
@@ -227,9 +228,11 @@ def _read_device(
         optional[name] = _optional(texts[name], _hex_parser(bits), f"{host_path}/{name}", conditions)
     numa_node = _optional(texts["numa_node"], parse_numa_node, f"{host_path}/numa_node", conditions)
     local_cpus = _optional(
-        texts["local_cpulist"], parse_cpulist_text, f"{host_path}/local_cpulist", conditions
+        texts["local_cpulist"], cpu_sets.parser(parse_cpulist_text), f"{host_path}/local_cpulist", conditions
     )
-    mask_cpus = _optional(texts["local_cpus"], parse_cpumask, f"{host_path}/local_cpus", conditions)
+    mask_cpus = _optional(
+        texts["local_cpus"], cpu_sets.parser(parse_cpumask), f"{host_path}/local_cpus", conditions
+    )
     if local_cpus is None:
         local_cpus = mask_cpus
     elif mask_cpus is not None and mask_cpus != local_cpus:

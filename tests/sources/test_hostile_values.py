@@ -6,6 +6,7 @@ Every test runs under a short timeout and builds its input in memory or under ``
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from nodetopo.host import ReplayRunner
 from nodetopo.model import MAX_CPU_ID, ConditionReason, parse_cpulist
 from nodetopo.sources import numa, pci, rdma
 from nodetopo.sources.base import Context
+from nodetopo.sources.nvml import RecordedNvml
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -153,3 +155,53 @@ def test_pci_and_rdma_keep_the_device_when_one_value_is_absurd(tmp_path: Path) -
     port = rdmas[0].ports[0]
     assert (port.state, port.rate_gbps, port.lid) == ("ACTIVE", None, None)
     assert len(rdma_conditions) == 2
+
+
+# --- many large CPU lists: memory is bounded per read, equal lists are shared ----------------------
+
+
+def _peak_mib(run: Callable[[], object]) -> float:
+    tracemalloc.start()
+    try:
+        run()
+        return tracemalloc.get_traced_memory()[1] / (1 << 20)
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.timeout(120)
+def test_thousands_of_distinct_full_cpulists_do_not_build_gigabytes(tmp_path: Path) -> None:
+    """400 PCI functions, each with its own list of ~65,000 CPUs: ~1 GB of sets before, a bounded
+    budget now (the lists past it are ParseError conditions)."""
+    entries: dict[str, object] = {}
+    for i in range(400):
+        address = f"0000:{i // 32:02x}:{i % 32:02x}.0"
+        entries.update(
+            pci_function(address, attributes={"local_cpulist": f"{i}-65535\n", "local_cpus": "1\n"})
+        )
+    root = write_tree(tmp_path, entries)  # type: ignore[arg-type]
+    result: list[object] = []
+    peak = _peak_mib(lambda: result.append(pci.read_pci_devices(root)))
+    devices, conditions = result[0]  # type: ignore[misc]
+    assert len(devices) == 400
+    assert any("more distinct CPU sets than any machine has" in c.message for c in conditions)
+    assert peak < 200, f"{peak:.0f} MiB"
+
+
+def test_equal_cpulists_are_one_set(tmp_path: Path) -> None:
+    entries: dict[str, object] = {}
+    for i in range(50):
+        entries.update(pci_function(f"0000:{i:02x}:00.0", attributes={"local_cpulist": "0-55,112-167\n"}))
+    devices, _ = pci.read_pci_devices(write_tree(tmp_path, entries))  # type: ignore[arg-type]
+    assert len({id(d.local_cpus) for d in devices}) == 1
+
+
+def test_a_dump_of_256_gpus_with_distinct_full_cpulists_is_bounded() -> None:
+    dump: dict[str, object] = {
+        "format": "nodetopo-nvml-dump/v1",
+        "devices": [{"index": i, "cpuAffinity": f"{i}-65535"} for i in range(256)],
+    }
+    holder: list[RecordedNvml] = []
+    peak = _peak_mib(lambda: holder.append(RecordedNvml.from_dict(dump)))
+    assert any("more distinct CPU sets" in p for p in holder[0].problems)
+    assert peak < 200, f"{peak:.0f} MiB"

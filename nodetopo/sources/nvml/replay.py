@@ -141,6 +141,8 @@ RANGES: dict[str, tuple[int, int]] = {
     "a": (0, MAX_DEVICES - 1),
     "b": (0, MAX_DEVICES - 1),
 }
+#: the CPU ids one dump may build in distinct CPU sets
+CPU_IDS_PER_DUMP = 1 << 18
 #: problems listed one by one in the source's condition (the rest are counted)
 SHOWN_PROBLEMS = 5
 
@@ -366,6 +368,26 @@ class _DumpReader:
     def __init__(self, path: str) -> None:
         self.path = path
         self.problems: list[str] = []
+        self._cpus: dict[str, frozenset[int]] = {}
+        self._cpu_budget = CPU_IDS_PER_DUMP
+
+    def cpus(self, text: str, where: str) -> frozenset[int] | None:
+        """A cpulist, parsed once per distinct text; distinct sets bounded in total (a hostile dump of
+        256 GPUs with 65,536 CPUs each must not build gigabytes)."""
+        known = self._cpus.get(text)
+        if known is not None:
+            return known
+        if self._cpu_budget <= 0:
+            self.note(where, "more distinct CPU sets than any machine has: left out")
+            return None
+        try:
+            cpus = parse_cpulist(text)
+        except ValueError as e:
+            self.note(where, str(e))
+            return None
+        self._cpu_budget -= max(len(cpus), 1)
+        self._cpus[text] = cpus
+        return cpus
 
     def fail(self, where: str, detail: str) -> ParseError:
         return ParseError(NAME, self.path, f"{where}: {detail}")
@@ -516,10 +538,7 @@ class _DumpReader:
         cpus_text = self.opt(data, "cpuAffinity", str, where)
         cpus = None
         if cpus_text is not None:
-            try:
-                cpus = parse_cpulist(cpus_text)
-            except ValueError as e:
-                self.note(f"{where}.cpuAffinity", str(e))
+            cpus = self.cpus(cpus_text, f"{where}.cpuAffinity")
         mig_mode = None
         mode = self.obj(data.get("migMode"), f"{where}.migMode")
         if mode is not None:

@@ -38,7 +38,6 @@ pytestmark = pytest.mark.k8s
 
 RUN = uuid.uuid4().hex[:6]
 SUMMARY_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
-CONTROLLER_USER = "system:serviceaccount:nodetopo:nodetopo-summary-controller"
 ORDER = ("mixed", "gh200", "pcie", "unknown-layer", "stale", "partial", "empty", "missing")
 TABLE = sorted(CASES, key=lambda c: ORDER.index(c.summary))
 
@@ -218,7 +217,8 @@ def test_only_the_controller_writes_the_summary(admission: Admission, cluster: L
         assert status == 403, answer
         assert answer["message"].endswith(
             "denied request: NodeTopologySummary is written only by nodetopo summary-controller "
-            f"({CONTROLLER_USER}), not by {cluster.users[user].name}"
+            "(the identity granted the verb write-summary on nodetopologysummaries), "
+            f"not by {cluster.users[user].name}"
         )
     other = copy.deepcopy(forged)
     other["metadata"]["name"] = "other"
@@ -234,6 +234,83 @@ def test_only_the_controller_writes_the_summary(admission: Admission, cluster: L
     assert status == 403  # RBAC: no grant at all
     stored = cluster.request("GET", f"{SUMMARY_PATH}/{NAME}")[1]
     assert stored["status"]["total"]["largestIsland"] == 8
+
+
+def test_the_writer_follows_the_install_and_wildcards_are_refused(
+    admission: Admission, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The writer is whoever holds the controller's ClusterRole (its marker verb), in any namespace;
+    an identity granted every verb on summaries (it holds the marker too) is still refused."""
+    admission.set_summary("mixed")
+    body = summary("mixed", _now())
+    namespace = admission.namespaces["off"]
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "moved-controller"}}
+    assert cluster.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", body=account)[0] == 201
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    moved = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"moved-controller-{RUN}"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "nodetopo-summary-controller",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": "moved-controller", "namespace": namespace}],
+    }
+    wildcard_role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": f"summary-everything-{RUN}"},
+        "rules": [{"apiGroups": ["nodetopo.io"], "resources": ["nodetopologysummaries"], "verbs": ["*"]}],
+    }
+    wildcard = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"summary-everything-{RUN}"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": f"summary-everything-{RUN}",
+        },
+        "subjects": [
+            {"kind": "User", "name": cluster.users["nobody"].name, "apiGroup": "rbac.authorization.k8s.io"}
+        ],
+    }
+    created = [
+        f"{rbac}/clusterrolebindings/{moved['metadata']['name']}",
+        f"{rbac}/clusterroles/{wildcard_role['metadata']['name']}",
+        f"{rbac}/clusterrolebindings/{wildcard['metadata']['name']}",
+    ]
+    try:
+        assert cluster.request("POST", f"{rbac}/clusterrolebindings", body=moved)[0] == 201
+        assert cluster.request("POST", f"{rbac}/clusterroles", body=wildcard_role)[0] == 201
+        assert cluster.request("POST", f"{rbac}/clusterrolebindings", body=wildcard)[0] == 201
+        status, answer = cluster.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/moved-controller/token",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+        )
+        assert status == 201, answer
+        kubeconfig = cluster.write_kubeconfig(tmp_path / "moved.kubeconfig", token=answer["status"]["token"])
+        session = ApiSession(connect(str(kubeconfig)), field_manager=FIELD_MANAGER)
+        try:
+            stored = session.apply_cluster_object(GROUP, VERSION, PLURAL, NAME, body, status=False)
+        finally:
+            session.close()
+        assert stored["status"]["total"]["largestIsland"] == 8
+        patch = {"status": {"total": {"largestIsland": 64}}}
+        status, answer = cluster.request(
+            "PATCH",
+            f"{SUMMARY_PATH}/{NAME}",
+            user="nobody",
+            body=patch,
+            content_type="application/merge-patch+json",
+        )
+        assert status == 403 and answer["message"].endswith(f"not by {cluster.users['nobody'].name}"), answer
+    finally:
+        for path in created:
+            cluster.request("DELETE", path)
 
 
 # ---- the real controller -------------------------------------------------------------------

@@ -55,6 +55,8 @@ SHIM_SOCKETS = Path("/run/containerd/s")
 CONTAINER_LOG_LINKS = Path("/var/log/containers")
 NETNS_DIR = Path("/run/netns")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+#: Created on the first pod; children first (each is removed only when empty).
+CREATED_DIRECTORIES = (Path("/var/lib/cni/results"), Path("/var/lib/cni"), NETNS_DIR)
 
 
 class NodeError(ClusterError):
@@ -612,6 +614,7 @@ class LocalNode:
             "netns": _names(NETNS_DIR),
             "var-log-containers": {"exists"} if CONTAINER_LOG_LINKS.exists() else set(),
             "device-plugins": {"exists"} if Path("/var/lib/kubelet").exists() else set(),
+            "empty directories": {str(d) for d in CREATED_DIRECTORIES if d.exists()},
         }
 
     def _clean_outside_state(self) -> None:
@@ -656,6 +659,12 @@ class LocalNode:
         for leftover in (SHIM_SOCKETS, SHIM_SOCKETS.parent):
             with contextlib.suppress(OSError):
                 leftover.rmdir()  # only when empty
+        # Directories the CNI library and containerd create for network namespaces (libcni's result
+        # cache, /run/netns): removed when this node created them and they are empty again.
+        for directory in CREATED_DIRECTORIES:
+            if str(directory) not in self._before.get("empty directories", set()):
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
 
     def leftovers(self) -> list[str]:
         """What ``stop()`` should have removed and is still there (for the cleanup test)."""
@@ -665,6 +674,11 @@ class LocalNode:
             found.append(f"interface {BRIDGE}")
         found += [f"cgroup {d}" for d in _kubepods_cgroups()]
         found += [f"shim socket {n}" for n in _names(SHIM_SOCKETS) - self._before.get("shim sockets", set())]
+        found += [
+            f"directory {d}"
+            for d in CREATED_DIRECTORIES
+            if d.exists() and str(d) not in self._before.get("empty directories", set())
+        ]
         address = str(self.containerd_socket).encode()
         for pid in _pids():
             with contextlib.suppress(OSError):

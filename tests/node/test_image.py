@@ -120,3 +120,17 @@ def test_a_code_change_rebuilds_only_the_project_layer(image_archive: dict[str, 
     summary = json.loads(again.stdout)
     assert summary["manifest_digest"] == image_archive["manifest_digest"]
     assert summary["seconds"] < 30, summary
+
+
+def test_every_dockerfile_copy_source_exists_and_is_in_the_build_context() -> None:
+    """docker build sees only what .dockerignore lets through: each COPY source must be there."""
+    builder = load_image_builder()
+    ignore = [line for line in (REPO / ".dockerignore").read_text().splitlines() if line and line[0] != "#"]
+    allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
+    sources = [
+        args[0] for args in builder.parse_dockerfile(DOCKERFILE).copies if not args[0].startswith("--")
+    ]
+    assert sources, DOCKERFILE
+    for source in sources:
+        assert (REPO / source).exists(), source
+        assert source.rstrip("/") in allowed, f"{source} is excluded by .dockerignore"

@@ -62,14 +62,35 @@ COMMANDS = {
     "export": ["export", "kueue"],
     "agent": ["agent", "--once", "--from", str(BUNDLE), "--node-name", "n1", "--listen", ""],
     "extender": ["extender", "--listen", "127.0.0.1:0"],
+    "admit": ["admit", "@JOB"],
+    "summary-controller": ["summary-controller"],
 }
+
+JOB = """\
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: c
+          image: busybox
+          resources: {limits: {nvidia.com/gpu: "8"}}
+"""
 
 
 def run(argv: list[str], *, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "NODETOPO_ONCE_ATTEMPTS": "1"}
     import os
+    import tempfile
 
     env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    if "@JOB" in argv:
+        job = Path(tempfile.mkdtemp(prefix="nodetopo-test-")) / "job.yaml"
+        job.write_text(JOB)
+        argv = [str(job) if a == "@JOB" else a for a in argv]
     return subprocess.run([*RUN, *argv], capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -88,7 +109,7 @@ def test_every_api_command_takes_kubeconfig_and_context(command: str) -> None:
     assert "--kubeconfig" in out and "--context" in out, command
 
 
-@pytest.mark.parametrize("command", ["publish", "ray", "export", "agent"])
+@pytest.mark.parametrize("command", ["publish", "ray", "export", "agent", "admit"])
 def test_unreachable_server_is_one_line(command: str, tmp_path: Path) -> None:
     """Was: a 97-line urllib3 traceback from `nodetopo ray`."""
     done = run([*COMMANDS[command], "--kubeconfig", str(kubeconfig(tmp_path))])

@@ -10,7 +10,6 @@ import argparse
 import datetime
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -18,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+from nodetopo.kubeflags import add_kube_args
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +57,7 @@ def register(
     source.add_argument(
         "--nodetopologies", metavar="FILE", help="NodeTopology objects (a List or several documents)"
     )
-    p.add_argument(
-        "--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: in-cluster, or $KUBECONFIG"
-    )
+    add_kube_args(p)
     p.add_argument("-o", "--output", choices=["text", "json"], default="text", help="default: text")
     add_common(p)
     p.set_defaults(func=cmd_admit)
@@ -69,9 +68,7 @@ def register(
         description=CONTROLLER_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: in-cluster, or $KUBECONFIG"
-    )
+    add_kube_args(p)
     p.add_argument(
         "--page-size",
         type=int,
@@ -157,7 +154,7 @@ def _summary(args: argparse.Namespace) -> dict[str, Any] | None:
         return summarize_objects(objects, computed_at=now)
     from nodetopo.publish.client import ApiSession, connect
 
-    session = ApiSession(connect(args.kubeconfig))
+    session = ApiSession(connect(args.kubeconfig, context=args.kube_context))
     try:
         return session.read_cluster_object(GROUP, VERSION, PLURAL, NAME)
     finally:
@@ -221,7 +218,7 @@ def cmd_summary_controller(args: argparse.Namespace) -> int:
         rdma_resource_prefixes=tuple(args.rdma_resource_prefix or ("rdma/",)),
         multi_pod_min_parallelism=args.multi_pod_min_parallelism,
     )
-    session = ApiSession(connect(args.kubeconfig), field_manager=FIELD_MANAGER)
+    session = ApiSession(connect(args.kubeconfig, context=args.kube_context), field_manager=FIELD_MANAGER)
     stop = threading.Event()
     state = SummaryState()
     start_reflector(session.connection, state, page_size=args.page_size, stop=stop)

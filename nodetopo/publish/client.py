@@ -822,29 +822,36 @@ class KubeConnection:
 
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
-            host, port = self._host, self._port
-            if self._proxy is not None:  # HTTP CONNECT through the proxy, then TLS to the server
-                host, port = str(self._proxy.hostname), self._proxy.port or 80
-            if self._context is None:
-                self._conn = http.client.HTTPConnection(host, port, timeout=self.timeout)
-            else:
-                self._conn = _TlsConnection(
-                    host,
-                    port,
-                    server_name=self.access.tls_server_name or self._host,
-                    timeout=self.timeout,
-                    context=self._context,
-                )
-            if self._proxy is not None:
-                headers = {}
-                if self._proxy.username is not None:
-                    user = urllib.parse.unquote(self._proxy.username)
-                    password = urllib.parse.unquote(self._proxy.password or "")
-                    basic = base64.b64encode(f"{user}:{password}".encode()).decode()
-                    headers["Proxy-Authorization"] = f"Basic {basic}"
-                self._conn.set_tunnel(self._host, self._port, headers=headers)
+            self._conn = self._new_connection(self.timeout)
             self._reused = False
         return self._conn
+
+    def _new_connection(self, timeout: float) -> http.client.HTTPConnection:
+        """A connection to the server (through the proxy when there is one: HTTP CONNECT, then
+        TLS to the server), not yet opened."""
+        host, port = self._host, self._port
+        if self._proxy is not None:
+            host, port = str(self._proxy.hostname), self._proxy.port or 80
+        connection: http.client.HTTPConnection
+        if self._context is None:
+            connection = http.client.HTTPConnection(host, port, timeout=timeout)
+        else:
+            connection = _TlsConnection(
+                host,
+                port,
+                server_name=self.access.tls_server_name or self._host,
+                timeout=timeout,
+                context=self._context,
+            )
+        if self._proxy is not None:
+            headers = {}
+            if self._proxy.username is not None:
+                user = urllib.parse.unquote(self._proxy.username)
+                password = urllib.parse.unquote(self._proxy.password or "")
+                basic = base64.b64encode(f"{user}:{password}".encode()).decode()
+                headers["Proxy-Authorization"] = f"Basic {basic}"
+            connection.set_tunnel(self._host, self._port, headers=headers)
+        return connection
 
     def _credential(self, *, refresh: bool = False) -> str | None:
         """The ``Authorization`` value: the exec plugin's token (its client certificate goes into
@@ -943,22 +950,12 @@ class KubeConnection:
         arrives (a watch, a large list page); the caller closes it. ``timeout`` bounds each socket
         read. Raises like ``request``."""
         target = self._prefix + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
-        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
-        authorization = self._authorization()
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT, **self._headers}
+        with self._lock:  # the same credentials (exec plugin included), headers and proxy as request
+            authorization = self._credential()
+            connection = self._new_connection(timeout if timeout is not None else self.timeout)
         if authorization:
             headers["Authorization"] = authorization
-        limit = timeout if timeout is not None else self.timeout
-        connection: http.client.HTTPConnection
-        if self._context is None:
-            connection = http.client.HTTPConnection(self._host, self._port, timeout=limit)
-        else:
-            connection = _TlsConnection(
-                self._host,
-                self._port,
-                server_name=self.access.tls_server_name or self._host,
-                timeout=limit,
-                context=self._context,
-            )
         try:
             connection.request("GET", target, headers=headers)
             return ApiStream(connection, connection.getresponse())

@@ -54,6 +54,8 @@ from nodetopo.model import LinkClass
 TOPOLOGY = PREFIX + "topology"
 TOPOLOGY_SCOPE = PREFIX + "topology-scope"
 GPUS_PER_POD = PREFIX + "gpus-per-pod"
+#: The node label a pod selects a GPU model with (``nodeSelector``); its value is ``models[].label``.
+GPU_MODEL_LABEL = PREFIX + "gpu.model"
 
 #: Every pod annotation under nodetopo.io/, in the order errors are reported.
 GRAMMAR: dict[str, Grammar] = {
@@ -236,29 +238,47 @@ def declaration_errors(obj: Mapping[str, Any], summary: Mapping[str, Any]) -> li
 
 
 def feasibility_errors(obj: Mapping[str, Any], summary: Mapping[str, Any]) -> list[str]:
-    """What no node in the summary can offer. Unknown facts (missing fields) skip their check."""
-    total = (summary.get("status") or {}).get("total")
+    """What no node in the summary can offer. Unknown facts (missing fields) skip their check.
+
+    A pod whose ``nodeSelector`` names a ``nodetopo.io/gpu.model`` is judged against that model's
+    nodes (``status.models[]``, matched on its label value) instead of the whole cluster.
+    """
+    status = summary.get("status") or {}
     template = pod_template(obj)
-    gpus = gpu_request(template.get("spec") or {})
-    if not isinstance(total, Mapping) or gpus < 1:
+    spec = template.get("spec") or {}
+    gpus = gpu_request(spec)
+    if gpus < 1:
+        return []
+    model = str((spec.get("nodeSelector") or {}).get(GPU_MODEL_LABEL, ""))
+    total: Any = status.get("total")
+    where = "in the cluster"
+    if model:
+        models = status.get("models")
+        if not isinstance(models, list):
+            return []
+        offers = [m for m in models if isinstance(m, Mapping) and m.get("label") == model]
+        if not offers:
+            return [f"pod selects {GPU_MODEL_LABEL}={model} but no node in the cluster has that GPU model"]
+        total, where = offers[0], f"among {GPU_MODEL_LABEL}={model} nodes"
+    if not isinstance(total, Mapping):
         return []
     ann = {k: str(v).lower() for k, v in annotations_of(obj).items()}
     errors = []
     island = total.get("largestIsland")
     if ann.get(ONE_ISLAND) in ("true", "yes", "1") and gpus > 1 and isinstance(island, int) and gpus > island:
-        where = f"the largest island in the cluster has {island}" if island else "no node has an island"
-        errors.append(f"pod needs {gpus} GPUs in one NVLink island but {where}")
+        has = f"the largest island {where} has {island}" if island else f"no node {where} has an island"
+        errors.append(f"pod needs {gpus} GPUs in one NVLink island but {has}")
     numa = total.get("largestNUMAGroup")
     if ann.get(NUMA_ALIGNED) in ("true", "yes", "1") and isinstance(numa, int) and gpus > numa:
         errors.append(
-            f"pod needs {gpus} GPUs on one NUMA node but the most on one NUMA node in the cluster is {numa}"
+            f"pod needs {gpus} GPUs on one NUMA node but the most on one NUMA node {where} is {numa}"
         )
     rdma = ann.get(RDMA) in ("required", "true")
     layer = {"infiniband": "InfiniBand", "ethernet": "Ethernet"}.get(ann.get(LINK_LAYER, ""))
     rdma_nodes = total.get("rdmaNodes")
     layers = total.get("rdmaLinkLayers")
     if rdma and rdma_nodes == 0:
-        errors.append("pod requires RDMA but no node in the cluster has a usable RDMA NIC")
+        errors.append(f"pod requires RDMA but no node {where} has a usable RDMA NIC")
     elif (
         rdma
         and layer
@@ -268,7 +288,7 @@ def feasibility_errors(obj: Mapping[str, Any], summary: Mapping[str, Any]) -> li
         and UNKNOWN_LAYER not in layers  # an unknown layer may be the one asked for
     ):
         errors.append(
-            f"pod requires RDMA over {layer} but the cluster's usable RDMA NICs are {', '.join(layers)}"
+            f"pod requires RDMA over {layer} but the usable RDMA NICs {where} are {', '.join(layers)}"
         )
     if MAX_NIC_DISTANCE in ann:
         wanted = LinkClass[ann[MAX_NIC_DISTANCE].upper()]
@@ -277,11 +297,11 @@ def feasibility_errors(obj: Mapping[str, Any], summary: Mapping[str, Any]) -> li
         kind = "an RDMA NIC" if to_rdma else "a NIC"
         best = str(total.get(field))
         if best == NO_NIC and not rdma:
-            errors.append(f"pod needs {kind} at {wanted.name} or closer but no GPU in the cluster has {kind}")
+            errors.append(f"pod needs {kind} at {wanted.name} or closer but no GPU {where} has {kind}")
         elif best in LinkClass.__members__ and wanted < LinkClass[best]:
             errors.append(
                 f"pod needs {kind} at {wanted.name} or closer but the best GPU-to-"
-                f"{'RDMA-NIC' if to_rdma else 'NIC'} class in the cluster is {best}"
+                f"{'RDMA-NIC' if to_rdma else 'NIC'} class {where} is {best}"
             )
     return errors
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from nodetopo.crd import GROUP, VERSION
 from nodetopo.extender.fit import node_shape
+from nodetopo.labels import label_value
 from nodetopo.model import LinkClass
 
 KIND = "NodeTopologySummary"
@@ -144,9 +145,10 @@ def summarize(
     }
     if counted:  # no NodeTopology with facts yet: nothing is known, so no "total" (checks skip)
         status["total"] = _offer(counted)
-        status["models"] = [{"model": model, **_offer(group)} for model, group in sorted(by_model.items())][
-            :MAX_MODELS
-        ]
+        status["models"] = [
+            {"model": model, "label": label_value(model), **_offer(group)}
+            for model, group in sorted(by_model.items())
+        ][:MAX_MODELS]
     status |= {
         "shapes": [
             {

@@ -44,6 +44,7 @@ class Case:
     gpus: int = 0  #: nvidia.com/gpu of the one container
     resources: dict[str, str] = dataclasses.field(default_factory=dict)  #: more limits of the container
     init_gpus: int | None = None
+    node_selector: dict[str, str] = dataclasses.field(default_factory=dict)
     job_parallelism: int | None = None  #: a batch/v1 Job with this parallelism instead of a Pod
     summary: str = "mixed"
 
@@ -267,7 +268,7 @@ CASES: tuple[Case, ...] = (
     _c(
         "rdma-ethernet-absent",
         {"nodetopo.io/rdma": "required", "nodetopo.io/link-layer": "Ethernet"},
-        (TOPO, "pod requires RDMA over Ethernet but the cluster's usable RDMA NICs are InfiniBand"),
+        (TOPO, "pod requires RDMA over Ethernet but the usable RDMA NICs in the cluster are InfiniBand"),
         gpus=1,
     ),
     _c("nic-pix-fits", {"nodetopo.io/max-nic-distance": "PIX"}, gpus=1),
@@ -287,7 +288,7 @@ CASES: tuple[Case, ...] = (
             TOPO,
             "pod needs 16 GPUs in one NVLink island but the largest island in the cluster has 8; "
             "pod needs 16 GPUs on one NUMA node but the most on one NUMA node in the cluster is 6; "
-            "pod requires RDMA over Ethernet but the cluster's usable RDMA NICs are InfiniBand",
+            "pod requires RDMA over Ethernet but the usable RDMA NICs in the cluster are InfiniBand",
         ),
         gpus=16,
     ),
@@ -324,7 +325,7 @@ CASES: tuple[Case, ...] = (
     _c(
         "pcie-no-island",
         ISLAND,
-        (TOPO, "pod needs 2 GPUs in one NVLink island but no node has an island"),
+        (TOPO, "pod needs 2 GPUs in one NVLink island but no node in the cluster has an island"),
         gpus=2,
         summary="pcie",
     ),
@@ -352,6 +353,44 @@ CASES: tuple[Case, ...] = (
         gpus=1,
         summary="unknown-layer",
     ),
+    # ---- a pod that selects a GPU model is judged against that model's nodes
+    _c(
+        "model-v100-island-8", ISLAND, gpus=8, node_selector={"nodetopo.io/gpu.model": "Tesla-V100-SXM2-32GB"}
+    ),
+    _c(
+        "model-a100-pcie-island-8",
+        ISLAND,
+        (
+            TOPO,
+            "pod needs 8 GPUs in one NVLink island but the largest island among "
+            "nodetopo.io/gpu.model=NVIDIA-A100-PCIE-40GB nodes has 2",
+        ),
+        gpus=8,
+        node_selector={"nodetopo.io/gpu.model": "NVIDIA-A100-PCIE-40GB"},
+    ),
+    _c(
+        "model-4090-rdma",
+        {"nodetopo.io/rdma": "required"},
+        (
+            TOPO,
+            "pod requires RDMA but no node among nodetopo.io/gpu.model=NVIDIA-GeForce-RTX-4090 nodes "
+            "has a usable RDMA NIC",
+        ),
+        gpus=1,
+        node_selector={"nodetopo.io/gpu.model": "NVIDIA-GeForce-RTX-4090"},
+    ),
+    _c(
+        "model-absent",
+        {},
+        (
+            TOPO,
+            "pod selects nodetopo.io/gpu.model=NVIDIA-H100-80GB-HBM3 but no node in the "
+            "cluster has that GPU model",
+        ),
+        gpus=1,
+        node_selector={"nodetopo.io/gpu.model": "NVIDIA-H100-80GB-HBM3"},
+    ),
+    _c("model-other-selectors-ignored", ISLAND, gpus=8, node_selector={"kubernetes.io/arch": "amd64"}),
     # ---- a summary that is stale, partial, empty or missing ----------------------------------
     _c("stale-island-16-admitted", ISLAND, gpus=16, summary="stale"),
     _c("stale-declaration-still-applies", {}, (TOPO, NO_TOPOLOGY.format(n=4)), gpus=4, summary="stale"),
@@ -370,6 +409,13 @@ CASES: tuple[Case, ...] = (
         summary="partial",
     ),
     _c("empty-island-16-admitted", ISLAND, gpus=16, summary="empty"),
+    _c(
+        "partial-model-selector-admitted",
+        ISLAND,
+        gpus=16,
+        summary="partial",
+        node_selector={"nodetopo.io/gpu.model": "NVIDIA-H100-80GB-HBM3"},
+    ),
     _c("missing-island-16-admitted", ISLAND, gpus=16, summary="missing"),
     _c("missing-undeclared-admitted", {}, gpus=4, summary="missing"),
     _c(
@@ -394,6 +440,8 @@ def manifest(case: Case, name: str, namespace: str) -> dict[str, Any]:
     if limits:
         container["resources"] = {"limits": limits}
     spec: dict[str, Any] = {"containers": [container], "restartPolicy": "Never"}
+    if case.node_selector:
+        spec["nodeSelector"] = dict(case.node_selector)
     if case.init_gpus is not None:
         spec["initContainers"] = [
             {

@@ -223,6 +223,7 @@ class BoundedHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: BoundedHTTPServer
     error_content_type = "application/json"
+    body_read = False  #: the current request's body was consumed (else the connection is closed)
 
     def setup(self) -> None:
         limits = self.server.limits
@@ -301,10 +302,16 @@ class BoundedHandler(BaseHTTPRequestHandler):
             if method is None:
                 self.send_error(501, f"unsupported method {self.command!r}")
                 return
+            self.body_read = False
             try:
                 method()
             except HttpError as e:
                 self.send_json(e.status, {"Error": str(e)}, close=e.close)
+            declared = self.headers.get("Transfer-Encoding") or self.headers.get("Content-Length") or "0"
+            if not self.body_read and declared.strip() != "0":
+                # A body nobody read (a GET with one, an unknown path): close rather than take it for
+                # the next request.
+                self.close_connection = True
             self.wfile.flush()
         finally:
             self.server.reaper.disarm(self.connection)
@@ -360,6 +367,7 @@ class BoundedHandler(BaseHTTPRequestHandler):
 
     def read_exactly(self, length: int, chunk: int = 65536) -> bytearray:
         """``length`` body bytes, read in chunks: memory grows with what arrives, not what is claimed."""
+        self.body_read = True
         buffer = bytearray()
         while len(buffer) < length:
             data = self.rfile.read(min(chunk, length - len(buffer)))

@@ -211,6 +211,19 @@ def test_an_oversized_body_is_refused_unread_and_never_parsed_as_a_request(exten
     assert_quiet(extender)
 
 
+def test_a_body_nobody_reads_is_never_parsed_as_the_next_request(extender: ExtenderProcess) -> None:
+    smuggled = b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+    for path in ("/healthz", "/readyz", "/metrics", "/nowhere"):
+        with connect(extender.port) as sock:
+            head = f"GET {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(smuggled)}\r\n\r\n"
+            sock.sendall(head.encode())
+            sock.sendall(smuggled)
+            status, _, _ = read_response(sock)
+            assert status in (200, 404), path
+            assert closed(sock), path  # one answer, then the connection ends: no second (400) answer
+    assert_quiet(extender)
+
+
 # ---- time: slow clients hold nothing forever ------------------------------------------------------
 
 

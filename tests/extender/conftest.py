@@ -16,8 +16,13 @@ def nodetopology_of(bundle: str, node_name: str | None = None) -> dict[str, Any]
     from nodetopo.crd import to_nodetopology
     from nodetopo.discover import bundle_context, scan
 
-    logging.getLogger("nodetopo").setLevel(logging.ERROR)
-    return to_nodetopology(scan(bundle_context(BUNDLES / bundle)).topology, node_name or bundle)
+    logger = logging.getLogger("nodetopo")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # quiet discovery, for this call only (later tests read the logs)
+    try:
+        return to_nodetopology(scan(bundle_context(BUNDLES / bundle)).topology, node_name or bundle)
+    finally:
+        logger.setLevel(level)
 
 
 @pytest.fixture(scope="session")

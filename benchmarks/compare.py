@@ -35,7 +35,9 @@ class Figure:
 
     @property
     def key(self) -> tuple[str, str]:
-        return (self.benchmark, self.metric)
+        """The figure's identity: its benchmark and its name without the run's parameters in
+        parentheses (``(50 s measured, scaled)`` in a full run is ``(15 s …)`` in a quick one)."""
+        return (self.benchmark, re.sub(r"\s*\([^)]*\d[^)]*\)", "", self.metric))
 
 
 def parse_summary(text: str) -> list[Figure]:

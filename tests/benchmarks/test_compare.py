@@ -53,6 +53,7 @@ OLD = _results(
     "| 5. Extender | filter over HTTP, p50 / p99 | 5.04 / 8.55 ms | p50 ≤ 5 ms | **missed** |",
     "| 4. API traffic | writes over 30 cycles | 0 | 0 | met |",
     "| 3. Agent | steady RSS | 47.4 MiB | ≤ 48 MiB | met |",
+    "| 3. Agent | CPU per idle minute (50 s measured, scaled) | 12 CPU-ms/min | – | – |",
 )
 NEW = _results(
     "| 1. Discovery | in process ÷ lstopo process, worst input | 0.95× (32em64t) | ≤ 1× | met |",
@@ -60,6 +61,7 @@ NEW = _results(
     "| 5. Extender | filter over HTTP, p50 / p99 | 4.00 / 12.00 ms | p50 ≤ 5 ms | **missed** |",
     "| 4. API traffic | writes over 30 cycles | 2 | 0 | **missed** |",
     "| 6. Probe | cold nodetopo probe | 0.2 s | ≤ 0.3 s | met |",
+    "| 3. Agent | CPU per idle minute (15 s measured, scaled) | 13 CPU-ms/min | – | – |",
 )
 
 
@@ -72,6 +74,8 @@ def test_each_figure_is_judged_against_the_same_figure(compare_module: ModuleTyp
     assert lines["filter over HTTP, p50 / p99"].endswith("| -21 % / +40 % | mixed |")
     assert "**REGRESSED** (met → missed)" in lines["writes over 30 cycles"]
     assert lines["cold nodetopo probe"].endswith("| new figure |")
+    # a figure whose name carries the run's parameters is still the same figure
+    assert lines["CPU per idle minute (15 s measured, scaled)"].endswith("| +8 % | within noise |")
 
 
 def test_figures_not_measured_again_are_listed(compare_module: ModuleType) -> None:

@@ -29,7 +29,7 @@ from common import (
     table,
 )
 
-STEADY_TARGET_KIB = 64 * 1024
+STEADY_TARGET_KIB = 48 * 1024  # issue 15: hold 48 MiB while features land (NFD worker requests 64)
 BUNDLE = BUNDLES / "dgx-h100"
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
 #: cycles at the default 60 s interval in 30 minutes
@@ -284,13 +284,13 @@ def run(quick: bool) -> list[Section]:
         Row(
             "steady RSS after 10 publish cycles (median of samples, cycles 10–34)",
             mib(steady),
-            "≤ 64 MiB",
+            "≤ 48 MiB",
             steady <= STEADY_TARGET_KIB,
         ),
         Row("peak RSS (VmHWM) after 10 cycles / at the end", f"{mib(hwm_ten)} / {mib(hwm_end)}"),
         Row("RSS at the end (after the change)", mib(rss_end)),
         Row(
-            "RSS of the idle agent (60 s interval)", mib(idle_rss), "≤ 64 MiB", idle_rss <= STEADY_TARGET_KIB
+            "RSS of the idle agent (60 s interval)", mib(idle_rss), "≤ 48 MiB", idle_rss <= STEADY_TARGET_KIB
         ),
         Row(
             f"CPU per idle minute (between scans; {idle_t1 - idle_t0:.0f} s measured, scaled; 10 ms ticks)",

@@ -78,3 +78,5 @@ def test_ray_from_a_nodetopology_file_builds_no_graph(tmp_path: Path) -> None:
     assert code == 0
     assert "nodetopo.ray.labels" in modules  # it did make the labels
     assert _loaded(modules, ("networkx",)) == []
+    # nor any discovery source (the resource projection is all a consumer needs)
+    assert _loaded(modules, ("nodetopo.sources", "nodetopo.discover")) == []

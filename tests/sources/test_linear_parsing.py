@@ -4,12 +4,13 @@ Before: ``topo -m`` looked up a column's index inside the cell loop (cubic: 24 s
 ``-L`` and ``nvlink -s`` checked duplicates by scanning and rebuilt a GPU's tuple per MIG device or
 link (quadratic: > 60 s for 10,000 GPUs), ibstat checked duplicate adapters by scanning (quadratic).
 The limits below are several times what the linear parsers need on a loaded 2-core machine, and a
-fraction of what the old ones took (ibstat's 30,000 adapters: minutes before); the topo test bounds
-CPU time, absolute and relative to a smaller matrix, which the cubic parser failed.
+fraction of what the old ones took (ibstat's 30,000 adapters: minutes before); the others bound CPU
+time, which the load of other processes does not inflate.
 """
 
 from __future__ import annotations
 
+import gc
 import time
 
 import pytest
@@ -79,19 +80,17 @@ def cpu_seconds(parse: object, text: str) -> float:
 
 
 @pytest.mark.timeout(120)
-def test_topo_matrix_of_1000_gpus_costs_what_its_cells_cost() -> None:
-    """A million cells in ~1.5 s of CPU (19 s before); 16 times the cells of a 250-GPU matrix cost
-    ~19 times its CPU time (43 times before: the cubic term). CPU time, not wall time: the load of
-    other processes does not count."""
-    small, large = topo_matrix(250), topo_matrix(1000, nics=8)
-    cpu_seconds(nvidia_smi.parse_topo_matrix, small)  # warm up
-    small_s = min(cpu_seconds(nvidia_smi.parse_topo_matrix, small) for _ in range(3))
+def test_topo_matrix_of_1000_gpus() -> None:
+    """A million cells in about 1 s of CPU (19 s before, the cubic index lookup). CPU time, not wall
+    time: the load of other processes does not count."""
+    text = topo_matrix(1000, nics=8)
+    gc.collect()
     start = time.process_time()
-    matrix = nvidia_smi.parse_topo_matrix(large)
-    large_s = time.process_time() - start
+    matrix = nvidia_smi.parse_topo_matrix(text)
+    seconds = time.process_time() - start
     assert len(matrix.gpus) == 1000 and len(matrix.nics) == 8
     assert len(matrix.gpu_gpu) == 1000 * 999 // 2 and len(matrix.gpu_nic) == 8000
-    assert large_s < 10.0 and large_s < 30 * small_s, (small_s, large_s)
+    assert seconds < 8.0, seconds
 
 
 @pytest.mark.timeout(60)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import re
 import selectors
 import stat
 import subprocess
@@ -88,6 +89,8 @@ class HostRoot:
     def __init__(self, path: str | os.PathLike[str] = "/") -> None:
         self.path = Path(path)
         self._real = os.path.realpath(self.path)  # resolve() is on the hot path of every PCI device
+        self._kernel_sys: str | None = None  #: "<root>/sys/" when that is a sysfs mount (see read_bytes)
+        self._kernel_sys_known = False
 
     def __repr__(self) -> str:
         return f"HostRoot({str(self.path)!r})"
@@ -147,15 +150,20 @@ class HostRoot:
         it resolves outside the root, is not a regular file or is larger than ``limit``, and
         ``OSError`` when reading fails (sysfs answers ``EINVAL``/``ENODATA`` for "no value now").
 
-        Under the live root ``/`` the file is opened and ``fstat``-ed once: nothing can lie outside
-        ``/``, and ``O_NONBLOCK`` keeps a FIFO from blocking the open. Under any other root (a
-        capture bundle, ``/host``) the path is first opened with ``O_PATH``, which opens no device,
-        and only a regular file inside the root is then reopened for reading, through the same
-        descriptor (no window in which a link could be swapped).
+        Under the live root ``/``, and under ``<root>/sys`` when that is a sysfs mount (the
+        DaemonSet's ``/host/sys``: the kernel's own files, whose links stay inside it), the file is
+        opened and ``fstat``-ed once: ``O_NONBLOCK`` keeps a FIFO from blocking the open. Under any
+        other root or path (a capture bundle) the path is first opened with ``O_PATH``, which opens
+        no device, and only a regular file inside the root is then reopened for reading, through
+        the same descriptor (no window in which a link could be swapped).
         """
+        text = os.fspath(path)
+        if self._real == "/" or self._in_kernel_sys(text):
+            try:
+                return _read_regular(text, limit, "")
+            except Refused as e:
+                raise Refused(self.relative(path), e.why) from None
         host_path = self.relative(path)
-        if self._real == "/":
-            return _read_regular(os.fspath(path), limit, host_path)
         try:
             handle = os.open(path, os.O_PATH | os.O_CLOEXEC)
         except OSError as e:
@@ -178,6 +186,19 @@ class HostRoot:
             return _read_regular(reopen, limit, host_path)
         finally:
             os.close(handle)
+
+    def _in_kernel_sys(self, text: str) -> bool:
+        """Whether ``text`` lies lexically under ``<root>/sys`` and that is a sysfs mount."""
+        if not self._kernel_sys_known:
+            self._kernel_sys_known = True
+            try:
+                mountinfo = read_regular_file("/proc/self/mountinfo", limit=4 << 20)
+            except (OSError, Refused):
+                mountinfo = b""
+            mounts = sysfs_mount_points(mountinfo.decode("utf-8", errors="replace"))
+            if kernel_sys_dir(os.fspath(self.path), mounts) is not None:
+                self._kernel_sys = os.path.join(os.fspath(self.path), "sys") + "/"
+        return self._kernel_sys is not None and text.startswith(self._kernel_sys) and "/.." not in text
 
     def read_text(self, path: str | os.PathLike[str], *, limit: int) -> str:
         """``read_bytes`` decoded as UTF-8, undecodable bytes replaced."""
@@ -214,6 +235,33 @@ def _real_path(path: str) -> str:
         return os.path.realpath(path, strict=True)
     finally:
         os.close(fd)
+
+
+def sysfs_mount_points(mountinfo: str) -> frozenset[str]:
+    """The mount points of sysfs in the text of ``/proc/self/mountinfo`` (``\\040`` escapes decoded)."""
+    points: set[str] = set()
+    for line in mountinfo.splitlines():
+        left, separator, right = line.partition(" - ")
+        fields, filesystem = left.split(), right.split()
+        if separator and len(fields) >= 5 and filesystem[:1] == ["sysfs"]:
+            points.add(_OCTAL_ESCAPE.sub(lambda m: chr(int(m[1], 8)), fields[4]))
+    return frozenset(points)
+
+
+def kernel_sys_dir(root: str, sysfs_mounts: frozenset[str]) -> str | None:
+    """``<root>/sys`` when it is itself a sysfs mount point, reached without any symlink.
+
+    A bundle cannot mount sysfs; a bundle whose ``sys`` is a link to ``/sys`` (this machine's own)
+    is not trusted: its reads take the confined path, which refuses them as outside the root.
+    """
+    real_root = os.path.realpath(root)
+    sys_dir = os.path.join(real_root, "sys")
+    if real_root == "/" or sys_dir not in sysfs_mounts or os.path.realpath(sys_dir) != sys_dir:
+        return None
+    return sys_dir
+
+
+_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 
 
 def _read_regular(path: str | Path, limit: int, host_path: str) -> bytes:

@@ -28,6 +28,8 @@ from nodetopo.host import (
     HostRoot,
     Refused,
     SubprocessRunner,
+    kernel_sys_dir,
+    sysfs_mount_points,
 )
 from nodetopo.model import ConditionReason
 from nodetopo.sources import ibstat, numa, nvidia_smi, pci, rdma
@@ -346,3 +348,29 @@ def test_discover_from_a_hostile_bundle_finishes(tmp_path: Path) -> None:
     assert "root:x:0" not in done.stdout + done.stderr
     body = json.loads(done.stdout)
     assert [n["id"] for n in body["status"]["numaNodes"]] == [1]
+
+
+# --- the kernel's own sysfs under another root (the DaemonSet's /host/sys) -----------------------
+
+
+def test_sysfs_mount_points_are_read_from_mountinfo() -> None:
+    mountinfo = (
+        "22 1 0:21 / /sys rw,nosuid shared:7 - sysfs sysfs rw\n"
+        "40 30 0:21 / /host/sys ro,relatime master:7 - sysfs sysfs ro\n"
+        "41 30 0:50 / /host/with\\040space rw - sysfs sysfs rw\n"
+        "42 30 0:51 / /proc rw - proc proc rw\n"
+        "43 30 8:1 /bundle/sys /tmp/b/sys rw - ext4 /dev/sda1 rw\n"
+    )
+    assert sysfs_mount_points(mountinfo) == {"/sys", "/host/sys", "/host/with space"}
+    assert kernel_sys_dir("/host", frozenset({"/host/sys"})) == "/host/sys"
+    assert kernel_sys_dir("/tmp/b", frozenset({"/sys"})) is None  # a bundle's sys is no sysfs mount
+
+
+def test_a_bundle_whose_sys_links_to_this_machines_sys_is_not_trusted(tmp_path: Path) -> None:
+    """The sysfs fast path is for a sysfs mounted at <root>/sys, never for a link to /sys."""
+    (tmp_path / "sys").symlink_to("/sys")
+    root = HostRoot(tmp_path)
+    with pytest.raises(Refused, match="outside the root"):
+        root.read_bytes(root.sys("devices/system/cpu/online"), limit=SYSFS_ATTRIBUTE_LIMIT)
+    nodes, conditions = numa.read_numa_nodes(root)
+    assert nodes == () and conditions

@@ -21,6 +21,7 @@ NOT_FOR_DISCOVER = (
     "prometheus_client",
     "kubernetes",
     "ray",
+    "urllib.request",  # only the cloud metadata source's live fetch needs it
 )
 
 _PROBE = """\

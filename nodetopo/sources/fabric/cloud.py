@@ -20,8 +20,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import urllib.error
-import urllib.request
 from typing import Any
 
 from nodetopo.errors import ParseError
@@ -130,6 +128,11 @@ class MetadataError(Exception):
 
 def fetch(url: str, headers: dict[str, str], timeout: float, limit: int = 1 << 20) -> str:
     """GET ``url`` with a short timeout, no proxies, no redirects followed to other hosts."""
+    # here, not at the top: urllib.request costs ~30 ms of every cold `nodetopo discover`, and only
+    # a node configured with a metadata endpoint ever fetches
+    import urllib.error
+    import urllib.request
+
     request = urllib.request.Request(url, headers=headers)
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:

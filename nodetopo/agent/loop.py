@@ -10,7 +10,7 @@ Schedule:
 * at most one forced resync (``AgentPublisher.resync``: compare with the server again) per
   ``resync`` seconds.
 
-Error policy (design.md, "How errors flow"):
+Error policy:
 
 * a ``PublishError`` whose class is retryable → exponential backoff with jitter (``Retry-After``
   as a floor), then a fresh scan and publish;

@@ -1,6 +1,6 @@
 """A failed source keeps its last good facts, marked Stale, until it is clean again.
 
-design.md "Node labels": a missing observation is not evidence of absence. A source's round is
+A missing observation is not evidence of absence. A source's round is
 *failed* when it reports ParseError, Timeout, Degraded or Missing (an essential source saw
 nothing), or when a part of it that answered in its last good round is now Unavailable
 (nvidia-smi gone after a driver reload). A failed round with a last good round on record is

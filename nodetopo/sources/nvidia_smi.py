@@ -1,7 +1,7 @@
 """The ``nvidia-smi`` text outputs: ``topo -m``, ``-L``, ``-q -x`` (and ``-q`` text), ``nvlink -s``.
 
 ``nvidia-smi topo -m`` is the one output that carries, on its own, GPUs, RDMA NICs, NVLink bundles,
-GPU-NIC PCIe classes and CPU/NUMA affinity (design.md §2: a bundle holding only that file must still
+GPU-NIC PCIe classes and CPU/NUMA affinity (a bundle holding only that file must still
 yield a topology), so its parser is the careful one. It reads the matrix by *whitespace tokens*, not
 by column positions: every cell nvidia-smi prints is one token (``X``, ``NV12``, ``PIX``, ``0-55,112-167``,
 ``N/A``), so tab-separated output, tabs expanded by a web page, tabs collapsed to single spaces and a

@@ -22,6 +22,7 @@ def test_kustomize_builds_every_part(cluster: Any, tmp_path: Path) -> None:
         ("ClusterRole", "nodetopo-agent"),
         ("ClusterRoleBinding", "nodetopo-agent"),
         ("CustomResourceDefinition", "nodetopologies.nodetopo.io"),
+        ("CustomResourceDefinition", "nodetopologysummaries.nodetopo.io"),
         ("DaemonSet", "nodetopo-agent"),
         ("Namespace", NAMESPACE),
         ("ServiceAccount", "nodetopo-agent"),

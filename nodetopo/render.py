@@ -120,6 +120,13 @@ def _table(
     return [line([c.header for c in cols]), *(line(r) for r in cells)]
 
 
+def render_rows(
+    columns: Sequence[Col | str], rows: Sequence[Sequence[object]], width: int | None = None
+) -> str:
+    """A plain table laid out as every table in this module is (``kubectl ntopo nodes``)."""
+    return "\n".join(_table(columns, rows, width)) + "\n"
+
+
 def _matrix(
     corner: str,
     groups: Sequence[Sequence[str]],

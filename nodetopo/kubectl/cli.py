@@ -1,0 +1,272 @@
+"""``kubectl ntopo`` (the ``kubectl-ntopo`` console script): look at a node's topology from a laptop.
+
+It reads the NodeTopology objects the agent publishes, turns each back into the ``Topology`` it was
+made from (``crd.topology_from_nodetopology``) and renders it with the views ``nodetopo discover``
+uses. It talks to the API server through the one loader (``publish.client``): the user's kubeconfig
+as kubectl reads it (``$KUBECONFIG``, contexts, exec credential plugins), ``--kubeconfig`` and
+``--context``. Imports are lazy: ``--help`` loads neither the client nor a renderer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from nodetopo import __version__
+from nodetopo.errors import NodetopoError
+from nodetopo.kubeflags import HELP as KUBECONFIG_HELP
+from nodetopo.terminal import strip_control
+
+PROG = "kubectl ntopo"
+LINK_CLASSES = ("PIX", "PXB", "PHB", "NODE", "SYS")
+
+EPILOG = """\
+examples:
+  kubectl ntopo nodes                          every node: GPUs, islands, NIC distance, Ready, Consistent
+  kubectl ntopo nodes --island-size 8 --nic-distance PIX
+  kubectl ntopo nodes --inconsistent           nodes whose sources disagree
+  kubectl ntopo get gpu-node-7                 the table `nodetopo discover` prints on that node
+  kubectl ntopo get gpu-node-7 -o svg > n.svg  its picture (needs Graphviz's `dot`)
+  kubectl ntopo matrix gpu-node-7 --context prod
+"""
+
+
+def _kube_flags(parser: argparse.ArgumentParser, *, default: Any) -> None:
+    """``--kubeconfig``/``--context``, accepted before or after the command (as kubectl's are)."""
+    parser.add_argument("--kubeconfig", default=default, metavar="FILE", help=KUBECONFIG_HELP)
+    parser.add_argument(
+        "--context",
+        dest="kube_context",
+        default=default,
+        metavar="NAME",
+        help="the kubeconfig context to use",
+    )
+
+
+def _island_size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of GPUs: {text!r}") from None
+    if value < 2:
+        raise argparse.ArgumentTypeError("an NVLink island has at least 2 GPUs")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="The GPU topology of the cluster's nodes, as the nodetopo agent published it "
+        "(NodeTopology objects), rendered as `nodetopo discover` renders a host.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"kubectl-ntopo (nodetopo) {__version__}")
+    _kube_flags(parser, default=None)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("get", help="one node's topology: the table, or -o yaml|json|dot|svg")
+    p.add_argument("node", metavar="NODE")
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=["table", "yaml", "json", "dot", "svg"],
+        default="table",
+        help="table (default); the NodeTopology object as yaml or json; a picture of the node as a "
+        "Graphviz graph (dot) or drawn as SVG (svg; needs Graphviz's `dot`)",
+    )
+    _kube_flags(p, default=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_get)
+
+    p = sub.add_parser(
+        "matrix",
+        help="one node's table with its GPU×GPU and GPU×NIC matrix (as `nvidia-smi topo -m`)",
+        description="The table with the GPU×GPU + GPU×NIC matrix, as `nodetopo discover --matrix` prints "
+        "it. The object keeps NVLink islands, not per-pair links: a cell NV#+ means at least # links, "
+        "and GPU pairs under one PCIe root (PIX/PXB/PHB) show '-'; run `nodetopo discover --matrix` on "
+        "the node for every pair.",
+    )
+    p.add_argument("node", metavar="NODE")
+    _kube_flags(p, default=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_matrix)
+
+    p = sub.add_parser(
+        "nodes",
+        help="every node, one line each: GPUs, model, islands, NIC distance, Ready, Consistent",
+        description="One line per NodeTopology object. Filters combine (all must hold); a node whose "
+        "object does not say does not match.",
+    )
+    p.add_argument(
+        "--island-size",
+        type=_island_size,
+        metavar="N",
+        help="only nodes with an NVLink island of at least N GPUs",
+    )
+    p.add_argument(
+        "--nic-distance",
+        choices=LINK_CLASSES,
+        metavar="CLASS",
+        help="only nodes where every GPU has a NIC at CLASS or nearer (PIX < PXB < PHB < NODE < SYS)",
+    )
+    p.add_argument("--inconsistent", action="store_true", help="only nodes whose sources disagree")
+    p.add_argument("--not-ready", action="store_true", help="only nodes whose NodeTopology is not Ready")
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=["table", "name", "json"],
+        default="table",
+        help="table (default), name, json",
+    )
+    _kube_flags(p, default=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_nodes)
+    return parser
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _read(args: argparse.Namespace) -> dict[str, Any]:
+    from nodetopo.crd import GROUP, PLURAL, VERSION
+    from nodetopo.publish.client import ApiSession, connect
+
+    with connect(args.kubeconfig, context=args.kube_context) as connection:
+        body = ApiSession(connection).read_cluster_object(GROUP, VERSION, PLURAL, args.node)
+    if body is None:
+        raise NodetopoError(
+            f"NodeTopology/{args.node} not found: no such node, or the nodetopo agent has not published "
+            "it (kubectl ntopo nodes lists the nodes that have one)"
+        )
+    return body
+
+
+def _topology(body: dict[str, Any]) -> Any:
+    from nodetopo.crd import ResourceError, topology_from_nodetopology
+
+    try:
+        return topology_from_nodetopology(body)
+    except ResourceError as e:
+        raise NodetopoError(str(e)) from None
+
+
+def _origin(body: dict[str, Any]) -> str:
+    status = body.get("status") or {}
+    ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    since = f", Ready since {ready['lastTransitionTime']}" if ready.get("lastTransitionTime") else ""
+    return f"NodeTopology/{body['metadata']['name']} (agent {status.get('agentVersion', '?')}{since})"
+
+
+def _table(body: dict[str, Any], *, matrix: bool) -> str:
+    from nodetopo.render import render_table
+    from nodetopo.terminal import output_width, use_style
+
+    topology = _topology(body)
+    cells = None
+    if matrix:
+        from nodetopo.views.published import published_gpu_matrix
+
+        cells = published_gpu_matrix(topology)
+    return render_table(
+        topology,
+        body["metadata"]["name"],
+        width=output_width(sys.stdout),
+        style=use_style(sys.stdout),
+        gpu_matrix=cells,
+        origin=_origin(body),
+    )
+
+
+def _shown(body: dict[str, Any]) -> dict[str, Any]:
+    """The object as published, without the server's bookkeeping (``managedFields``)."""
+    metadata = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    return {**body, "metadata": metadata}
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    body = _read(args)
+    if args.output == "table":
+        sys.stdout.write(_table(body, matrix=False))
+    elif args.output == "json":
+        sys.stdout.write(json.dumps(_shown(body), indent=2) + "\n")
+    elif args.output == "yaml":
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(_shown(body), sort_keys=False))
+    else:
+        from nodetopo.views.dot import find_dot, render_svg, to_dot
+        from nodetopo.views.published import published_gpu_matrix
+
+        if args.output == "svg" and find_dot() is None:
+            render_svg("")  # raises the one-line "install Graphviz" error before any work
+        topology = _topology(body)
+        text = to_dot(topology, args.node, gpu_matrix=published_gpu_matrix(topology))
+        sys.stdout.write(text if args.output == "dot" else render_svg(text).decode("utf-8", errors="replace"))
+    return 0
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    sys.stdout.write(_table(_read(args), matrix=True))
+    return 0
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    from nodetopo.crd import GROUP, PLURAL, VERSION
+    from nodetopo.kubectl.fleet import FleetFilter, fleet_rows, render_fleet
+    from nodetopo.model import LinkClass
+    from nodetopo.publish.client import ApiSession, connect
+    from nodetopo.terminal import output_width
+
+    with connect(args.kubeconfig, context=args.kube_context) as connection:
+        listed = ApiSession(connection).list_cluster_objects(GROUP, VERSION, PLURAL)
+    objects = [i for i in listed.get("items") or [] if isinstance(i, dict)]
+    keep = FleetFilter(
+        island_size=args.island_size,
+        nic_distance=LinkClass[args.nic_distance] if args.nic_distance else None,
+        inconsistent=args.inconsistent,
+        not_ready=args.not_ready,
+    )
+    rows = fleet_rows(objects, keep)
+    if args.output == "name":
+        sys.stdout.write("".join(f"{strip_control(r.node)}\n" for r in rows))
+    elif args.output == "json":
+        shown = [
+            {
+                "node": r.node,
+                "gpus": r.gpus,
+                "model": r.model,
+                "islands": r.islands,
+                "nicDistance": r.nic_distance.name if r.nic_distance else None,
+                "ready": r.ready,
+                "consistent": r.consistent,
+            }
+            for r in rows
+        ]
+        sys.stdout.write(json.dumps(shown, indent=2) + "\n")
+    elif not rows:
+        what = "match the filters" if keep != FleetFilter() else "are published in this cluster"
+        print(f"No NodeTopology objects {what}.", file=sys.stderr)
+    else:
+        sys.stdout.write(render_fleet(rows, output_width(sys.stdout)))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except NodetopoError as e:
+        print(f"error: {strip_control(str(e))}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        where = f": {e.filename}" if e.filename else ""
+        print(f"error: {strip_control(e.strerror or str(e))}{strip_control(str(where))}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,170 @@
+"""`kubectl ntopo` without a cluster: the object → Topology conversion the renderer reads, the GPU
+matrix from the object alone, the fleet filters, and what the plugin imports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodetopo.crd import ResourceError, to_nodetopology, topology_from_nodetopology
+from nodetopo.discover import bundle_context, scan
+from nodetopo.kubectl.fleet import FleetFilter, fleet_row, fleet_rows, render_fleet
+from nodetopo.model import LinkClass
+from nodetopo.views.matrix import gpu_matrix
+from nodetopo.views.published import published_gpu_matrix
+
+BUNDLES = Path(__file__).parent / "fixtures" / "bundles"
+MACHINES = sorted(p.name for p in BUNDLES.iterdir() if p.is_dir())
+
+
+def _body(machine: str, name: str | None = None) -> dict[str, Any]:
+    return to_nodetopology(scan(bundle_context(str(BUNDLES / machine))).topology, name or machine)
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_the_object_round_trips_through_the_topology(machine: str) -> None:
+    body = _body(machine)
+    again = to_nodetopology(topology_from_nodetopology(body), machine)
+    assert again["status"] == body["status"]
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_published_matrix_never_contradicts_the_nodes_own(machine: str) -> None:
+    result = scan(bundle_context(str(BUNDLES / machine)))
+    full = gpu_matrix(result.facts, [g.index for g in result.topology.gpus])
+    ours = published_gpu_matrix(topology_from_nodetopology(to_nodetopology(result.topology, machine)))
+    for pair, cell in ours.items():
+        if cell.endswith("+"):  # at least this many links
+            assert full[pair].startswith("NV") and int(full[pair][2:]) >= int(cell[2:-1]), pair
+        else:
+            assert full[pair] == cell, pair
+
+
+def test_published_matrix_places_what_the_object_implies() -> None:
+    cells = published_gpu_matrix(topology_from_nodetopology(_body("dgx-h100")))
+    assert cells[(0, 7)] == "NV18" and len(cells) == 56  # NVSwitch: every pair
+    two_socket = published_gpu_matrix(topology_from_nodetopology(_body("pcie-8x-2socket")))
+    assert two_socket[(0, 7)] == "SYS" and two_socket[(0, 2)] == "NODE"
+    assert (0, 1) not in two_socket  # one root complex: PIX, PXB or PHB, the object cannot tell
+
+
+def test_a_body_that_is_not_a_status_names_the_field() -> None:
+    with pytest.raises(ResourceError, match=r"NodeTopology/x: no status"):
+        topology_from_nodetopology({"metadata": {"name": "x"}})
+    body = _body("dgx-h100", "x")
+    body["status"]["gpus"][0]["nicDistance"] = "FAR"
+    with pytest.raises(ResourceError, match=r"NodeTopology/x: status.gpus: missing 'FAR'"):
+        topology_from_nodetopology(body)
+
+
+# ---- fleet ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fleet() -> list[dict[str, Any]]:
+    return [
+        _body(m, f"node-{m}") for m in ("dgx-h100", "pcie-4x-nvbridge", "pcie-8x-2socket", "gpu-no-driver")
+    ] + [{"apiVersion": "nodetopo.io/v1alpha1", "kind": "NodeTopology", "metadata": {"name": "node-new"}}]
+
+
+def _names(objects: list[dict[str, Any]], keep: FleetFilter) -> list[str]:
+    return [r.node for r in fleet_rows(objects, keep)]
+
+
+def test_fleet_row(fleet: list[dict[str, Any]]) -> None:
+    row = fleet_row(fleet[0])
+    assert (row.node, row.gpus, row.islands, row.island_sizes) == ("node-dgx-h100", 8, "1x8", (8,))
+    assert (row.nic_distance, row.ready, row.consistent) == (LinkClass.PIX, "True", "True")
+    unknown = fleet_row(fleet[-1])  # published object without status yet
+    assert (unknown.gpus, unknown.ready, unknown.consistent, unknown.nic_distance) == (
+        None,
+        "Unknown",
+        "Unknown",
+        None,
+    )
+
+
+def test_fleet_filters(fleet: list[dict[str, Any]]) -> None:
+    everyone = _names(fleet, FleetFilter())
+    assert everyone == [
+        "node-dgx-h100",
+        "node-gpu-no-driver",
+        "node-new",
+        "node-pcie-4x-nvbridge",
+        "node-pcie-8x-2socket",
+    ]
+    assert _names(fleet, FleetFilter(island_size=8)) == ["node-dgx-h100"]
+    assert _names(fleet, FleetFilter(island_size=2)) == ["node-dgx-h100", "node-pcie-4x-nvbridge"]
+    assert _names(fleet, FleetFilter(nic_distance=LinkClass.PIX)) == [
+        "node-dgx-h100",
+        "node-pcie-4x-nvbridge",
+    ]
+    assert _names(fleet, FleetFilter(not_ready=True)) == ["node-gpu-no-driver", "node-new"]
+    assert _names(fleet, FleetFilter(island_size=8, not_ready=True)) == []
+    assert _names(fleet, FleetFilter(inconsistent=True)) == []  # unknown is not False
+
+
+def test_fleet_filter_inconsistent() -> None:
+    body = _body("dgx-h100", "bad")
+    for c in body["status"]["conditions"]:
+        if c["type"] == "Consistent":
+            c.update(status="False", reason="Inconsistent", message="sysfs and NVML disagree")
+    assert _names([body, _body("dgx-a100")], FleetFilter(inconsistent=True)) == ["bad"]
+
+
+def test_nic_distance_filter_is_at_most_the_class() -> None:
+    bodies = [_body(m) for m in ("dgx-a100", "dgx1-v100", "pcie-8x-2socket", "pcie-4x-nvbridge")]
+    worst = {r.node: r.nic_distance for r in fleet_rows(bodies)}
+    assert len(set(worst.values())) >= 3  # PIX, SYS, and none: the filter has something to tell apart
+    for cls in LinkClass:
+        kept = set(_names(bodies, FleetFilter(nic_distance=cls)))
+        assert kept == {n for n, w in worst.items() if w is not None and w <= cls}
+
+
+def test_render_fleet_fits_a_terminal(fleet: list[dict[str, Any]]) -> None:
+    text = render_fleet(fleet_rows(fleet), width=200)
+    lines = text.splitlines()
+    assert lines[0].split() == ["NODE", "GPUS", "MODEL", "ISLANDS", "NIC", "DISTANCE", "READY", "CONSISTENT"]
+    assert "False (Degraded)" in text and "Unknown" in text
+    narrow = render_fleet(fleet_rows(fleet), width=72)
+    assert all(len(line) <= 72 for line in narrow.splitlines())
+    assert "MODEL" not in narrow  # the first column to go
+
+
+# ---- the console script ----------------------------------------------------------------------
+
+_PROBE = """\
+import contextlib, io, json, sys
+from nodetopo.kubectl.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    try:
+        main(sys.argv[1:])
+    except SystemExit:
+        pass
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_help_loads_no_client_and_no_renderer() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, "--help"], capture_output=True, text=True, check=True, timeout=60
+    )
+    modules = json.loads(done.stdout.splitlines()[-1])
+    heavy = ("kubernetes", "yaml", "networkx", "nodetopo.publish", "nodetopo.render", "nodetopo.discover")
+    assert [m for m in modules if m.split(".")[0] in heavy or m.startswith(heavy)] == []
+
+
+def test_unknown_output_is_a_usage_error() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "nodetopo.kubectl.cli", "get", "n", "-o", "png"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and "invalid choice: 'png'" in done.stderr

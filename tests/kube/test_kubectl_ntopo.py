@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -296,6 +297,9 @@ def test_nodes_fleet_view_and_filters(
 
     eight = _rows(_ntopo(installed, "nodes", "--island-size", "8", *flags).stdout, published)
     assert set(eight) == {published["dgx-h100"]}
+    both = _ntopo(installed, "nodes", "--island-size", "8", "--nic-distance", "PIX", "-o", "name", *flags)
+    print("$ kubectl ntopo nodes --island-size 8 --nic-distance PIX -o name\n" + both.stdout)
+    assert set(both.stdout.split()) & set(published.values()) == {published["dgx-h100"]}
     pix = _ntopo(installed, "nodes", "--nic-distance", "PIX", "-o", "name", *flags).stdout.split()
     assert {published["dgx-h100"], published["pcie-4x-nvbridge"]} <= set(pix)
     assert published["gpu-no-driver"] not in pix
@@ -350,3 +354,24 @@ def test_one_line_errors(installed: dict[str, str], published: dict[str, str], k
         "error: list nodetopologies: cannot reach the API server https://127.0.0.1:1"
     )
     assert len(unreachable.stderr.strip().splitlines()) == 1
+
+
+def test_the_readme_example_is_real_output(
+    installed: dict[str, str], published: dict[str, str], kubeconfig: Path
+) -> None:
+    """README's "Look at a node from your laptop" block, node names aside, is what these commands print."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("```\n$ kubectl ntopo nodes\n", 1)[1].split("```")[0]
+    suffix = next(iter(published.values())).rsplit("-", 1)[1]
+    block = re.sub(r"(ntopo-[a-z0-9-]+)-[0-9a-f]{6}\b", lambda m: f"{m[1]}-{suffix}", block)
+    flags = ("--kubeconfig", str(kubeconfig), "--context", "admin")
+    nodes, both, get = block.split("\n$ kubectl ntopo ")
+    assert both.startswith("nodes --island-size 8 --nic-distance PIX -o name\n")
+    assert get.startswith(f"get {published['dgx-h100']}\n")
+    printed = _ntopo(installed, "nodes", *flags).stdout.splitlines()
+    assert [line for line in nodes.strip().splitlines() if line not in printed] == []
+    printed = _ntopo(installed, "get", published["dgx-h100"], *flags).stdout.splitlines()
+    shown = [
+        line for line in get.splitlines()[1:] if line.strip() not in ("…", "") and "Ready since" not in line
+    ]
+    assert len(shown) > 20 and [line for line in shown if line not in printed] == []

@@ -154,7 +154,11 @@ def _topology(body: dict[str, Any]) -> Any:
 def _origin(body: dict[str, Any]) -> str:
     status = body.get("status") or {}
     ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
-    since = f", Ready since {ready['lastTransitionTime']}" if ready.get("lastTransitionTime") else ""
+    since = (
+        f", Ready {ready.get('status')} since {ready['lastTransitionTime']}"
+        if ready.get("lastTransitionTime")
+        else ""
+    )
     return f"NodeTopology/{body['metadata']['name']} (agent {status.get('agentVersion', '?')}{since})"
 
 

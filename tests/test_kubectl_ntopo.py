@@ -168,3 +168,18 @@ def test_unknown_output_is_a_usage_error() -> None:
         check=False,
     )
     assert done.returncode == 2 and "invalid choice: 'png'" in done.stderr
+
+
+def test_what_get_and_nodes_import_builds_no_graph() -> None:
+    """The plugin reads the object: no networkx, no official client, no discovery, no NVML."""
+    probe = (
+        "import json, sys, nodetopo.kubectl.cli, nodetopo.kubectl.fleet, nodetopo.render, "
+        "nodetopo.views.published, nodetopo.views.dot, nodetopo.publish.client, nodetopo.crd; "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = set(json.loads(done.stdout))
+    heavy = {"networkx", "kubernetes", "nodetopo.discover", "nodetopo.graph", "nodetopo.derive", "pynvml"}
+    assert loaded & heavy == set()

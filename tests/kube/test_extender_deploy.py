@@ -59,9 +59,11 @@ def test_the_network_policy_admits_only_kube_scheduler_to_the_extender_port(clus
         p["containerPort"] for p in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
     }
     assert [p["port"] for p in rule["ports"]] == sorted(container_ports) == [8888]
-    (peer,) = rule["from"]
-    assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "kube-system"}
-    assert peer["podSelector"]["matchLabels"] == {"component": "kube-scheduler"}
+    system, second = rule["from"]
+    assert system["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "kube-system"}
+    assert system["podSelector"]["matchLabels"] == {"component": "kube-scheduler"}
+    # deploy/scheduler's pods, in the extender's own namespace (no namespaceSelector)
+    assert second == {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "nodetopo-scheduler"}}}
 
 
 def test_the_extender_manifests_and_the_tls_variant_are_accepted(

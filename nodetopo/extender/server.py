@@ -15,8 +15,9 @@ Go field names):
   (Prometheus text format).
 
 Until the caches have synced, ``/filter`` and ``/prioritize`` answer ``503`` with a JSON ``Error``;
-kube-scheduler treats any non-200 as a failed scheduling attempt and retries the pod with backoff
-(unless the extender is configured ``ignorable``, which this one must not be).
+kube-scheduler treats any non-200 as a failed scheduling attempt and retries the pod with backoff,
+unless the extender is configured ``ignorable`` (the cluster's own scheduler, as shipped): then it
+places the pod without the extender.
 
 Every bad request gets a 4xx JSON ``{"Error": ...}``: a body that is not ``ExtenderArgs`` (a JSON
 object whose ``Pod`` is an object with fields of the API's types, ``NodeNames`` a list of strings) is

@@ -208,11 +208,11 @@ def test_kube_scheduler_calls_the_extender_over_https_with_a_client_certificate(
                 cluster, tmp_path, "tls-trusted", scheduler_config(cluster, "tls-trusted", url, trusted)
             )
         )
-        schedulers.append(
-            start_scheduler(
-                cluster, tmp_path, "tls-anonymous", scheduler_config(cluster, "tls-anonymous", url, anonymous)
-            )
-        )
+        anonymous_config = scheduler_config(cluster, "tls-anonymous", url, anonymous)
+        # The shipped config is ignorable (an outage must not block every GPU pod): the refusal would
+        # then place the pod topology-blind. Not ignorable here, so the refusal shows as a Pending pod.
+        anonymous_config["extenders"][0]["ignorable"] = False
+        schedulers.append(start_scheduler(cluster, tmp_path, "tls-anonymous", anonymous_config))
         # 4 GPUs in one island exist only on the 8-GPU node: the extender must have been asked.
         for i in range(2):
             name = f"island-{i}"

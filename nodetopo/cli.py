@@ -230,6 +230,7 @@ _MODULE_COMMANDS: tuple[tuple[str, str], ...] = (
     ("fabric", "nodetopo.export.fabric_cli"),
     ("admit", "nodetopo.admission.cli"),
     ("summary-controller", "nodetopo.admission.cli"),
+    ("probe", "nodetopo.probe.cli"),
 )
 _BUILTIN_COMMANDS = ("discover", "capture", "publish")
 

@@ -1,0 +1,575 @@
+"""The probe's checks: pure functions over what the pod declared, what the node promised and what the
+container sees. Each returns one ``Check``: ``pass``, ``fail``, ``warn`` or ``skip`` with its reason;
+a ``fail`` or ``warn`` carries an attribution:
+
+* ``PlacedWrong``: the pod's constraint was not expressed in its spec or not honoured by placement
+  (GPUs across NVLink islands, a cpuset away from the GPUs' NUMA node, ``/dev/shm`` too small);
+* ``ResourceNotReal``: the node's NodeTopology promised something the container cannot use (a GPU,
+  a NIC, an NVLink, a P2P path);
+* ``Undeclared``: the pod declared nothing (or something unreadable), so its placement cannot be judged.
+
+An unknown fact is never a negative fact: what cannot be read makes a check ``skip``, with why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from nodetopo.extender.request import PodRequest
+from nodetopo.model import LinkClass, format_cpulist, parse_cpulist
+
+
+class Status(enum.StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    WARN = "warn"
+    SKIP = "skip"
+
+
+class Attribution(enum.StrEnum):
+    PLACED_WRONG = "PlacedWrong"
+    RESOURCE_NOT_REAL = "ResourceNotReal"
+    UNDECLARED = "Undeclared"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    status: Status
+    reason: str
+    attribution: Attribution | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "status": str(self.status), "reason": self.reason}
+        if self.attribution is not None:
+            out["attribution"] = str(self.attribution)
+        return out
+
+
+def passed(name: str, reason: str) -> Check:
+    return Check(name, Status.PASS, reason)
+
+
+def skipped(name: str, reason: str) -> Check:
+    return Check(name, Status.SKIP, reason)
+
+
+def failed(name: str, reason: str, attribution: Attribution) -> Check:
+    return Check(name, Status.FAIL, reason, attribution)
+
+
+def warned(name: str, reason: str, attribution: Attribution) -> Check:
+    return Check(name, Status.WARN, reason, attribution)
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Declared:
+    """What the pod declared. ``request`` is None when the declaration could not be read (``error``)."""
+
+    request: PodRequest | None
+    annotated: bool  #: at least one ``nodetopo.io/`` annotation was present
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PromisedGpu:
+    index: int
+    uuid: str | None
+    island: int | None
+    numa_node: int | None
+    numa_cpus: frozenset[int] | None  #: the CPUs of the GPU's NUMA node (else its CPU affinity)
+    nics: tuple[tuple[str, LinkClass], ...]  #: (NIC name, distance)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PromisedNic:
+    name: str
+    rdma: bool
+    state: str | None
+    link_layer: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Promised:
+    """The parts of a NodeTopology's ``status`` the probe compares with."""
+
+    node: str
+    gpus: tuple[PromisedGpu, ...]
+    nics: tuple[PromisedNic, ...]
+    islands: Mapping[int, int]  #: island id -> number of GPUs in it
+
+    def gpu(self, key: str) -> PromisedGpu | None:
+        """The GPU named by a UUID or an index (as NVIDIA_VISIBLE_DEVICES names them)."""
+        for g in self.gpus:
+            if g.uuid is not None and g.uuid.lower() == key.lower():
+                return g
+        if key.isdigit():
+            for g in self.gpus:
+                if g.index == int(key):
+                    return g
+        return None
+
+
+def _cpus(text: Any) -> frozenset[int] | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return parse_cpulist(text)
+    except ValueError:
+        return None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def parse_nodetopology(obj: Any) -> Promised:
+    """``Promised`` from a NodeTopology object (a dict as the API serves it). Fields of the wrong
+    type read as unknown; a non-object is a ``ValueError``."""
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"a NodeTopology must be an object, not {type(obj).__name__}")
+    status = obj.get("status")
+    status = status if isinstance(status, Mapping) else {}
+    meta = obj.get("metadata")
+    node = str(status.get("nodeName") or (meta.get("name") if isinstance(meta, Mapping) else "") or "")
+    gpus: list[PromisedGpu] = []
+    for g in status.get("gpus") or ():
+        if not isinstance(g, Mapping) or _int(g.get("index")) is None:
+            continue
+        nics: list[tuple[str, LinkClass]] = []
+        for n in g.get("nics") or ():
+            if (
+                isinstance(n, Mapping)
+                and isinstance(n.get("name"), str)
+                and n.get("distance") in LinkClass.__members__
+            ):
+                nics.append((n["name"], LinkClass[n["distance"]]))
+        gpus.append(
+            PromisedGpu(
+                index=g["index"],
+                uuid=g.get("uuid") if isinstance(g.get("uuid"), str) else None,
+                island=_int(g.get("island")),
+                numa_node=_int(g.get("numaNode")),
+                numa_cpus=_cpus(g.get("numaAffinity")) or _cpus(g.get("cpuAffinity")),
+                nics=tuple(nics),
+            )
+        )
+    nics_out = tuple(
+        PromisedNic(
+            name=n["name"],
+            rdma=n.get("rdma") is True,
+            state=n.get("state") if isinstance(n.get("state"), str) else None,
+            link_layer=n.get("linkLayer") if isinstance(n.get("linkLayer"), str) else None,
+        )
+        for n in status.get("nics") or ()
+        if isinstance(n, Mapping) and isinstance(n.get("name"), str)
+    )
+    islands: dict[int, int] = {}
+    for g in gpus:
+        if g.island is not None:
+            islands[g.island] = islands.get(g.island, 0) + 1
+    return Promised(node=node, gpus=tuple(gpus), nics=nics_out, islands=islands)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IbPort:
+    port: int
+    state: str | None  #: ACTIVE, DOWN, INIT, ... (the word after ``N: `` in sysfs), None unreadable
+    link_layer: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IbDevice:
+    name: str
+    ports: tuple[IbPort, ...]
+    uverbs: str | None  #: the /dev/infiniband/uverbsN of this device, when it is usable
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NvmlPair:
+    a: str  #: GPU UUIDs
+    b: str
+    p2p_read: str | None  #: P2pStatus value, None when NVML could not say
+    p2p_nvlink: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NvmlView:
+    """What NVML inside the container says: visible GPU UUIDs, inactive links, pair P2P status."""
+
+    uuids: tuple[str, ...]
+    inactive_links: Mapping[str, tuple[int, ...]]  #: uuid -> links probed and found down
+    active_links: Mapping[str, int]
+    pairs: tuple[NvmlPair, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Seen:
+    """What the container sees. A field is None when it could not be read (``unread`` says why)."""
+
+    gpu_ids: tuple[str, ...] | None  #: UUIDs or indices naming the container's GPUs
+    gpu_ids_from: str  #: where gpu_ids came from (NVML, NVIDIA_VISIBLE_DEVICES, ...)
+    dev_nvidia: tuple[int, ...] | None  #: N of each /dev/nvidiaN
+    nvml: NvmlView | None
+    infiniband: tuple[IbDevice, ...] | None
+    shm_bytes: int | None
+    hugepages_bytes: int | None
+    cpus: frozenset[int] | None
+    cpus_from: str
+    mems: frozenset[int] | None
+    unread: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Thresholds:
+    min_shm_bytes: int = 256 * 2**20
+    min_hugepages_bytes: int = 0
+    require_p2p: bool = False
+    gpus: int | None = None  #: the GPU count the pod requested (``--gpus``), when known
+
+
+# --------------------------------------------------------------------------------------------
+# Checks
+# --------------------------------------------------------------------------------------------
+
+
+def check_declared(d: Declared) -> Check:
+    if d.error is not None:
+        return failed("declared", d.error, Attribution.UNDECLARED)
+    if not d.annotated:
+        return warned(
+            "declared",
+            "the pod declares no nodetopo.io/ annotation: its placement cannot be judged",
+            Attribution.UNDECLARED,
+        )
+    assert d.request is not None
+    return passed("declared", f"declared: {_describe(d.request)}")
+
+
+def _describe(r: PodRequest) -> str:
+    parts = []
+    if r.one_island:
+        parts.append("gpus-in-one-island")
+    if r.max_nic_distance is not None:
+        parts.append(f"max-nic-distance={r.max_nic_distance.name}")
+    if r.numa_aligned:
+        parts.append("numa-aligned")
+    if r.rdma:
+        parts.append("rdma=required")
+    if r.link_layer:
+        parts.append(f"link-layer={r.link_layer}")
+    return ", ".join(parts) or "no constraint"
+
+
+def container_gpus(seen: Seen, promised: Promised | None) -> tuple[list[PromisedGpu], list[str]]:
+    """The container's GPUs as the NodeTopology lists them, and the ids it does not list."""
+    found: list[PromisedGpu] = []
+    unknown: list[str] = []
+    for key in seen.gpu_ids or ():
+        gpu = promised.gpu(key) if promised is not None else None
+        if gpu is None:
+            unknown.append(key)
+        else:
+            found.append(gpu)
+    return found, unknown
+
+
+def check_gpus(seen: Seen, promised: Promised | None, t: Thresholds) -> Check:
+    name = "gpus"
+    if seen.gpu_ids is None:
+        return skipped(name, seen.unread.get("gpus", "the container's GPUs could not be read"))
+    n = len(seen.gpu_ids)
+    if t.gpus is not None and n < t.gpus:
+        return failed(
+            name,
+            f"the pod requested {t.gpus} GPU(s), the container sees {n} ({seen.gpu_ids_from})",
+            Attribution.RESOURCE_NOT_REAL,
+        )
+    if n == 0:
+        return passed(name, f"no GPU visible ({seen.gpu_ids_from})")
+    if seen.nvml is None and seen.dev_nvidia is not None and promised is not None:
+        found, _ = container_gpus(seen, promised)
+        missing = [g.index for g in found if g.index not in seen.dev_nvidia]
+        if missing:
+            return failed(
+                name,
+                f"GPU(s) {_list(missing)} named by {seen.gpu_ids_from} have no /dev/nvidiaN in the container",
+                Attribution.RESOURCE_NOT_REAL,
+            )
+    if promised is None:
+        return passed(name, f"{n} GPU(s) visible ({seen.gpu_ids_from}); no NodeTopology to compare with")
+    found, unknown = container_gpus(seen, promised)
+    if unknown:
+        return failed(
+            name,
+            f"the container sees GPU(s) {_list(unknown)} that NodeTopology/{promised.node} does not list",
+            Attribution.RESOURCE_NOT_REAL,
+        )
+    return passed(name, f"GPU(s) {_list(g.index for g in found)} visible ({seen.gpu_ids_from}) and published")
+
+
+def _list(items: Iterable[object]) -> str:
+    return ",".join(str(i) for i in items)
+
+
+def check_one_island(declared: Declared, seen: Seen, promised: Promised | None) -> Check:
+    name = "gpus-in-one-island"
+    if declared.request is None or not declared.request.one_island:
+        return skipped(name, "not declared")
+    if promised is None:
+        return skipped(name, "no NodeTopology to compare with")
+    found, _ = container_gpus(seen, promised)
+    if len(found) < 2:
+        return passed(name, f"{len(found)} GPU(s): one island trivially")
+    islands = {g.index: g.island for g in found}
+    if None in islands.values():
+        unknown = [i for i, isl in islands.items() if isl is None]
+        return skipped(
+            name, f"NodeTopology/{promised.node} does not say the island of GPU(s) {_list(unknown)}"
+        )
+    if len(set(islands.values())) > 1:
+        where = "; ".join(f"GPU {i} in island {isl}" for i, isl in sorted(islands.items()))
+        return failed(
+            name, f"GPUs span {len(set(islands.values()))} NVLink islands: {where}", Attribution.PLACED_WRONG
+        )
+    return passed(name, f"GPU(s) {_list(islands)} all in island {next(iter(islands.values()))}")
+
+
+def check_nvlink(declared: Declared, seen: Seen, promised: Promised | None, t: Thresholds) -> Check:
+    """P2P and NVLink link state between the container's GPUs, where the pod relies on them."""
+    name = "p2p-nvlink"
+    wanted = t.require_p2p or (declared.request is not None and declared.request.one_island)
+    if not wanted:
+        return skipped(name, "neither declared (gpus-in-one-island) nor required (--require-p2p)")
+    if seen.nvml is None:
+        return skipped(name, seen.unread.get("nvml", "NVML is not available in the container"))
+    view = seen.nvml
+    if len(view.uuids) < 2:
+        return passed(name, f"{len(view.uuids)} GPU(s): no pair to check")
+    promised_island = {}
+    if promised is not None:
+        for u in view.uuids:
+            g = promised.gpu(u)
+            if g is not None and g.island is not None and promised.islands.get(g.island, 0) > 1:
+                promised_island[u] = g.island
+    problems = []
+    for u in view.uuids:
+        down = view.inactive_links.get(u, ())
+        if u in promised_island and down:
+            problems.append(f"{u} NVLink link(s) {_list(down)} down")
+    for p in view.pairs:
+        same_island = p.a in promised_island and promised_island.get(p.a) == promised_island.get(p.b)
+        if same_island and p.p2p_nvlink not in (None, "OK"):
+            problems.append(f"{p.a}<->{p.b} NVLink P2P {p.p2p_nvlink}")
+        if t.require_p2p and p.p2p_read not in (None, "OK"):
+            problems.append(f"{p.a}<->{p.b} P2P read {p.p2p_read}")
+    if problems:
+        return failed(name, "; ".join(problems), Attribution.RESOURCE_NOT_REAL)
+    unknown = [f"{p.a}<->{p.b}" for p in view.pairs if p.p2p_read is None and p.p2p_nvlink is None]
+    if unknown and len(unknown) == len(view.pairs):
+        return skipped(name, "NVML could not say the P2P status of any pair")
+    return passed(name, f"P2P between {len(view.uuids)} GPUs as published")
+
+
+def check_rdma(declared: Declared, seen: Seen, promised: Promised | None) -> Check:
+    name = "rdma"
+    r = declared.request
+    if r is None or not (r.rdma or r.max_nic_distance is not None):
+        return skipped(name, "not declared (nodetopo.io/rdma, nodetopo.io/max-nic-distance)")
+    if promised is None:
+        return skipped(name, "no NodeTopology to compare with")
+    found, _ = container_gpus(seen, promised)
+    promised_nics = {n.name: n for n in promised.nics}
+    # the NICs the placement relied on: those near the pod's GPUs, else every RDMA NIC of the node
+    wanted: dict[str, PromisedNic] = {}
+    for g in found:
+        near = [n for n, dist in g.nics if r.max_nic_distance is None or dist <= r.max_nic_distance]
+        near = [n for n in near if n in promised_nics and (promised_nics[n].rdma or not r.rdma)]
+        if r.max_nic_distance is not None and not near:
+            return failed(
+                name,
+                f"GPU {g.index} has no {'RDMA ' if r.rdma else ''}NIC at {r.max_nic_distance.name} or closer "
+                f"in NodeTopology/{promised.node}",
+                Attribution.PLACED_WRONG,
+            )
+        wanted.update((n, promised_nics[n]) for n in near)
+    if not wanted and r.rdma:
+        wanted = {n.name: n for n in promised.nics if n.rdma and n.state != "DOWN"}
+        if not wanted:
+            return failed(
+                name, f"NodeTopology/{promised.node} lists no RDMA NIC that is up", Attribution.PLACED_WRONG
+            )
+    if seen.infiniband is None:
+        return skipped(name, seen.unread.get("infiniband", "/sys/class/infiniband could not be read"))
+    visible = {d.name: d for d in seen.infiniband}
+    problems = []
+    usable = []
+    for nic in sorted(wanted):
+        d = visible.get(nic)
+        if d is None:
+            problems.append(f"{nic} is not in the container's /sys/class/infiniband")
+        elif d.uverbs is None:
+            problems.append(f"{nic} has no usable /dev/infiniband/uverbs* in the container")
+        elif not any(p.state == "ACTIVE" for p in d.ports):
+            states = ",".join(f"{p.port}:{p.state}" for p in d.ports) or "no port"
+            problems.append(f"{nic} has no ACTIVE port ({states})")
+        else:
+            usable.append(nic)
+    # one usable NIC among those promised is enough for rdma: required without a distance
+    if problems and (r.max_nic_distance is not None or not usable):
+        return failed(
+            name,
+            f"NodeTopology/{promised.node} promised {_list(sorted(wanted))}: " + "; ".join(problems),
+            Attribution.RESOURCE_NOT_REAL,
+        )
+    return passed(name, f"RDMA NIC(s) {_list(usable)} visible, uverbs usable, port ACTIVE")
+
+
+def check_shm(seen: Seen, t: Thresholds) -> Check:
+    name = "shm"
+    if seen.shm_bytes is None:
+        return skipped(name, seen.unread.get("shm", "/dev/shm could not be read"))
+    gpus = len(seen.gpu_ids or ())
+    text = f"/dev/shm is {_size(seen.shm_bytes)}"
+    if gpus < 2:
+        return passed(name, f"{text}; fewer than 2 GPUs, no minimum applies")
+    if seen.shm_bytes < t.min_shm_bytes:
+        return failed(
+            name,
+            f"{text}, below the minimum {_size(t.min_shm_bytes)} for {gpus} GPUs (NCCL's shared memory "
+            "transport): mount an emptyDir with medium Memory at /dev/shm",
+            Attribution.PLACED_WRONG,
+        )
+    return passed(name, f"{text} (minimum {_size(t.min_shm_bytes)})")
+
+
+def check_hugepages(seen: Seen, t: Thresholds) -> Check:
+    name = "hugepages"
+    if t.min_hugepages_bytes <= 0:
+        return skipped(name, "no minimum asked (--min-hugepages)")
+    if seen.hugepages_bytes is None:
+        return skipped(name, seen.unread.get("hugepages", "hugepages could not be read"))
+    if seen.hugepages_bytes < t.min_hugepages_bytes:
+        return failed(
+            name,
+            f"{_size(seen.hugepages_bytes)} of hugepages, below the minimum {_size(t.min_hugepages_bytes)}",
+            Attribution.RESOURCE_NOT_REAL,
+        )
+    return passed(name, f"{_size(seen.hugepages_bytes)} of hugepages")
+
+
+def check_cpuset(declared: Declared, seen: Seen, promised: Promised | None) -> Check:
+    name = "cpuset-numa"
+    if seen.cpus is None:
+        return skipped(name, seen.unread.get("cpus", "the container's cpuset could not be read"))
+    if promised is None:
+        return skipped(name, "no NodeTopology to compare with")
+    found, _ = container_gpus(seen, promised)
+    if not found:
+        return skipped(name, "no GPU of the container is in the NodeTopology")
+    if any(g.numa_cpus is None for g in found):
+        return skipped(name, "NodeTopology does not say the NUMA CPUs of every GPU")
+    local: frozenset[int] = frozenset().union(*(g.numa_cpus or frozenset() for g in found))
+    aligned = declared.request is not None and declared.request.numa_aligned
+    cpus = f"cpuset {format_cpulist(seen.cpus)} ({seen.cpus_from})"
+    if not seen.cpus & local:
+        text = f"{cpus} has no CPU of the GPUs' NUMA CPUs {format_cpulist(local)}"
+        if aligned:
+            return failed(name, text, Attribution.PLACED_WRONG)
+        return warned(name, text + " (numa-aligned not declared)", Attribution.UNDECLARED)
+    outside = seen.cpus - local
+    if outside:
+        return passed(name, f"{cpus} includes the GPUs' NUMA CPUs, and {len(outside)} other CPU(s)")
+    return passed(name, f"{cpus} within the GPUs' NUMA CPUs")
+
+
+def check_mems(declared: Declared, seen: Seen, promised: Promised | None) -> Check:
+    name = "memory-nodes"
+    if seen.mems is None:
+        return skipped(name, seen.unread.get("mems", "the container's memory nodes could not be read"))
+    if promised is None:
+        return skipped(name, "no NodeTopology to compare with")
+    found, _ = container_gpus(seen, promised)
+    nodes = {g.numa_node for g in found}
+    if not found or None in nodes:
+        return skipped(name, "the NUMA node of the container's GPUs is not known")
+    mems = f"memory nodes {format_cpulist(seen.mems)}"
+    aligned = declared.request is not None and declared.request.numa_aligned
+    numa_nodes = frozenset(n for n in nodes if n is not None)
+    if aligned and len(numa_nodes) > 1:
+        return failed(
+            name,
+            f"GPUs on NUMA nodes {format_cpulist(numa_nodes)}, declared numa-aligned",
+            Attribution.PLACED_WRONG,
+        )
+    if not seen.mems & numa_nodes:
+        text = f"{mems} exclude the GPUs' NUMA node(s) {format_cpulist(numa_nodes)}"
+        if aligned:
+            return failed(name, text, Attribution.PLACED_WRONG)
+        return warned(name, text, Attribution.UNDECLARED)
+    return passed(name, f"{mems} include the GPUs' NUMA node(s) {format_cpulist(numa_nodes)}")
+
+
+def run_checks(
+    declared: Declared, promised: Promised | None, promised_why: str | None, seen: Seen, t: Thresholds
+) -> list[Check]:
+    checks = [check_declared(declared)]
+    if promised is None:
+        checks.append(skipped("nodetopology", promised_why or "no NodeTopology"))
+    else:
+        checks.append(
+            passed(
+                "nodetopology",
+                f"NodeTopology/{promised.node}: {len(promised.gpus)} GPU(s), {len(promised.nics)} NIC(s)",
+            )
+        )
+    checks += [
+        check_gpus(seen, promised, t),
+        check_one_island(declared, seen, promised),
+        check_nvlink(declared, seen, promised, t),
+        check_rdma(declared, seen, promised),
+        check_shm(seen, t),
+        check_hugepages(seen, t),
+        check_cpuset(declared, seen, promised),
+        check_mems(declared, seen, promised),
+    ]
+    return checks
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Verdict:
+    passed: bool
+    attribution: Attribution | None
+    line: str  #: the one-line verdict (termination message, Event message)
+
+
+def verdict(checks: Sequence[Check]) -> Verdict:
+    failures = [c for c in checks if c.status is Status.FAIL]
+    warnings = [c for c in checks if c.status is Status.WARN]
+    if failures:
+        first = failures[0]
+        more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
+        return Verdict(False, first.attribution, f"{first.attribution}: {first.name}: {first.reason}{more}")
+    if warnings:
+        first = warnings[0]
+        return Verdict(
+            True, first.attribution, f"passed with warning {first.attribution}: {first.name}: {first.reason}"
+        )
+    counted = sum(1 for c in checks if c.status is Status.PASS)
+    return Verdict(True, None, f"passed: {counted} check(s) passed, {len(checks) - counted} skipped")
+
+
+def _size(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            value = n / size
+            return f"{value:g}{unit}" if value == int(value) else f"{value:.1f}{unit}"
+    return f"{n}B"

@@ -1,0 +1,348 @@
+"""``nodetopo probe``: the start-up check of a pod's topology, run as an init container.
+
+Reads what the pod declared (the downward API's annotations file, ``--annotation``), what the node
+promised (its NodeTopology, read-only, with the pod's own service account) and what the container
+sees; prints a JSON report, writes a one-line verdict to the termination log, posts an Event on the
+pod and exits 0 (passed, or ``--warn-only``) or 1 (a check failed). Every step has a timeout; a step
+that cannot complete makes its checks skip, with the reason. See ``nodetopo.probe.checks``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from nodetopo.kubeflags import add_kube_args
+
+T = TypeVar("T")
+
+DESCRIPTION = __doc__.split("\n\n")[1] if __doc__ else ""
+EPILOG = """\
+checks (each pass, fail, warn or skip, with its reason):
+  declared            the nodetopo.io/ annotations are present and valid (none: Undeclared warning)
+  nodetopology        the node's NodeTopology could be read
+  gpus                the container sees the GPUs it requested (--gpus) and NodeTopology lists them
+  gpus-in-one-island  (declared) the container's GPUs are in one NVLink island
+  p2p-nvlink          (declared one-island, or --require-p2p) NVML P2P status and NVLink link state
+  rdma                (declared rdma / max-nic-distance) the promised RDMA NICs are visible in
+                      /sys/class/infiniband, usable through /dev/infiniband/uverbs*, a port ACTIVE
+  shm                 /dev/shm at least --min-shm when the container has 2 or more GPUs
+  hugepages           at least --min-hugepages of hugepages (when asked)
+  cpuset-numa         the container's cpuset (cgroup v2/v1) has CPUs of its GPUs' NUMA nodes
+  memory-nodes        the memory nodes allowed include its GPUs' NUMA nodes
+attribution of a failure: PlacedWrong (constraint not expressed or not honoured), ResourceNotReal
+(the NodeTopology promised something the container cannot use), Undeclared (no or bad declaration).
+exit: 0 passed (or --warn-only), 1 a check failed, 2 usage error.
+"""
+
+_SIZE_SUFFIX = {"": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """``256Mi``, ``1Gi``, ``0``: bytes (binary suffixes only)."""
+    for suffix in ("Ki", "Mi", "Gi", "Ti", ""):
+        if text.endswith(suffix) and text[: len(text) - len(suffix)].isdigit():
+            return int(text[: len(text) - len(suffix)]) * _SIZE_SUFFIX[suffix]
+    raise argparse.ArgumentTypeError(f"not a size (e.g. 256Mi, 1Gi): {text[:32]!r}")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 600:
+        raise argparse.ArgumentTypeError(f"not a number of seconds in (0, 600]: {text[:32]!r}")
+    return value
+
+
+def _annotation(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text[:64]!r}")
+    return key, value
+
+
+def register(sub: Any, add_common: Callable[..., None], add_input: Callable[..., None]) -> None:
+    p = sub.add_parser(
+        "probe",
+        help="check at pod start-up that the pod got the topology its placement promised",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    env = os.environ
+    p.add_argument(
+        "--annotations-file",
+        default=env.get("NODETOPO_ANNOTATIONS_FILE"),
+        metavar="FILE",
+        help="the downward API's annotations file (default: $NODETOPO_ANNOTATIONS_FILE; none: flags only)",
+    )
+    p.add_argument(
+        "--annotation",
+        action="append",
+        type=_annotation,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a nodetopo.io/ annotation, over the file's (repeatable)",
+    )
+    p.add_argument("--node-name", default=env.get("NODE_NAME"), help="the node (default: $NODE_NAME)")
+    p.add_argument(
+        "--pod-name", default=env.get("POD_NAME"), help="the pod, for the Event (default: $POD_NAME)"
+    )
+    p.add_argument("--pod-namespace", default=env.get("POD_NAMESPACE"), help="default: $POD_NAMESPACE")
+    p.add_argument("--pod-uid", default=env.get("POD_UID"), help="default: $POD_UID")
+    p.add_argument(
+        "--nodetopology",
+        metavar="FILE",
+        help="read the NodeTopology from this JSON file instead of the API (tests, offline)",
+    )
+    p.add_argument("--no-event", action="store_true", help="post no Event on the pod")
+    p.add_argument("--gpus", type=int, default=None, help="GPUs the pod requested (default: not checked)")
+    p.add_argument(
+        "--min-shm",
+        type=parse_size,
+        default=parse_size("256Mi"),
+        metavar="SIZE",
+        help="the least /dev/shm for a container with 2+ GPUs (default: 256Mi)",
+    )
+    p.add_argument(
+        "--min-hugepages",
+        type=parse_size,
+        default=0,
+        metavar="SIZE",
+        help="the least hugepages (default: 0, not checked)",
+    )
+    p.add_argument(
+        "--require-p2p", action="store_true", help="fail unless P2P read is OK between every GPU pair"
+    )
+    p.add_argument("--warn-only", action="store_true", help="report failures but exit 0")
+    p.add_argument(
+        "--termination-log",
+        default="/dev/termination-log",
+        metavar="FILE",
+        help="where the one-line verdict goes (default: /dev/termination-log; '' for none)",
+    )
+    p.add_argument("--root", default="/", help="the container's root as seen by the probe (tests)")
+    p.add_argument(
+        "--timeout", type=_seconds, default=5.0, metavar="SECONDS", help="each step's time limit (default: 5)"
+    )
+    add_kube_args(p)
+    add_common(p)
+    p.set_defaults(func=cmd_probe)
+
+
+class StepTimeout(Exception):
+    pass
+
+
+def bounded(fn: Callable[[], T], seconds: float, what: str) -> T:
+    """``fn()`` in a daemon thread, given at most ``seconds``; its exception re-raised, else
+    ``StepTimeout`` (the thread is abandoned: the process exits soon after)."""
+    result: list[Any] = []
+    error: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(fn())
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            error.append(e)
+
+    thread = threading.Thread(target=target, name=f"probe {what}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise StepTimeout(f"{what}: no answer within {seconds:g}s")
+    if error:
+        raise error[0]
+    return result[0]  # type: ignore[no-any-return]
+
+
+def _observe(root: Path, environ: dict[str, str], timeout: float) -> Any:
+    from nodetopo.probe import observe
+    from nodetopo.probe.checks import Seen
+
+    unread: dict[str, str] = {}
+
+    def attempt(key: str, fn: Callable[[], T]) -> T | None:
+        try:
+            return bounded(fn, timeout, key)
+        except (observe.ReadFailure, StepTimeout, OSError, ValueError) as e:
+            unread[key] = str(e)
+            return None
+
+    nvml = None
+    nvml_error = _nvml_missing(root, environ)
+    if nvml_error is None:
+        nvml = attempt("nvml", lambda: _nvml_view())
+    else:
+        unread["nvml"] = nvml_error
+    if nvml is not None:
+        ids: tuple[str, ...] | None = nvml.uuids
+        ids_from = "NVML"
+    else:
+        ids, ids_from = observe.gpu_ids_from_env(environ)
+        if ids is None:
+            unread["gpus"] = f"{unread.get('nvml', 'no NVML')}; {ids_from}"
+    cpuset = attempt("cpus", lambda: observe.read_cpuset(root))
+    if cpuset is None:
+        unread["mems"] = unread["cpus"]
+    return Seen(
+        gpu_ids=ids,
+        gpu_ids_from=ids_from,
+        dev_nvidia=attempt("dev", lambda: observe.read_dev_nvidia(root)),
+        nvml=nvml,
+        infiniband=attempt("infiniband", lambda: observe.read_infiniband(root)),
+        shm_bytes=attempt("shm", lambda: observe.read_shm_bytes(root)),
+        hugepages_bytes=attempt(
+            "hugepages", lambda: observe.parse_hugepages(observe._read(root / "proc/meminfo"))
+        ),
+        cpus=cpuset[0] if cpuset else None,
+        cpus_from=cpuset[2] if cpuset else "",
+        mems=cpuset[1] if cpuset else None,
+        unread=unread,
+    )
+
+
+def _nvml_missing(root: Path, environ: dict[str, str]) -> str | None:
+    """Why NVML is not to be tried (no GPU device nodes at all), or None to try it."""
+    if not any(n.startswith("nvidia") for n in _listdir(root / "dev")):
+        return "NVML not tried: no /dev/nvidia* in the container"
+    if str(root) != "/":
+        return "NVML not tried: --root is not /"
+    return None
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def _nvml_view() -> Any:
+    from nodetopo.probe.observe import read_nvml_view
+    from nodetopo.sources.nvml.live import PynvmlApi
+    from nodetopo.sources.nvml.protocol import NvmlCallError
+
+    try:
+        with PynvmlApi() as api:
+            return read_nvml_view(api)
+    except NvmlCallError as e:
+        raise ValueError(f"NVML unavailable in the container: {e}") from e
+    except ImportError as e:
+        raise ValueError(f"NVML unavailable in the container: pynvml not installed ({e})") from e
+
+
+def _promised(args: argparse.Namespace, connection: Any) -> tuple[Any, str | None]:
+    from nodetopo.probe.checks import parse_nodetopology
+
+    if args.nodetopology:
+        try:
+            obj = json.loads(Path(args.nodetopology).read_text(encoding="utf-8"))
+            return parse_nodetopology(obj), None
+        except (OSError, ValueError) as e:
+            return None, f"--nodetopology {args.nodetopology}: {e}"
+    if not args.node_name:
+        return None, "no node name (--node-name or $NODE_NAME): the NodeTopology cannot be read"
+    if connection is None:
+        return None, "the API server cannot be reached: no credentials"
+    from nodetopo.crd import GROUP, PLURAL, VERSION
+
+    try:
+        obj = bounded(
+            lambda: connection.read_cluster_object(GROUP, VERSION, PLURAL, args.node_name),
+            args.timeout,
+            f"read NodeTopology/{args.node_name}",
+        )
+    except Exception as e:  # noqa: BLE001 - any failure of the API is a reason, never a traceback
+        return None, f"NodeTopology/{args.node_name} could not be read: {e}"
+    if obj is None:
+        return None, f"no NodeTopology for node {args.node_name} yet"
+    try:
+        return parse_nodetopology(obj), None
+    except ValueError as e:
+        return None, f"NodeTopology/{args.node_name}: {e}"
+
+
+def _session(args: argparse.Namespace) -> tuple[Any, str | None]:
+    if args.nodetopology and (args.no_event or not args.pod_name):
+        return None, None
+    try:
+        from nodetopo.publish.client import ApiSession, connect
+
+        return ApiSession(connect(args.kubeconfig, context=args.kube_context, timeout=args.timeout)), None
+    except Exception as e:  # noqa: BLE001 - no credentials is a reason, not a crash
+        return None, f"no API access: {e}"
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from nodetopo.probe import events
+    from nodetopo.probe.checks import Thresholds, run_checks, verdict
+    from nodetopo.probe.observe import read_declared
+
+    started = time.monotonic()
+    declared = read_declared(args.annotations_file, dict(args.annotation))
+    session, session_error = _session(args)
+    promised, promised_why = _promised(args, session)
+    if promised is None and session_error and not args.nodetopology:
+        promised_why = f"{promised_why}; {session_error}"
+    seen = _observe(Path(args.root), dict(os.environ), args.timeout)
+    thresholds = Thresholds(
+        min_shm_bytes=args.min_shm,
+        min_hugepages_bytes=args.min_hugepages,
+        require_p2p=args.require_p2p,
+        gpus=args.gpus,
+    )
+    checks = run_checks(declared, promised, promised_why, seen, thresholds)
+    result = verdict(checks)
+    report: dict[str, Any] = {
+        "passed": result.passed,
+        "attribution": str(result.attribution) if result.attribution else None,
+        "verdict": result.line,
+        "node": args.node_name,
+        "pod": f"{args.pod_namespace}/{args.pod_name}" if args.pod_name else None,
+        "checks": [c.to_json() for c in checks],
+    }
+    event = (
+        "not posted (--no-event)" if args.no_event else "not posted: no pod name (--pod-name or $POD_NAME)"
+    )
+    if not args.no_event and args.pod_name:
+        if session is None:
+            event = f"not posted: {session_error}"
+        else:
+            try:
+                bounded(
+                    lambda: events.post_event(
+                        session,
+                        args.pod_namespace or "default",
+                        args.pod_name,
+                        args.pod_uid,
+                        args.node_name,
+                        result,
+                    ),
+                    args.timeout,
+                    "post Event",
+                )
+                event = "posted"
+            except Exception as e:  # noqa: BLE001 - an Event that cannot be posted is reported, not fatal
+                event = f"not posted: {e}"
+    report["event"] = event
+    report["seconds"] = round(time.monotonic() - started, 3)
+    print(json.dumps(report, indent=2))
+    if args.termination_log:
+        try:
+            with open(args.termination_log, "w", encoding="utf-8") as f:
+                f.write(result.line[:4000] + "\n")
+        except OSError as e:
+            print(f"nodetopo probe: cannot write {args.termination_log}: {e.strerror or e}", file=sys.stderr)
+    if session is not None:
+        session.close()
+    return 0 if result.passed or args.warn_only else 1

@@ -1,0 +1,123 @@
+"""``nodetopo probe`` end to end over a fixture root: report, termination log, exit code, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.probe.test_checks import nodetopology
+
+
+def probe(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any], str]:
+    nt = tmp_path / "nt.json"
+    if not nt.exists():
+        nt.write_text(json.dumps(nodetopology()))
+    term = tmp_path / "termination-log"
+    (tmp_path / "root/dev").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "root/dev/nvidia0").write_text("")
+    cmd = [
+        sys.executable,
+        "-m",
+        "nodetopo",
+        "probe",
+        "--root",
+        str(tmp_path / "root"),
+        "--termination-log",
+        str(term),
+    ]
+    result = subprocess.run(
+        [*cmd, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", **(env or {}), "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.returncode, json.loads(result.stdout), term.read_text()
+
+
+def test_rdma_not_visible_fails_with_resource_not_real(tmp_path: Path) -> None:
+    code, report, term = probe(
+        tmp_path,
+        "--nodetopology",
+        str(tmp_path / "nt.json"),
+        "--no-event",
+        "--annotation",
+        "nodetopo.io/rdma=required",
+        env={"NVIDIA_VISIBLE_DEVICES": "GPU-0"},
+    )
+    assert code == 1 and report["attribution"] == "ResourceNotReal"
+    assert term.startswith("ResourceNotReal: rdma: NodeTopology/n1 promised mlx5_0")
+    code, report, _ = probe(
+        tmp_path,
+        "--nodetopology",
+        str(tmp_path / "nt.json"),
+        "--no-event",
+        "--annotation",
+        "nodetopo.io/rdma=required",
+        "--warn-only",
+        env={"NVIDIA_VISIBLE_DEVICES": "GPU-0"},
+    )
+    assert code == 0 and not report["passed"]
+
+
+def test_undeclared_warns_and_exits_0(tmp_path: Path) -> None:
+    code, report, term = probe(tmp_path, "--nodetopology", str(tmp_path / "nt.json"), "--no-event")
+    assert (
+        code == 0
+        and report["attribution"] == "Undeclared"
+        and term.startswith("passed with warning Undeclared")
+    )
+
+
+def test_unreachable_api_is_a_reason(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+            }
+        )
+    )
+    code, report, _ = probe(
+        tmp_path,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--node-name",
+        "n1",
+        "--pod-name",
+        "p",
+        "--pod-namespace",
+        "default",
+        "--timeout",
+        "2",
+        "--annotation",
+        "nodetopo.io/rdma=required",
+    )
+    assert code == 0
+    nt = next(c for c in report["checks"] if c["name"] == "nodetopology")
+    assert nt["status"] == "skip" and "NodeTopology/n1 could not be read" in nt["reason"]
+    assert report["event"].startswith("not posted")
+
+
+def test_no_credentials_and_bad_annotations_file(tmp_path: Path) -> None:
+    code, report, term = probe(
+        tmp_path,
+        "--node-name",
+        "n1",
+        "--annotations-file",
+        str(tmp_path / "nope"),
+        "--no-event",
+        env={"KUBECONFIG": str(tmp_path / "missing-kubeconfig"), "HOME": str(tmp_path)},
+    )
+    assert code == 1 and report["attribution"] == "Undeclared" and "annotations file unreadable" in term
+    nt = next(c for c in report["checks"] if c["name"] == "nodetopology")
+    assert nt["status"] == "skip" and nt["reason"]

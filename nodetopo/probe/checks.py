@@ -410,24 +410,25 @@ def check_rdma(declared: Declared, seen: Seen, promised: Promised | None) -> Che
     if seen.infiniband is None:
         return skipped(name, seen.unread.get("infiniband", "/sys/class/infiniband could not be read"))
     visible = {d.name: d for d in seen.infiniband}
-    problems = []
+    problems: dict[str, list[str]] = {}
     usable = []
     for nic in sorted(wanted):
         d = visible.get(nic)
         if d is None:
-            problems.append(f"{nic} is not in the container's /sys/class/infiniband")
+            problems.setdefault("not in the container's /sys/class/infiniband", []).append(nic)
         elif d.uverbs is None:
-            problems.append(f"{nic} has no usable /dev/infiniband/uverbs* in the container")
+            problems.setdefault("no usable /dev/infiniband/uverbs* in the container", []).append(nic)
         elif not any(p.state == "ACTIVE" for p in d.ports):
             states = ",".join(f"{p.port}:{p.state}" for p in d.ports) or "no port"
-            problems.append(f"{nic} has no ACTIVE port ({states})")
+            problems.setdefault("no ACTIVE port", []).append(f"{nic} ({states})")
         else:
             usable.append(nic)
     # one usable NIC among those promised is enough for rdma: required without a distance
     if problems and (r.max_nic_distance is not None or not usable):
+        text = "; ".join(f"{why}: {_list(nics)}" for why, nics in problems.items())
         return failed(
             name,
-            f"NodeTopology/{promised.node} promised {_list(sorted(wanted))}: " + "; ".join(problems),
+            f"NodeTopology/{promised.node} promised RDMA NIC(s) {_list(sorted(wanted))}; {text}",
             Attribution.RESOURCE_NOT_REAL,
         )
     return passed(name, f"RDMA NIC(s) {_list(usable)} visible, uverbs usable, port ACTIVE")

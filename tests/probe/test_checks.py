@@ -264,7 +264,7 @@ def test_missing_dev_infiniband_is_not_real(tmp_path: Path) -> None:
     d = declared(rdma="required", max_nic_distance="PIX")
     c = check_rdma(d, seen(infiniband=()), PROMISED)
     assert (c.status, c.attribution) == (Status.FAIL, Attribution.RESOURCE_NOT_REAL)
-    assert "mlx5_0 is not in the container's /sys/class/infiniband" in c.reason
+    assert "not in the container's /sys/class/infiniband: mlx5_0" in c.reason
     ib_tree(tmp_path, "mlx5_0", uverbs=None)
     c = check_rdma(d, seen(infiniband=observe.read_infiniband(tmp_path)), PROMISED)
     assert c.status is Status.FAIL and "no usable /dev/infiniband/uverbs" in c.reason
@@ -273,7 +273,7 @@ def test_missing_dev_infiniband_is_not_real(tmp_path: Path) -> None:
 def test_rdma_port_down_and_pass() -> None:
     d = declared(rdma="required", max_nic_distance="PIX")
     c = check_rdma(d, seen(infiniband=(ib("mlx5_0", state="DOWN"),)), PROMISED)
-    assert c.status is Status.FAIL and "no ACTIVE port (1:DOWN)" in c.reason
+    assert c.status is Status.FAIL and "no ACTIVE port: mlx5_0 (1:DOWN)" in c.reason
     assert check_rdma(d, seen(), PROMISED).status is Status.PASS
     # a NIC only at SYS for GPUs 0-1 when PIX is asked is a placement error
     c = check_rdma(

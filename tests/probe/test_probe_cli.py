@@ -50,7 +50,7 @@ def test_rdma_not_visible_fails_with_resource_not_real(tmp_path: Path) -> None:
         env={"NVIDIA_VISIBLE_DEVICES": "GPU-0"},
     )
     assert code == 1 and report["attribution"] == "ResourceNotReal"
-    assert term.startswith("ResourceNotReal: rdma: NodeTopology/n1 promised mlx5_0")
+    assert term.startswith("ResourceNotReal: rdma: NodeTopology/n1 promised RDMA NIC(s) mlx5_0")
     code, report, _ = probe(
         tmp_path,
         "--nodetopology",

@@ -1,0 +1,154 @@
+"""``nodetopo probe`` with a workload's own service account bound to deploy/probe's ``nodetopo-reader``
+ClusterRole, against the real API server: the role is enough (read the node's NodeTopology, post the
+Event on the pod) and no more (no list, no write, nothing else). Run with ``-s`` to see the real
+``kubectl describe pod`` of a failing probe.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodetopo.publish.client import connect
+
+from .cluster import LocalCluster
+
+pytestmark = pytest.mark.k8s
+
+ROOT = Path(__file__).resolve().parents[2]
+BUNDLE = ROOT / "tests/fixtures/bundles/dgx-h100"
+
+
+def _probe(kubeconfig: Path, tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    root = tmp_path / "root"
+    (root / "dev").mkdir(parents=True, exist_ok=True)
+    term = tmp_path / "termination-log"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nodetopo",
+            "probe",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--root",
+            str(root),
+            "--termination-log",
+            str(term),
+            "--timeout",
+            "20",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, json.loads(done.stdout), term.read_text()
+
+
+def test_reader_role_is_enough_and_no_more(
+    cluster: LocalCluster,
+    make_node: Callable[..., dict[str, Any]],
+    node_bound_token: Callable[..., Any],
+    tmp_path: Path,
+) -> None:
+    cluster.kubectl("apply", "-f", str(ROOT / "deploy/probe/rbac.yaml"))
+    node = make_node()["metadata"]["name"]
+    sa = f"workload-{uuid.uuid4().hex[:6]}"
+    bound = node_bound_token(node, service_account=sa)
+    binding = f"nodetopo-reader-{sa}"
+    cluster.kubectl(
+        "create",
+        "clusterrolebinding",
+        binding,
+        "--clusterrole=nodetopo-reader",
+        f"--serviceaccount=default:{sa}",
+    )
+    try:
+        # no NodeTopology yet: a clear reason, and the Event still goes to the pod
+        env_args = [
+            "--node-name",
+            node,
+            "--pod-name",
+            bound.pod_name,
+            "--pod-namespace",
+            "default",
+            "--pod-uid",
+            bound.pod_uid,
+        ]
+        code, report, _ = _probe(
+            bound.kubeconfig, tmp_path, *env_args, "--annotation", "nodetopo.io/rdma=required"
+        )
+        check = next(c for c in report["checks"] if c["name"] == "nodetopology")
+        assert (code, check["status"]) == (0, "skip") and f"no NodeTopology for node {node} yet" in check[
+            "reason"
+        ]
+        assert report["event"] == "posted", report["event"]
+
+        published = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "nodetopo",
+                "publish",
+                "--from",
+                str(BUNDLE),
+                "--node-name",
+                node,
+                "--kubeconfig",
+                str(cluster.kubeconfig_for("publisher")),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert published.returncode == 0, published.stderr
+        code, report, term = _probe(
+            bound.kubeconfig, tmp_path, *env_args, "--annotation", "nodetopo.io/rdma=required"
+        )
+        assert code == 1 and report["attribution"] == "ResourceNotReal", report
+        assert term.startswith("ResourceNotReal: rdma: "), term
+        assert report["event"] == "posted"
+
+        described = cluster.kubectl("describe", "pod", bound.pod_name, "-n", "default").stdout
+        print(described)
+        assert "TopologyProbeFailed" in described and "ResourceNotReal: rdma:" in described
+        assert "TopologyProbePassed" in described  # the first run, without a NodeTopology, passed
+
+        # no more than that: every other request of the service account is refused
+        connection = connect(str(bound.kubeconfig))
+        try:
+            allowed = connection.request("GET", f"/apis/nodetopo.io/v1alpha1/nodetopologies/{node}")
+            assert allowed.status == 200
+            refused = {
+                "list nodetopologies": ("GET", "/apis/nodetopo.io/v1alpha1/nodetopologies"),
+                "watch nodetopologies": ("GET", "/apis/nodetopo.io/v1alpha1/nodetopologies?watch=1"),
+                "delete nodetopology": ("DELETE", f"/apis/nodetopo.io/v1alpha1/nodetopologies/{node}"),
+                "read node": ("GET", f"/api/v1/nodes/{node}"),
+                "read pod": ("GET", f"/api/v1/namespaces/default/pods/{bound.pod_name}"),
+                "list events": ("GET", "/api/v1/namespaces/default/events"),
+                "list secrets": ("GET", "/api/v1/namespaces/default/secrets"),
+            }
+            for what, (method, path) in refused.items():
+                assert connection.request(method, path).status == 403, what
+            patch = connection.request(
+                "PATCH",
+                f"/apis/nodetopo.io/v1alpha1/nodetopologies/{node}",
+                body=b'{"metadata":{"labels":{"x":"y"}}}',
+                content_type="application/merge-patch+json",
+            )
+            assert patch.status == 403
+        finally:
+            connection.close()
+    finally:
+        cluster.kubectl("delete", "clusterrolebinding", binding, check=False)

@@ -1,0 +1,150 @@
+"""``nodetopo probe`` as an init container on the real node (kubelet + containerd, the image built by
+image/build_oci.py), with the pod's own kubelet-minted service-account token bound to deploy/probe's
+``nodetopo-reader``: a pod without a declaration passes with an Undeclared warning; a pod declaring
+``nodetopo.io/rdma: required`` on a node whose NodeTopology promises RDMA NICs the container cannot see
+fails ResourceNotReal, in its termination message and in an Event. Run with ``-s`` for the real
+``kubectl describe pod`` output.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import pytest
+from kube.cluster import LocalCluster
+
+from .node import REPO, LocalNode
+
+pytestmark = [pytest.mark.k8s, pytest.mark.node]
+
+NAMESPACE = "default"
+BUNDLE = REPO / "tests/fixtures/bundles/dgx-h100"
+
+
+def probe_pod(name: str, image: str, node: LocalNode, sa: str, annotations: dict[str, str]) -> dict[str, Any]:
+    field = lambda path: {"valueFrom": {"fieldRef": {"fieldPath": path}}}  # noqa: E731
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "annotations": annotations},
+        "spec": {
+            "serviceAccountName": sa,
+            "restartPolicy": "Never",
+            "nodeName": node.name,
+            "initContainers": [
+                {
+                    "name": "topology-probe",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "args": ["probe", "--timeout", "20"],
+                    "env": [
+                        {"name": "NODETOPO_ANNOTATIONS_FILE", "value": "/etc/podinfo/annotations"},
+                        {"name": "NODE_NAME", **field("spec.nodeName")},
+                        {"name": "POD_NAME", **field("metadata.name")},
+                        {"name": "POD_NAMESPACE", **field("metadata.namespace")},
+                        {"name": "POD_UID", **field("metadata.uid")},
+                        {"name": "KUBERNETES_SERVICE_HOST", "value": node.api_host},
+                        {"name": "KUBERNETES_SERVICE_PORT", "value": str(node.api_port)},
+                    ],
+                    "volumeMounts": [{"name": "podinfo", "mountPath": "/etc/podinfo", "readOnly": True}],
+                }
+            ],
+            "containers": [
+                {"name": "main", "image": image, "imagePullPolicy": "Never", "args": ["--version"]}
+            ],
+            "volumes": [
+                {
+                    "name": "podinfo",
+                    "downwardAPI": {
+                        "items": [{"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]
+                    },
+                }
+            ],
+        },
+    }
+
+
+def wait_done(cluster: LocalCluster, name: str, timeout: float = 180) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    pod: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        pod = json.loads(cluster.kubectl("get", "pod", "-n", NAMESPACE, name, "-o", "json").stdout)
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            return pod
+        time.sleep(1)
+    raise AssertionError(f"pod {name} not done after {timeout}s: {json.dumps(pod.get('status'))[:2000]}")
+
+
+def init_terminated(pod: dict[str, Any]) -> dict[str, Any]:
+    statuses = pod["status"].get("initContainerStatuses") or []
+    return dict(statuses[0]["state"]["terminated"]) if statuses else {}
+
+
+def test_probe_init_container_on_the_real_node(
+    node_cluster: LocalCluster, node: LocalNode, node_image: dict[str, Any]
+) -> None:
+    cluster = node_cluster
+    cluster.kubectl("apply", "-f", str(REPO / "deploy/probe/rbac.yaml"))
+    sa = f"probe-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "serviceaccount", "-n", NAMESPACE, sa)
+    binding = f"nodetopo-reader-{sa}"
+    cluster.kubectl(
+        "create",
+        "clusterrolebinding",
+        binding,
+        "--clusterrole=nodetopo-reader",
+        f"--serviceaccount={NAMESPACE}:{sa}",
+    )
+    cluster.kubectl("delete", "nodetopology", node.name, "--ignore-not-found")
+    published = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nodetopo",
+            "publish",
+            "--from",
+            str(BUNDLE),
+            "--node-name",
+            node.name,
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert published.returncode == 0, published.stderr
+    names = []
+    try:
+        undeclared = f"probe-undeclared-{uuid.uuid4().hex[:6]}"
+        names.append(undeclared)
+        cluster.kubectl(
+            "apply", "-f", "-", input=json.dumps(probe_pod(undeclared, node_image["name"], node, sa, {}))
+        )
+        pod = wait_done(cluster, undeclared)
+        term = init_terminated(pod)
+        assert pod["status"]["phase"] == "Succeeded" and term.get("exitCode") == 0, term
+        assert term.get("message", "").startswith("passed with warning Undeclared"), term
+
+        failing = f"probe-rdma-{uuid.uuid4().hex[:6]}"
+        names.append(failing)
+        pod_spec = probe_pod(failing, node_image["name"], node, sa, {"nodetopo.io/rdma": "required"})
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(pod_spec))
+        pod = wait_done(cluster, failing)
+        term = init_terminated(pod)
+        assert pod["status"]["phase"] == "Failed" and term.get("exitCode") == 1, term
+        assert term.get("message", "").startswith("ResourceNotReal: rdma: "), term
+        described = cluster.kubectl("describe", "pod", "-n", NAMESPACE, failing).stdout
+        print(described)
+        assert "TopologyProbeFailed" in described and "ResourceNotReal: rdma:" in described
+    finally:
+        for name in names:
+            cluster.kubectl("delete", "pod", "-n", NAMESPACE, name, "--wait=false", check=False)
+        cluster.kubectl("delete", "clusterrolebinding", binding, check=False)
+        cluster.kubectl("delete", "nodetopology", node.name, "--ignore-not-found", check=False)

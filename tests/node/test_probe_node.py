@@ -147,4 +147,5 @@ def test_probe_init_container_on_the_real_node(
         for name in names:
             cluster.kubectl("delete", "pod", "-n", NAMESPACE, name, "--wait=false", check=False)
         cluster.kubectl("delete", "clusterrolebinding", binding, check=False)
+        cluster.kubectl("delete", "serviceaccount", "-n", NAMESPACE, sa, check=False)
         cluster.kubectl("delete", "nodetopology", node.name, "--ignore-not-found", check=False)

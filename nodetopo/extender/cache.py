@@ -41,6 +41,17 @@ class BoundPod:
     request: PodRequest
 
 
+class Allocation:
+    """A node's shape and the GPUs its bound pods leave free. Interned by ``ClusterState``, hashed by
+    identity: a request is evaluated once per distinct allocation, found with one lookup per node."""
+
+    __slots__ = ("free", "shape")
+
+    def __init__(self, shape: NodeShape, free: frozenset[int]) -> None:
+        self.shape = shape
+        self.free = free
+
+
 class ClusterState:
     """NodeTopology shapes and GPU pods, updated by reflectors and read by the HTTP handlers."""
 
@@ -50,8 +61,10 @@ class ClusterState:
         self._interned: dict[NodeShape, NodeShape] = {}
         self._pods: dict[str, BoundPod] = {}
         self._node_pods: dict[str, dict[str, BoundPod]] = {}
-        #: node → (version, free GPUs): the model of a node's allocation, valid while its version holds
-        self._free: dict[str, tuple[int, frozenset[int]]] = {}
+        #: node → its current allocation (shape + free GPUs); dropped whenever the node changes
+        self._allocations: dict[str, Allocation] = {}
+        #: interned allocations: identical machines in identical states share one object
+        self._allocation_pool: dict[tuple[NodeShape, frozenset[int]], Allocation] = {}
         self._versions: dict[str, int] = {}  #: bumped on every change to a node's shape or pods
         self._clock = 0
         self._base = 0  #: the version of nodes not changed since the last replace
@@ -86,7 +99,7 @@ class ClusterState:
         """The node's shape or pods changed: its cached free set is stale (call under the lock)."""
         self._clock += 1
         self._versions[node] = self._clock
-        self._free.pop(node, None)
+        self._allocations.pop(node, None)
 
     def upsert_topology(self, obj: Mapping[str, Any]) -> None:
         name, shape = self.compact_topology(obj)  # the object's cost is paid here, outside the lock
@@ -111,7 +124,8 @@ class ClusterState:
         with self._lock:
             self._interned = {}
             self._shapes = {name: self._interned.setdefault(shape, shape) for name, shape in pairs}
-            self._free.clear()
+            self._allocations.clear()
+            self._allocation_pool.clear()
             self._versions.clear()
             self._clock += 1
             self._base = self._clock
@@ -178,7 +192,8 @@ class ClusterState:
             self._node_pods = {}
             for uid, bound in fresh.items():
                 self._node_pods.setdefault(bound.node, {})[uid] = bound
-            self._free.clear()
+            self._allocations.clear()
+            self._allocation_pool.clear()
             self._versions.clear()
             self._clock += 1
             self._base = self._clock
@@ -186,44 +201,52 @@ class ClusterState:
     # ---- queries ----------------------------------------------------------------------------
 
     def verdicts(self, nodes: Iterable[str], request: PodRequest) -> Iterator[tuple[str, Verdict | None]]:
-        """(node, verdict) for each node; ``None`` when the node has no NodeTopology.
+        """(node, verdict) for each node; ``None`` when the node has no NodeTopology."""
+        names = list(nodes)
+        return zip(names, self.verdict_list(names, request), strict=True)
 
-        The lock is held only to copy references (shape, cached free set, bound pods) for the
-        nodes asked about; placing bound pods and evaluating the request run outside it, so one
-        expensive node never stalls the reflectors or the other requests.
+    def verdict_list(self, nodes: list[str], request: PodRequest) -> list[Verdict | None]:
+        """The verdict for each of ``nodes``, in order; ``None`` when the node has no NodeTopology.
+
+        Per node this is one dict lookup: ``_allocations`` maps each node whose free set is current
+        to its interned ``Allocation`` (shape + free GPUs), and the request is evaluated once per
+        distinct allocation. The lock is held only for those lookups and to copy references (shape,
+        bound pods) for the few nodes that changed since they were last asked about; placing bound
+        pods and evaluating the request run outside it, so one expensive node never stalls the
+        reflectors or the other requests.
         """
         with self._lock:
-            rows: list[tuple[str, NodeShape | None, frozenset[int] | None, int, tuple[BoundPod, ...]]] = []
-            for node in nodes:
-                shape = self._shapes.get(node)
-                version = self._versions.get(node, self._base)
-                cached = self._free.get(node)
-                if shape is None or (cached is not None and cached[0] == version):
-                    rows.append((node, shape, cached[1] if cached else None, version, ()))
-                else:
-                    rows.append(
-                        (node, shape, None, version, tuple((self._node_pods.get(node) or {}).values()))
-                    )
-        memo: dict[tuple[int, frozenset[int]], Verdict] = {}  # shapes are interned: id() is identity
-        fresh: list[tuple[str, int, frozenset[int]]] = []
-        for node, shape, free, version, pods in rows:
-            if shape is None:
-                yield node, None
-                continue
-            if free is None:
-                ordered = sorted(pods, key=lambda b: b.order)
-                free = free_after(shape, tuple(b.request for b in ordered))
-                fresh.append((node, version, free))
-            key = (id(shape), free)
-            verdict = memo.get(key)
-            if verdict is None:
-                verdict = memo[key] = evaluate(shape, free, request)
-            yield node, verdict
+            allocations: list[Allocation | None] = list(map(self._allocations.get, nodes))
+            stale: list[tuple[int, NodeShape, int, tuple[BoundPod, ...]]] = []
+            if None in allocations:
+                for i, node in enumerate(nodes):
+                    if allocations[i] is None and (shape := self._shapes.get(node)) is not None:
+                        pods = tuple((self._node_pods.get(node) or {}).values())
+                        stale.append((i, shape, self._versions.get(node, self._base), pods))
+        fresh: list[tuple[str, int, Allocation]] = []
+        for i, shape, version, pods in stale:
+            ordered = sorted(pods, key=lambda b: b.order)
+            allocation = self._intern(Allocation(shape, free_after(shape, tuple(b.request for b in ordered))))
+            allocations[i] = allocation
+            fresh.append((nodes[i], version, allocation))
         if fresh:
             with self._lock:
-                for node, version, free in fresh:
-                    if self._versions.get(node, self._base) == version:
-                        self._free[node] = (version, free)
+                for node, version, allocation in fresh:
+                    if self._versions.get(node, self._base) == version and node in self._shapes:
+                        self._allocations[node] = allocation
+        memo: dict[Allocation | None, Verdict | None] = {None: None}
+        for distinct in set(allocations):  # identity hashing: a handful of distinct allocations
+            if distinct is not None:
+                memo[distinct] = evaluate(distinct.shape, distinct.free, request)
+        return list(map(memo.__getitem__, allocations))
+
+    def _intern(self, allocation: Allocation) -> Allocation:
+        key = (allocation.shape, allocation.free)
+        with self._lock:
+            pool = self._allocation_pool
+            if len(pool) > 2 * len(self._shapes) + 1024:  # shapes come and go: forget old ones
+                pool.clear()
+            return pool.setdefault(key, allocation)
 
 
 # --------------------------------------------------------------------------------------------

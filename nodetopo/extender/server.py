@@ -157,7 +157,7 @@ def filter_nodes(state: ClusterState, args: Mapping[str, Any] | ExtenderArgs) ->
     if isinstance(request, AnnotationError):
         unresolvable = {n: f"{REASON_PREFIX}{request}" for n in names}
     else:
-        for node, verdict in state.verdicts(names, request):
+        for node, verdict in zip(names, state.verdict_list(names, request), strict=True):
             if verdict is None:
                 if request.constrained:
                     failed[node] = NO_TOPOLOGY
@@ -188,7 +188,7 @@ def prioritize_nodes(state: ClusterState, args: Mapping[str, Any] | ExtenderArgs
         return [{"Host": n, "Score": 0} for n in parsed.names]
     return [
         {"Host": node, "Score": verdict.score if verdict is not None and verdict.fits else 0}
-        for node, verdict in state.verdicts(parsed.names, parsed.request)
+        for node, verdict in zip(parsed.names, state.verdict_list(parsed.names, parsed.request), strict=True)
     ]
 
 

@@ -149,7 +149,7 @@ def serve(nodes: int, candidates: int, calls: int, null: bool) -> None:
             "FailedAndUnresolvableNodes": {},
             "Error": "",
         }
-        server.prioritize_nodes = lambda st, args: [{"Host": n, "Score": 0} for n in args.names]  # type: ignore[assignment]
+        server.prioritize_scores = lambda st, args: [0] * len(args.names)  # type: ignore[assignment]
     http_server = server.make_server(state, "127.0.0.1", 0)
     http_server.start_background()
     info = {

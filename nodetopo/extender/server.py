@@ -44,6 +44,7 @@ import ssl
 import threading
 import time
 from collections.abc import Mapping
+from json.encoder import encode_basestring_ascii as _encode_str  # what json.dumps uses
 from typing import Any
 
 from prometheus_client import (
@@ -181,15 +182,39 @@ def filter_nodes(state: ClusterState, args: Mapping[str, Any] | ExtenderArgs) ->
     return result
 
 
+def prioritize_scores(state: ClusterState, args: Mapping[str, Any] | ExtenderArgs) -> list[int]:
+    """The score of each node of ``args``, in order (0 for nodes without a fit or a NodeTopology)."""
+    parsed = args if isinstance(args, ExtenderArgs) else parse_extender_args(args)
+    if isinstance(parsed.request, AnnotationError):
+        return [0] * len(parsed.names)
+    return [
+        verdict.score if verdict is not None and verdict.fits else 0
+        for verdict in state.verdict_list(parsed.names, parsed.request)
+    ]
+
+
 def prioritize_nodes(state: ClusterState, args: Mapping[str, Any] | ExtenderArgs) -> list[dict[str, Any]]:
     """``ExtenderArgs`` → ``HostPriorityList`` (0 for nodes without a fit or a NodeTopology)."""
     parsed = args if isinstance(args, ExtenderArgs) else parse_extender_args(args)
-    if isinstance(parsed.request, AnnotationError):
-        return [{"Host": n, "Score": 0} for n in parsed.names]
-    return [
-        {"Host": node, "Score": verdict.score if verdict is not None and verdict.fits else 0}
-        for node, verdict in zip(parsed.names, state.verdict_list(parsed.names, parsed.request), strict=True)
-    ]
+    scores = prioritize_scores(state, parsed)
+    return [{"Host": node, "Score": score} for node, score in zip(parsed.names, scores, strict=True)]
+
+
+_SCORE_TAILS: dict[int, str] = {}
+
+
+def encode_priorities(names: list[str], scores: list[int]) -> bytes:
+    """``HostPriorityList`` as compact JSON, byte for byte what ``json.dumps`` makes of
+    ``prioritize_nodes``'s list, without building a dict per node (~4× faster at 5,000 nodes)."""
+    tails = _SCORE_TAILS
+    for score in set(scores):
+        if score not in tails:
+            tails[score] = f',"Score":{int(score)}}}'
+    return (
+        "["
+        + ",".join(['{"Host":' + _encode_str(n) + tails[s] for n, s in zip(names, scores, strict=True)])
+        + "]"
+    ).encode()
 
 
 class ExtenderMetrics:
@@ -312,8 +337,13 @@ class _Handler(BoundedHandler):
                 log.info("bad %s request: %s", verb, e)
                 raise HttpError(400, f"bad ExtenderArgs: {e}") from None
             del decoded
-            answer: Any = filter_nodes(state, args) if verb == "filter" else prioritize_nodes(state, args)
-            self.send_json(200, answer)
+            answer: Any
+            if verb == "filter":
+                answer = filter_nodes(state, args)
+                self.send_json(200, answer)
+            else:
+                answer = prioritize_scores(state, args)
+                self.send_body(200, encode_priorities(args.names, answer), "application/json")
             elapsed = time.perf_counter() - started
             self.server.metrics.duration.labels(verb).observe(elapsed)
             if log.isEnabledFor(logging.DEBUG):

@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from nodetopo.extender.cache import ClusterState, Handlers, Reflector
-from nodetopo.extender.server import NO_TOPOLOGY, ExtenderHTTPServer, filter_nodes, prioritize_nodes
+from nodetopo.extender.server import (
+    NO_TOPOLOGY,
+    ExtenderHTTPServer,
+    encode_priorities,
+    filter_nodes,
+    prioritize_nodes,
+)
 
 
 def gpu_pod(
@@ -89,6 +95,35 @@ def test_prioritize_answers_host_priority_list(state: ClusterState) -> None:
     assert [set(p) for p in result] == [{"Host", "Score"}] * 2
     scores = {p["Host"]: p["Score"] for p in result}
     assert scores["pcie-4x-nvbridge"] > scores["dgx-h100"]
+
+
+def test_encoded_priorities_are_what_json_makes_of_the_list() -> None:
+    names = ["plain", 'quo"te\\back', "ünïcode-\u2603", "ctrl\x01\n\t", "", "\ud83d\ude00 pair"]
+    scores = [0, 10, 7, 3, 10, 1]
+    expected = [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
+    assert encode_priorities(names, scores) == json.dumps(expected, separators=(",", ":")).encode()
+    assert encode_priorities([], []) == b"[]"
+
+
+def test_prioritize_over_http_matches_prioritize_nodes(state: ClusterState) -> None:
+    server = ExtenderHTTPServer(("127.0.0.1", 0), state)
+    server.start_background()
+    try:
+        args = {
+            "Pod": gpu_pod(2, {"nodetopo.io/gpus-in-one-island": "true"}),
+            "NodeNames": ["pcie-4x-nvbridge", "dgx-h100", "no-such-node", "gh200-nvl"],
+        }
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        conn.request(
+            "POST", "/prioritize", body=json.dumps(args), headers={"Content-Type": "application/json"}
+        )
+        response = conn.getresponse()
+        assert response.status == 200
+        assert json.loads(response.read()) == prioritize_nodes(state, args)
+        conn.close()
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_bound_pods_use_capacity_until_they_finish(state: ClusterState) -> None:

@@ -1,9 +1,9 @@
 # nodetopo developer commands. `make test` is THE test command (README, .ci/run).
 PYTHON ?= python3
 
-.PHONY: test lint typecheck unit cluster node image bench fixtures
+.PHONY: test lint typecheck unit cluster helm node image bench fixtures
 
-test: lint typecheck cluster
+test: lint typecheck cluster helm
 	$(PYTHON) -m pytest -q
 
 lint:
@@ -17,6 +17,10 @@ typecheck:
 # Build (or find cached) kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet and etcd.
 cluster:
 	tests/cluster/build.sh
+
+# Build (or find cached) the helm CLI for the chart tests (charts/nodetopo), from its own Go module.
+helm:
+	tests/cluster-helm/build.sh
 
 # The real-node suite alone (root; containerd, runc, CNI plugins, mmdebstrap): kubelet + the image + deploy/.
 node: cluster

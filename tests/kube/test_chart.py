@@ -1,0 +1,322 @@
+"""The Helm chart with a real ``helm`` (tests/cluster-helm) against the real API server: lint, the
+schema refusing bad values, equivalence with ``deploy/`` (kustomize), and several value sets applied
+(server-side dry run, then for real)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kube.chart_support import (
+    CHART,
+    REPO,
+    by_identity,
+    documents,
+    helm,
+    render,
+    squeeze_whitespace,
+    template,
+    without_helm_metadata,
+)
+
+pytestmark = pytest.mark.k8s
+
+ALL_OPTIONAL = (
+    "--set", "extender.enabled=true",
+    "--set", "admission.enabled=true",
+    "--set", "metrics.serviceMonitor.enabled=true",
+    "--set", "metrics.podMonitor.enabled=true",
+    "--set", "metrics.prometheusRule.enabled=true",
+)  # fmt: skip
+MONITORING = "monitoring.coreos.com"
+
+
+def kustomize(cluster: Any, path: Path) -> list[dict[str, Any]]:
+    return documents(cluster.kubectl("kustomize", str(path)).stdout)
+
+
+def test_helm_lint_passes_for_every_value_set() -> None:
+    for values in ((), ALL_OPTIONAL, ("--set", "nfd.enabled=true", "--namespace", "nodetopo")):
+        done = helm("lint", "--strict", str(CHART), *values)
+        assert "0 chart(s) failed" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        (("--set", "agent.nvml=maybe"), "/agent/nvml"),
+        (("--set", "agent.logFormat=xml"), "/agent/logFormat"),
+        (("--set", "agent.tolerations[0].operator=Maybe"), "/agent/tolerations/0/operator"),
+        (("--set", "image.digest=latest"), "/image/digest"),
+        (("--set", "image.pullPolicy=Sometimes"), "/image/pullPolicy"),
+        (("--set", "agent.port=70000"), "/agent/port"),
+        (("--set", "agent.extraArgs[0]=oops"), "/agent/extraArgs/0"),
+        (("--set", "agent.nodeselector.x=y"), "additional properties 'nodeselector' not allowed"),
+        (("--set", "extender.replicas=0"), "/extender/replicas"),
+        (("--set", "agent.runtimeClassName=Not_A_Name"), "/agent/runtimeClassName"),
+        (("--set", "metrics.prometheusRule.for=soon"), "/metrics/prometheusRule/for"),
+    ],
+)
+def test_schema_refuses_bad_values(values: tuple[str, ...], complaint: str) -> None:
+    done = template(values=values, check=False)
+    assert done.returncode != 0, done.stdout[:2000]
+    assert "values don't meet the specifications of the schema" in done.stderr, done.stderr
+    assert complaint in done.stderr, done.stderr
+
+
+def test_nfd_mode_requires_the_namespace_the_agent_writes_to() -> None:
+    done = template("rel", "elsewhere", values=("--set", "nfd.enabled=true"), check=False)
+    assert done.returncode != 0 and 'namespace \\"nodetopo\\"' in done.stderr.replace('"', '\\"'), done.stderr
+
+
+def test_chart_and_kustomize_produce_the_same_objects(cluster: Any) -> None:
+    base = by_identity(kustomize(cluster, REPO / "deploy"))
+    chart = by_identity(render("nodetopo", "nodetopo", "--set", "namespace.create=true"))
+    assert sorted(chart) == sorted(base)
+    for key, ours in chart.items():
+        assert squeeze_whitespace(without_helm_metadata(ours)) == squeeze_whitespace(base[key]), key
+    # With default values the chart leaves the namespace to `helm install --create-namespace`.
+    default = by_identity(render())
+    assert sorted(set(base) - set(default)) == [("Namespace", "", "nodetopo")]
+
+
+@pytest.mark.parametrize(
+    ("part", "flag"), [("extender", "extender.enabled"), ("admission", "admission.enabled")]
+)
+def test_optional_parts_match_their_kustomizations(cluster: Any, part: str, flag: str) -> None:
+    theirs = by_identity(kustomize(cluster, REPO / "deploy" / part))
+    plain = by_identity(render())
+    ours = {
+        k: v
+        for k, v in by_identity(render("nodetopo", "nodetopo", "--set", f"{flag}=true")).items()
+        if k not in plain
+    }
+    assert sorted(ours) == sorted(theirs)
+    part_of = frozenset({"app.kubernetes.io/part-of"})
+    for key, obj in ours.items():
+        mine = without_helm_metadata(obj, drop_labels=part_of)
+        assert squeeze_whitespace(mine) == squeeze_whitespace(
+            without_helm_metadata(theirs[key], drop_labels=part_of)
+        ), key
+
+
+def test_chart_crds_are_the_repository_crds() -> None:
+    for name in ("nodetopology.yaml", "nodetopologysummary.yaml"):
+        shipped = CHART / "files" / "crds" / name
+        assert shipped.read_text() == (REPO / "crds" / name).read_text(), f"copy crds/{name} to {shipped}"
+
+
+def test_custom_values_reach_the_daemonset() -> None:
+    digest = "sha256:" + "ab" * 32
+    docs = by_identity(
+        render(
+            "gpu", "topo",
+            "--set", f"image.digest={digest}",
+            "--set", "image.pullPolicy=Always",
+            "--set", "agent.runtimeClassName=nvidia",
+            "--set", "agent.priorityClassName=gpu-infra",
+            "--set", "agent.logFormat=text",
+            "--set", "agent.logLevel=debug",
+            "--set-string", "agent.nodeSelector.nvidia\\.com/gpu\\.present=true",
+            "--set", "agent.tolerations[0].key=dedicated",
+            "--set", "agent.tolerations[0].operator=Exists",
+            "--set", "agent.extraArgs[0]=--interval=300",
+            "--set", "agent.resources.limits.memory=512Mi",
+        )
+    )  # fmt: skip
+    ds = docs[("DaemonSet", "topo", "gpu-nodetopo-agent")]
+    pod = ds["spec"]["template"]["spec"]
+    agent = pod["containers"][0]
+    assert agent["image"] == f"ghcr.io/nodetopo/nodetopo@{digest}" and agent["imagePullPolicy"] == "Always"
+    assert pod["runtimeClassName"] == "nvidia" and pod["priorityClassName"] == "gpu-infra"
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux", "nvidia.com/gpu.present": "true"}  # merged
+    assert pod["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+    assert {"--log-format=text", "--log-level=debug", "--interval=300"} <= set(agent["args"])
+    assert agent["resources"]["limits"] == {"memory": "512Mi"}
+    assert pod["serviceAccountName"] == "gpu-nodetopo-agent"
+    binding = docs[("ClusterRoleBinding", "", "gpu-nodetopo-agent")]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpu-nodetopo-agent", "namespace": "topo"}
+    ]
+    assert binding["roleRef"]["name"] == "gpu-nodetopo-agent"
+    vap = docs[("ValidatingAdmissionPolicyBinding", "", "gpu-nodetopo-agent-own-node")]
+    assert vap["spec"]["policyName"] == "gpu-nodetopo-agent-own-node"
+
+
+def test_alert_rules_use_metrics_the_agent_exports() -> None:
+    from prometheus_client.exposition import generate_latest
+
+    from nodetopo.agent.metrics import AgentStats, make_registry
+
+    stats = AgentStats("n1")
+    stats.record_failure("nodetopology", "Forbidden")
+    stats.record_success(time.time(), 0)
+    exported = set(
+        re.findall(
+            r"^# TYPE (\S+) (\S+)", generate_latest(make_registry(stats, process=False)).decode(), re.M
+        )
+    )
+    names = {name for name, _ in exported} | {f"{n}_total" for n, kind in exported if kind == "counter"}
+    rule = by_identity(render("nodetopo", "nodetopo", "--set", "metrics.prometheusRule.enabled=true"))[
+        ("PrometheusRule", "nodetopo", "nodetopo-agent")
+    ]
+    alerts = {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert set(alerts) == {"NodetopoAgentNotPublishing", "NodetopoSourceFailing", "NodetopoInconsistent"}
+    used = {m for expr in alerts.values() for m in re.findall(r"\bnodetopo_[a-z_]+", expr)}
+    assert used and used <= names, used - names
+    assert "nodetopo_consistent" in alerts["NodetopoInconsistent"]
+    assert "nodetopo_source_errors_total" in alerts["NodetopoSourceFailing"]
+
+
+def apply(cluster: Any, docs: list[dict[str, Any]], *extra: str) -> str:
+    stream = yaml.safe_dump_all(docs)
+    return str(
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", *extra, "-f", "-", input=stream).stdout
+    )
+
+
+VALUE_SETS = {
+    "default": (),
+    "optional-parts": ALL_OPTIONAL,
+    "custom": (
+        "--set", "agent.runtimeClassName=nvidia",
+        "--set", "agent.logFormat=text",
+        "--set", "agent.extraArgs[0]=--interval=300",
+        "--set", "image.tag=0.1.0-test",
+        "--set", "agent.priorityClassName=",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_value_set_applies_to_the_real_apiserver(cluster: Any, name: str) -> None:
+    release = f"c{uuid.uuid4().hex[:8]}"
+    namespace = f"chart-{release}"
+    docs = render(release, namespace, "--set", "namespace.create=true", *VALUE_SETS[name])
+    # The Prometheus Operator's CRDs are not in this cluster: its objects are checked by render
+    # (test_alert_rules_use_metrics_the_agent_exports) and by `helm lint`, not applied.
+    applied = [d for d in docs if not d["apiVersion"].startswith(MONITORING)]
+    assert len(applied) < len(docs) or name != "optional-parts"
+    try:
+        check_value_set(cluster, release, namespace, applied)
+    finally:
+        uninstall(cluster, release, namespace)
+
+
+def uninstall(cluster: Any, release: str, namespace: str) -> None:
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false", "--ignore-not-found")
+    for kind, suffix in (
+        ("validatingadmissionpolicybinding", "-own-node"),
+        ("validatingadmissionpolicy", "-own-node"),
+        ("clusterrolebinding", ""),
+        ("clusterrole", ""),
+    ):
+        cluster.kubectl("delete", kind, f"{release}-nodetopo-agent{suffix}", "--ignore-not-found")
+
+
+def check_value_set(cluster: Any, release: str, namespace: str, applied: list[dict[str, Any]]) -> None:
+    namespace_doc = [d for d in applied if d["kind"] == "Namespace"]
+    apply(cluster, namespace_doc)  # a server-side dry run cannot create the namespace the rest needs
+    dry = apply(cluster, applied, "--dry-run=server")
+    assert dry.count("(server dry run)") == len(applied), dry
+    out = apply(cluster, applied)
+    assert f"daemonset.apps/{release}-nodetopo-agent serverside-applied" in out, out
+    ds = json.loads(
+        cluster.kubectl("get", "ds", "-n", namespace, f"{release}-nodetopo-agent", "-o", "json").stdout
+    )
+    assert ds["spec"]["template"]["spec"]["serviceAccountName"] == f"{release}-nodetopo-agent"
+    policy = (
+        f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{release}-nodetopo-agent-own-node"
+    )
+    deadline = time.monotonic() + 10
+    status, body = cluster.request("GET", policy)
+    while status == 200 and "typeChecking" not in body.get("status", {}) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        status, body = cluster.request("GET", policy)
+    assert (
+        status == 200 and body.get("status", {}).get("typeChecking", {}).get("expressionWarnings", []) == []
+    )
+
+
+def test_nfd_value_set_applies_and_confines_the_nodefeature(cluster: Any) -> None:
+    release = f"n{uuid.uuid4().hex[:8]}"
+    docs = [
+        d
+        for d in render(release, "nodetopo", "--set", "nfd.enabled=true")
+        if d["kind"] != "CustomResourceDefinition"
+    ]
+    cluster.kubectl("create", "namespace", "nodetopo", check=False)
+    dry = apply(cluster, docs, "--dry-run=server")
+    assert dry.count("(server dry run)") == len(docs), dry
+    apply(cluster, docs)
+    policies = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+    policy = f"{policies}/{release}-nodetopo-agent-own-nodefeature"
+    status, body = cluster.request("GET", policy)
+    deadline = time.monotonic() + 10
+    while status == 200 and "typeChecking" not in body.get("status", {}) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        status, body = cluster.request("GET", policy)
+    assert (
+        status == 200 and body.get("status", {}).get("typeChecking", {}).get("expressionWarnings", []) == []
+    )
+    role = next(d for d in docs if d["kind"] == "Role")
+    assert role["rules"] == [
+        {"apiGroups": ["nfd.k8s-sigs.io"], "resources": ["nodefeatures"], "verbs": ["get", "create", "patch"]}
+    ]
+    for d in reversed(docs):
+        cluster.kubectl(
+            "delete", d["kind"].lower(), d["metadata"]["name"], "-n", "nodetopo", "--ignore-not-found"
+        )
+
+
+def test_confinement_follows_the_release_namespace_and_names(
+    cluster: Any, make_node: Callable[..., dict[str, Any]], node_bound_token: Callable[..., Any]
+) -> None:
+    release = f"r{uuid.uuid4().hex[:8]}"
+    namespace = f"chart-{release}"
+    docs = render(release, namespace, "--set", "namespace.create=true")
+    apply(cluster, [d for d in docs if d["kind"] == "Namespace"])
+    apply(cluster, docs)
+    try:
+        own, other = make_node(), make_node()
+        token = node_bound_token(
+            own["metadata"]["name"], namespace=namespace, service_account=f"{release}-nodetopo-agent"
+        )
+        patch = json.dumps({"metadata": {"labels": {"nodetopo.io/gpu.count": "8"}}})
+        deadline = time.monotonic() + 30
+        while True:  # the policy and the RBAC take effect within a second or so
+            done = cluster.kubectl(
+                "--kubeconfig",
+                str(token.kubeconfig),
+                "patch",
+                "node",
+                other["metadata"]["name"],
+                "-p",
+                patch,
+                check=False,
+            )
+            if f"{release}-nodetopo-agent-own-node" in done.stderr and "own Node" in done.stderr:
+                break
+            assert time.monotonic() < deadline, done.stderr
+            time.sleep(0.5)
+        mine = cluster.kubectl(
+            "--kubeconfig",
+            str(token.kubeconfig),
+            "patch",
+            "node",
+            own["metadata"]["name"],
+            "-p",
+            patch,
+            check=False,
+        )
+        assert mine.returncode == 0, mine.stderr
+    finally:
+        uninstall(cluster, release, namespace)

@@ -108,10 +108,19 @@ def test_optional_parts_match_their_kustomizations(cluster: Any, part: str, flag
         ), key
 
 
-def test_chart_crds_are_the_repository_crds() -> None:
-    for name in ("nodetopology.yaml", "nodetopologysummary.yaml"):
-        shipped = CHART / "files" / "crds" / name
-        assert shipped.read_text() == (REPO / "crds" / name).read_text(), f"copy crds/{name} to {shipped}"
+@pytest.mark.parametrize(
+    ("shipped", "source"),
+    [("crds", "crds"), ("admission", "deploy/admission"), ("extender", "deploy/extender")],
+)
+def test_chart_files_are_the_repository_manifests(shipped: str, source: str) -> None:
+    """The chart ships copies (a packaged chart holds nothing outside its directory): same bytes."""
+    copies = sorted((CHART / "files" / shipped).glob("*.yaml"))
+    assert copies
+    for copy in copies:
+        original = REPO / source / copy.name
+        assert copy.read_text() == original.read_text(), (
+            f"cp {original.relative_to(REPO)} {copy.relative_to(REPO)}"
+        )
 
 
 def test_custom_values_reach_the_daemonset() -> None:

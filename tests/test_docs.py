@@ -11,6 +11,7 @@ from pathlib import Path
 
 from nodetopo.labels import KEYS, PREFIX
 from nodetopo.model import ConditionReason
+from nodetopo.probe.checks import Attribution
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -94,3 +95,9 @@ def test_the_index_links_every_page_and_every_link_resolves() -> None:
             elif not (page.parent / target).exists():
                 broken.append(f"{page.name}: {target}")
     assert not broken, broken
+
+
+def test_every_probe_attribution_is_explained() -> None:
+    text = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+    missing = sorted(a.value for a in Attribution if f"* `{a.value}`:" not in text)
+    assert not missing, f"docs/troubleshooting.md does not explain the probe verdicts {missing}"

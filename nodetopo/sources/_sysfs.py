@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -81,6 +82,55 @@ def read_attribute(
             _shown(root, path, shown_as), e.strerror or type(e).__name__, no_value=e.errno in _NO_VALUE_ERRNOS
         ) from None
     return data.decode("utf-8", errors="replace")
+
+
+_AT_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+def open_checked_directory(root: HostRoot, real_dir: str) -> int | None:
+    """A descriptor of a resolved directory, checked once to lie inside the root; None when it cannot
+    be opened or checked (callers then read through ``read_attribute`` alone)."""
+    try:
+        fd = os.open(real_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        real = ""
+    if not real or not root.contains(real):
+        os.close(fd)
+        return None
+    return fd
+
+
+def read_attribute_at(
+    root: HostRoot, dir_fd: int | None, name: str, path: str, *, shown_as: str | None = None
+) -> str | None:
+    """``read_attribute(root, path, shown_as=...)`` where ``path`` is ``<dir>/<name>`` and ``dir_fd``
+    comes from ``open_checked_directory(root, <dir>)``.
+
+    The common case, a regular file directly in the checked directory (``O_NOFOLLOW``: never a
+    link), is one open + fstat + read relative to the descriptor, instead of a confined open of the
+    full path per attribute. Anything else (absent, a link, not a regular file, an error, over the
+    limit) goes through ``read_attribute``, which gives the same answer or error as always.
+    """
+    if dir_fd is not None and "/" not in name:
+        try:
+            fd = os.open(name, _AT_FLAGS, dir_fd=dir_fd)
+        except OSError:
+            fd = -1
+        if fd >= 0:
+            try:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    data = os.read(fd, SYSFS_ATTRIBUTE_LIMIT + 1)
+                    if len(data) <= SYSFS_ATTRIBUTE_LIMIT and (not data or not os.read(fd, 1)):
+                        return data.decode("utf-8", errors="replace")
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+    return read_attribute(root, path, shown_as=shown_as)
 
 
 def _shown(root: HostRoot, path: str | os.PathLike[str], shown_as: str | os.PathLike[str] | None) -> str:

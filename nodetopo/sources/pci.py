@@ -207,14 +207,21 @@ def _read_device(
         )
 
     texts: dict[str, str | None] = {}
-    for name in ATTRIBUTES:
-        try:
-            # through the resolved directory: an absolute link in a capture is re-rooted, not followed
-            # to this machine's own /sys
-            texts[name] = _sysfs.read_attribute(root, f"{real_dir}/{name}", shown_as=f"{entry_dir}/{name}")
-        except _sysfs.Unreadable as e:
-            conditions.append(_sysfs.unavailable(NAME, str(e)))
-            texts[name] = None
+    dir_fd = _sysfs.open_checked_directory(root, real_dir)  # checked once, not per attribute
+    try:
+        for name in ATTRIBUTES:
+            try:
+                # through the resolved directory: an absolute link in a capture is re-rooted, not
+                # followed to this machine's own /sys
+                texts[name] = _sysfs.read_attribute_at(
+                    root, dir_fd, name, f"{real_dir}/{name}", shown_as=f"{entry_dir}/{name}"
+                )
+            except _sysfs.Unreadable as e:
+                conditions.append(_sysfs.unavailable(NAME, str(e)))
+                texts[name] = None
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
 
     required: dict[str, int] = {}
     for name, bits in _REQUIRED.items():

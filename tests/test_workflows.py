@@ -2,12 +2,14 @@
 
 actionlint is built from its Go module (tests/tools-actionlint, its own module so the control plane's
 cache key is untouched) by tests/tools-actionlint/build.sh. Nothing here can run a workflow: these
-tests check the files statically (actionlint's syntax, expression, action-input and job-graph checks;
-shell scripts too when shellcheck is installed) and that the release builds what the issue asks.
+tests check the files statically (actionlint's syntax, expression, action-input and job-graph checks,
+and the `run:` scripts through shellcheck, which must be installed) and that the release builds what
+the issue asks.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,17 @@ def actionlint() -> Path:
     return Path(done.stdout.strip().splitlines()[-1]) / "actionlint"
 
 
+@pytest.fixture(scope="module")
+def shellcheck() -> str:
+    """actionlint checks `run:` scripts with shellcheck, and silently skips them without it."""
+    path = shutil.which("shellcheck")
+    if path is None:
+        pytest.fail(
+            "shellcheck is not installed (Debian package shellcheck): actionlint needs it for run: scripts"
+        )
+    return path
+
+
 def _load(name: str) -> dict[Any, Any]:
     body = yaml.safe_load((WORKFLOWS / name).read_text(encoding="utf-8"))
     assert isinstance(body, dict)
@@ -38,10 +51,10 @@ def _steps(workflow: dict[Any, Any]) -> list[dict[str, Any]]:
     return [step for job in workflow["jobs"].values() for step in job.get("steps", [])]
 
 
-def test_actionlint_passes_every_workflow(actionlint: Path) -> None:
+def test_actionlint_passes_every_workflow(actionlint: Path, shellcheck: str) -> None:
     files = sorted(WORKFLOWS.glob("*.yml"))
     assert {p.name for p in files} >= {"release.yml", "ci.yml"}
-    command = [str(actionlint), "-no-color", *map(str, files)]
+    command = [str(actionlint), "-no-color", f"-shellcheck={shellcheck}", *map(str, files)]
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -54,6 +67,18 @@ def test_actionlint_rejects_a_broken_workflow(actionlint: Path, tmp_path: Path) 
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "runs-on" in done.stdout
+
+
+def test_actionlint_checks_run_scripts_with_shellcheck(
+    actionlint: Path, shellcheck: str, tmp_path: Path
+) -> None:
+    bad = tmp_path / "unquoted.yml"
+    bad.write_text(
+        "on: push\njobs:\n  x:\n    runs-on: ubuntu-24.04\n    steps:\n      - run: rm -rf $DIR/x\n"
+    )
+    command = [str(actionlint), "-no-color", f"-shellcheck={shellcheck}", str(bad)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 1 and "SC2086" in done.stdout, done.stdout + done.stderr
 
 
 def test_release_runs_on_a_tag_and_builds_both_architectures_from_the_dockerfile() -> None:

@@ -226,6 +226,7 @@ class Seen:
     cpus_from: str
     mems: frozenset[int] | None
     unread: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    collective_busbw: float | None = None  #: all_reduce_perf's average bus bandwidth, GB/s, when it ran
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -234,6 +235,8 @@ class Thresholds:
     min_hugepages_bytes: int = 0
     require_p2p: bool = False
     gpus: int | None = None  #: the GPU count the pod requested (``--gpus``), when known
+    min_busbw_nvlink: float = 40.0  #: GB/s all_reduce_perf should reach within one NVLink island
+    min_busbw_pcie: float = 3.0  #: GB/s it should reach otherwise
 
 
 # --------------------------------------------------------------------------------------------
@@ -519,6 +522,33 @@ def check_mems(declared: Declared, seen: Seen, promised: Promised | None) -> Che
     return passed(name, f"{mems} include the GPUs' NUMA node(s) {format_cpulist(numa_nodes)}")
 
 
+def check_collective(seen: Seen, promised: Promised | None, t: Thresholds) -> Check:
+    """The collective smoke test (``all_reduce_perf`` from nccl-tests), judged by the island class."""
+    name = "collective"
+    if seen.collective_busbw is None:
+        return skipped(name, seen.unread.get("collective", "not run"))
+    found, _ = container_gpus(seen, promised) if promised is not None else ([], [])
+    islands = {g.island for g in found}
+    one_island = (
+        promised is not None
+        and len(found) >= 2
+        and len(islands) == 1
+        and None not in islands
+        and promised.islands.get(next(iter(islands)) or 0, 0) > 1
+    )
+    minimum, what = (
+        (t.min_busbw_nvlink, "one NVLink island")
+        if one_island
+        else (t.min_busbw_pcie, "no common NVLink island")
+    )
+    text = f"all_reduce_perf average bus bandwidth {seen.collective_busbw:g} GB/s"
+    if seen.collective_busbw < minimum:
+        return failed(
+            name, f"{text}, below {minimum:g} GB/s expected of {what}", Attribution.RESOURCE_NOT_REAL
+        )
+    return passed(name, f"{text} (at least {minimum:g} GB/s expected of {what})")
+
+
 def run_checks(
     declared: Declared, promised: Promised | None, promised_why: str | None, seen: Seen, t: Thresholds
 ) -> list[Check]:
@@ -541,6 +571,7 @@ def run_checks(
         check_hugepages(seen, t),
         check_cpuset(declared, seen, promised),
         check_mems(declared, seen, promised),
+        check_collective(seen, promised, t),
     ]
     return checks
 

@@ -37,6 +37,8 @@ checks (each pass, fail, warn or skip, with its reason):
   hugepages           at least --min-hugepages of hugepages (when asked)
   cpuset-numa         the container's cpuset (cgroup v2/v1) has CPUs of its GPUs' NUMA nodes
   memory-nodes        the memory nodes allowed include its GPUs' NUMA nodes
+  collective          all_reduce_perf (nccl-tests), only when in the image: its average bus bandwidth
+                      against what the GPUs' island class should give (--min-busbw-nvlink/-pcie)
 attribution of a failure: PlacedWrong (constraint not expressed or not honoured), ResourceNotReal
 (the NodeTopology promised something the container cannot use), Undeclared (no or bad declaration).
 exit: 0 passed (or --warn-only), 1 a check failed, 2 usage error.
@@ -123,6 +125,28 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
     p.add_argument(
         "--require-p2p", action="store_true", help="fail unless P2P read is OK between every GPU pair"
     )
+    p.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="time limit of the collective smoke test, run only when all_reduce_perf (nccl-tests) is on "
+        "$PATH and the container has 2+ GPUs (default: 120; 0: never run it)",
+    )
+    p.add_argument(
+        "--min-busbw-nvlink",
+        type=float,
+        default=40.0,
+        metavar="GBPS",
+        help="least all_reduce_perf bus bandwidth for GPUs in one NVLink island (default: 40)",
+    )
+    p.add_argument(
+        "--min-busbw-pcie",
+        type=float,
+        default=3.0,
+        metavar="GBPS",
+        help="least all_reduce_perf bus bandwidth otherwise (default: 3)",
+    )
     p.add_argument("--warn-only", action="store_true", help="report failures but exit 0")
     p.add_argument(
         "--termination-log",
@@ -165,7 +189,7 @@ def bounded(fn: Callable[[], T], seconds: float, what: str) -> T:
     return result[0]  # type: ignore[no-any-return]
 
 
-def _observe(root: Path, environ: dict[str, str], timeout: float) -> Any:
+def _observe(root: Path, environ: dict[str, str], timeout: float, collective_timeout: float) -> Any:
     from nodetopo.probe import observe
     from nodetopo.probe.checks import Seen
 
@@ -191,6 +215,17 @@ def _observe(root: Path, environ: dict[str, str], timeout: float) -> Any:
         ids, ids_from = observe.gpu_ids_from_env(environ)
         if ids is None:
             unread["gpus"] = f"{unread.get('nvml', 'no NVML')}; {ids_from}"
+    busbw = None
+    gpus = len(ids or ())
+    if collective_timeout <= 0:
+        unread["collective"] = "not asked (--collective-timeout 0)"
+    elif gpus < 2:
+        unread["collective"] = f"{gpus} GPU(s): no collective to test"
+    else:
+        try:
+            busbw = observe.run_collective(gpus, collective_timeout, environ.get("PATH"))
+        except observe.ReadFailure as e:
+            unread["collective"] = str(e)
     cpuset = attempt("cpus", lambda: observe.read_cpuset(root))
     if cpuset is None:
         unread["mems"] = unread["cpus"]
@@ -208,6 +243,7 @@ def _observe(root: Path, environ: dict[str, str], timeout: float) -> Any:
         cpus_from=cpuset[2] if cpuset else "",
         mems=cpuset[1] if cpuset else None,
         unread=unread,
+        collective_busbw=busbw,
     )
 
 
@@ -294,10 +330,12 @@ def cmd_probe(args: argparse.Namespace) -> int:
     promised, promised_why = _promised(args, session)
     if promised is None and session_error and not args.nodetopology:
         promised_why = f"{promised_why}; {session_error}"
-    seen = _observe(Path(args.root), dict(os.environ), args.timeout)
+    seen = _observe(Path(args.root), dict(os.environ), args.timeout, args.collective_timeout)
     thresholds = Thresholds(
         min_shm_bytes=args.min_shm,
         min_hugepages_bytes=args.min_hugepages,
+        min_busbw_nvlink=args.min_busbw_nvlink,
+        min_busbw_pcie=args.min_busbw_pcie,
         require_p2p=args.require_p2p,
         gpus=args.gpus,
     )

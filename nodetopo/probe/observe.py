@@ -303,3 +303,51 @@ def read_cpuset(root: Path) -> tuple[frozenset[int], frozenset[int], str]:
     except (KeyError, ValueError) as e:
         raise ReadFailure(f"/proc/self/status: no readable Cpus_allowed_list/Mems_allowed_list ({e})") from e
     return cpus, mems, "/proc/self/status"
+
+
+# --------------------------------------------------------------------------------------------
+# The collective smoke test
+# --------------------------------------------------------------------------------------------
+
+COLLECTIVE_TOOL = "all_reduce_perf"
+_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9]+(?:\.[0-9]+)?)\s*$", re.M)
+
+
+def parse_nccl_busbw(text: str) -> float:
+    """``# Avg bus bandwidth    : 187.3`` of nccl-tests' output, GB/s; a ``ValueError`` without it."""
+    m = _BUSBW.search(text)
+    if m is None:
+        raise ValueError(f"{COLLECTIVE_TOOL}: no 'Avg bus bandwidth' line in its output")
+    return float(m[1])
+
+
+def run_collective(gpus: int, timeout: float, path: str | None = None) -> float:
+    """Run ``all_reduce_perf`` over ``gpus`` GPUs (8 MiB to 128 MiB) and return its average bus
+    bandwidth; ``ReadFailure`` when the tool is not in the image, fails or times out."""
+    import shutil
+    import subprocess
+
+    tool = shutil.which(COLLECTIVE_TOOL, path=path)
+    if tool is None:
+        raise ReadFailure(
+            f"{COLLECTIVE_TOOL} (nccl-tests) is not in the image: collective smoke test skipped"
+        )
+    try:
+        done = subprocess.run(
+            [tool, "-b", "8M", "-e", "128M", "-f", "2", "-g", str(gpus)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as e:
+        raise ReadFailure(f"{COLLECTIVE_TOOL}: no result within {timeout:g}s") from e
+    except OSError as e:
+        raise ReadFailure(f"{COLLECTIVE_TOOL}: {e.strerror or e}") from e
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or ["no error text"]
+        raise ReadFailure(f"{COLLECTIVE_TOOL} exited {done.returncode}: {tail[0][:200]}")
+    try:
+        return parse_nccl_busbw(done.stdout)
+    except ValueError as e:
+        raise ReadFailure(str(e)) from e

@@ -121,3 +121,22 @@ def test_no_credentials_and_bad_annotations_file(tmp_path: Path) -> None:
     assert code == 1 and report["attribution"] == "Undeclared" and "annotations file unreadable" in term
     nt = next(c for c in report["checks"] if c["name"] == "nodetopology")
     assert nt["status"] == "skip" and nt["reason"]
+
+
+def test_collective_runs_only_when_the_tool_is_in_the_image(tmp_path: Path) -> None:
+    env = {"NVIDIA_VISIBLE_DEVICES": "GPU-0,GPU-1"}
+    (tmp_path / "root/dev").mkdir(parents=True)
+    (tmp_path / "root/dev/nvidia1").write_text("")
+    args = ("--nodetopology", str(tmp_path / "nt.json"), "--no-event", "--min-shm", "0")
+    _, report, _ = probe(tmp_path, *args, env=env)
+    check = next(c for c in report["checks"] if c["name"] == "collective")
+    assert check["status"] == "skip" and "all_reduce_perf (nccl-tests) is not in the image" in check["reason"]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "all_reduce_perf"
+    tool.write_text("#!/bin/sh\necho '# Avg bus bandwidth    : 8.5'\n")
+    tool.chmod(0o755)
+    code, report, term = probe(tmp_path, *args, env={**env, "PATH": f"{bin_dir}:/usr/bin:/bin"})
+    check = next(c for c in report["checks"] if c["name"] == "collective")
+    assert check["status"] == "fail" and "8.5 GB/s, below 40 GB/s" in check["reason"]
+    assert code == 1 and term.startswith("ResourceNotReal: collective: ")

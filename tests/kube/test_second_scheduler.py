@@ -15,6 +15,8 @@ Deployment is applied with a server-side dry run (there is no kubelet to run it)
 from __future__ import annotations
 
 import json
+import shutil
+import ssl
 import sys
 import time
 import urllib.request
@@ -448,3 +450,102 @@ def test_the_service_account_can_schedule_and_nothing_more(
         "label", "node", "--all", "nodetopo-second-rbac=x", f"--as={SERVICE_ACCOUNT}", check=False
     )
     assert patch.returncode != 0 and "forbidden" in patch.stderr, patch.stderr
+
+
+def test_the_tls_component_calls_the_extender_over_https(
+    cluster: LocalCluster, installed: list[dict[str, Any]], pool: dict[str, str], tmp_path: Path
+) -> None:
+    """deploy/scheduler/tls: the same config but for urlPrefix and tlsConfig, the client certificate
+    mounted where tlsConfig reads it, and the real kube-scheduler with that config reaching an
+    extender that requires a client certificate."""
+    from .test_extender_tls_e2e import certificates
+
+    shutil.copytree(REPO / "deploy", tmp_path / "deploy")
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        "resources: [../deploy/scheduler]\ncomponents: [../deploy/scheduler/tls]\n"
+    )
+    done = cluster.kubectl("apply", "--server-side", "--dry-run=server", "-k", str(overlay))
+    assert f"deployment.apps/{NAME} serverside-applied (server dry run)" in done.stdout, done.stdout
+    documents = [d for d in yaml.safe_load_all(cluster.kubectl("kustomize", str(overlay)).stdout) if d]
+    (config_map,) = [d for d in documents if d["kind"] == "ConfigMap"]
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    pod_spec = deployment["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod_spec["volumes"]}
+    assert volumes["config"]["configMap"]["name"] == config_map["metadata"]["name"]
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    (extender,) = config["extenders"]
+    tls = extender.pop("tlsConfig")
+    assert extender.pop("urlPrefix") == "https://nodetopo-extender.nodetopo.svc:8888"
+    plain = shipped_config(cluster)
+    del plain["extenders"][0]["urlPrefix"]
+    assert config == plain  # the TLS variant differs in nothing else (ignorable: false included)
+    mounts = {m["name"]: m["mountPath"] for m in pod_spec["containers"][0]["volumeMounts"]}
+    secret = volumes["extender-tls"]["secret"]["secretName"]
+    assert secret == "nodetopo-scheduler-extender-client"
+    assert {Path(p).parent for p in tls.values()} == {Path(mounts["extender-tls"])}
+    assert {Path(p).name for p in tls.values()} == {"ca.crt", "tls.crt", "tls.key"}  # kubernetes.io/tls keys
+
+    files = certificates(tmp_path)
+    port = free_port()
+    log = tmp_path / "extender.log"
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "extender.kubeconfig", token=_extender_token(cluster))
+    extender_process = _start(
+        [
+            sys.executable, "-m", "nodetopo", "extender", f"--kubeconfig={kubeconfig}",
+            f"--listen=127.0.0.1:{port}", "--log-level=info",
+            f"--tls-cert-file={files['tls.crt']}", f"--tls-private-key-file={files['tls.key']}",
+            f"--tls-client-ca-file={files['ca.crt']}",
+        ],
+        log,
+    )  # fmt: skip
+    scheduler = None
+    try:
+        _wait_ready_https(port, files["ca.crt"], extender_process, log)
+        own = cluster.write_kubeconfig(
+            tmp_path / "scheduler.kubeconfig", token=_token(cluster, "nodetopo", NAME)
+        )
+        config["clientConnection"] = {"kubeconfig": str(own)}
+        config["leaderElection"] = {"leaderElect": False}  # the Lease is the fixture scheduler's
+        config["profiles"] = [{"schedulerName": "nodetopo-scheduler-tls"}]  # not to race it for pods
+        config["extenders"][0]["urlPrefix"] = f"https://127.0.0.1:{port}"
+        config["extenders"][0]["tlsConfig"] = {
+            "caFile": str(files["ca.crt"]),
+            "certFile": str(files["client.crt"]),
+            "keyFile": str(files["client.key"]),
+        }
+        scheduler, _ = _start_scheduler(
+            cluster, tmp_path, "tls", config, kubeconfig=own, ready="Starting Kubernetes Scheduler"
+        )
+        # Only the extender answers this (1 GPU fits the pool, the earlier tests' pods notwithstanding):
+        # its reason in the events proves the HTTPS call with the client certificate was answered.
+        typo = {"nodetopo.io/max-nic-distance": "CLOSE"}
+        name = _create(cluster, _pod("tls-typo", 1, typo, "nodetopo-scheduler-tls"))
+        expect = "nodetopo.io/max-nic-distance: expected one of PIX|PXB|PHB|NODE|SYS"
+        deadline = time.monotonic() + 45
+        messages: list[str] = []
+        while time.monotonic() < deadline and not any(expect in m for m in messages):
+            time.sleep(0.5)
+            events = _events(cluster, name)
+            messages = [e.get("message", "") for e in events if e.get("reason") == "FailedScheduling"]
+        assert any(expect in m for m in messages), messages
+        assert _node_of(cluster, name, 0) is None
+    finally:
+        if scheduler is not None:
+            _stop(scheduler)
+        _stop(extender_process)
+
+
+def _wait_ready_https(port: int, ca: Path, process: Any, log: Path) -> None:
+    context = ssl.create_default_context(cafile=str(ca))
+    deadline = time.monotonic() + 60
+    while True:  # /readyz needs no client certificate
+        try:
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", timeout=2, context=context) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+        time.sleep(0.2)

@@ -23,7 +23,7 @@ helm:
 	tests/cluster-helm/build.sh
 
 # The real-node suite alone (root; containerd, runc, CNI plugins, mmdebstrap): kubelet + the image + deploy/.
-node: cluster
+node: cluster helm
 	$(PYTHON) -m pytest -q tests/node
 
 # The agent image without Docker or a registry (README "Deploy"); `docker build -t nodetopo:0.1.0 .` with one.

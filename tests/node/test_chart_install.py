@@ -1,0 +1,133 @@
+"""The Helm chart on a real node: ``helm install`` (the real helm from tests/cluster-helm) of
+charts/nodetopo into its own release namespace, with only what the harness cannot provide changed by
+values (pull policy Never: no registry; the API server's address as the pod sees it: no kube-proxy).
+The real kubelet starts the agent from the image built by image/build_oci.py; it must be Running,
+Ready and publish its node's NodeTopology and nodetopo.io/ labels under the release's identity.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube.chart_support import CHART, helm
+
+from .node import LocalNode
+
+pytestmark = [pytest.mark.k8s, pytest.mark.node]
+
+RELEASE = "chart"
+NAMESPACE = "chart-node"
+AGENT = f"{RELEASE}-nodetopo-agent"
+MARKS: dict[str, int] = {}  # audit-log offset taken before the install
+
+
+def kubeconfig(node: LocalNode) -> str:
+    return str(node.cluster.kubeconfig_for("admin"))
+
+
+@pytest.fixture(scope="module")
+def release(
+    node: LocalNode, node_image: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    cluster = node.cluster
+    assert node.forwarder is not None
+    if node.forwarder._listener is None:
+        node.forwarder.start()
+    crds_there = cluster.kubectl("get", "crd", "nodetopologies.nodetopo.io", check=False).returncode == 0
+    values = Path(tmp_path_factory.mktemp("chart")) / "values.yaml"
+    values.write_text(
+        json.dumps(
+            {
+                "image": {"pullPolicy": "Never"},
+                "crds": {"install": not crds_there},
+                "agent": {
+                    "extraEnv": [
+                        {"name": "KUBERNETES_SERVICE_HOST", "value": node.api_host},
+                        {"name": "KUBERNETES_SERVICE_PORT", "value": str(node.api_port)},
+                    ]
+                },
+            }
+        )
+    )
+    cluster.kubectl("create", "namespace", NAMESPACE)
+    MARKS["before install"] = cluster.audit_barrier()
+    helm(
+        "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kubeconfig", kubeconfig(node),
+        "-f", str(values), "--wait", "--timeout", "180s",
+    )  # fmt: skip
+    try:
+        yield RELEASE
+    finally:
+        helm(
+            "uninstall",
+            RELEASE,
+            "--namespace",
+            NAMESPACE,
+            "--kubeconfig",
+            kubeconfig(node),
+            "--wait",
+            check=False,
+        )
+        cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+        # Leave the node as the other node tests expect to find it: no NodeTopology, no nodetopo.io/ label.
+        cluster.kubectl("delete", "nodetopology", node.name, "--ignore-not-found", check=False)
+        status, body = cluster.request("GET", f"/api/v1/nodes/{node.name}")
+        if status == 200:
+            drop = {k: None for k in body["metadata"].get("labels", {}) if k.startswith("nodetopo.io/")}
+            if drop:
+                cluster.request("PATCH", f"/api/v1/nodes/{node.name}", body={"metadata": {"labels": drop}})
+
+
+def test_helm_install_runs_the_agent_and_it_publishes(node: LocalNode, release: str) -> None:
+    cluster = node.cluster
+    # `helm install --wait` alone proves little here: with one node, the DaemonSet's maxUnavailable
+    # (10%, rounded up to 1) lets helm call it ready before the pod is.
+    deadline = time.monotonic() + 180
+    while True:
+        pods = json.loads(
+            cluster.kubectl(
+                "get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={AGENT}", "-o", "json"
+            ).stdout
+        )["items"]
+        assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+        pod = pods[0]
+        conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
+        if pod["status"].get("phase") == "Running" and conditions.get("Ready") == "True":
+            break
+        events = cluster.kubectl("get", "events", "-n", NAMESPACE, check=False).stdout[-3000:]
+        assert time.monotonic() < deadline, f"agent not Ready: {json.dumps(pod['status'])[-3000:]}\n{events}"
+        time.sleep(1)
+    assert pod["spec"]["nodeName"] == node.name and pod["spec"]["serviceAccountName"] == AGENT
+    deadline = time.monotonic() + 60
+    while True:
+        status, topology = cluster.request("GET", f"/apis/nodetopo.io/v1alpha1/nodetopologies/{node.name}")
+        if status == 200 and topology.get("status", {}).get("conditions"):
+            break
+        assert time.monotonic() < deadline, (status, topology)
+        time.sleep(1)
+    owners = topology["metadata"]["ownerReferences"]
+    assert [(o["kind"], o["name"]) for o in owners] == [("Node", node.name)]
+    assert {c["type"] for c in topology["status"]["conditions"]} >= {"Ready"}
+    _, body = cluster.request("GET", f"/api/v1/nodes/{node.name}")
+    labels = body["metadata"].get("labels", {})
+    assert any(k.startswith("nodetopo.io/") for k in labels), labels
+    # Written by the release's own identity (the kubelet-minted token of its ServiceAccount).
+    writes = [
+        e
+        for e in cluster.audit_events(
+            since=MARKS["before install"], user=f"system:serviceaccount:{NAMESPACE}:{AGENT}"
+        )
+        if e["verb"] in ("create", "patch", "update")
+    ]
+    assert {e["objectRef"]["resource"] for e in writes} >= {"nodetopologies", "nodes"}, writes[:5]
+    listed = helm(
+        "list", "--namespace", NAMESPACE, "--kubeconfig", str(cluster.kubeconfig_for("admin")), "-o", "json"
+    )
+    assert [(r["name"], r["status"]) for r in json.loads(listed.stdout)] == [(RELEASE, "deployed")]
+    policy = cluster.kubectl("get", "validatingadmissionpolicybinding", f"{AGENT}-own-node", "-o", "json")
+    assert json.loads(policy.stdout)["spec"]["policyName"] == f"{AGENT}-own-node"

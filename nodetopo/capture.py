@@ -35,7 +35,7 @@ from pathlib import Path, PurePosixPath
 
 from nodetopo import __version__
 from nodetopo.bundle import MANIFEST, Manifest, driver_version, parse_manifest
-from nodetopo.host import HostRoot
+from nodetopo.host import SYSFS_ATTRIBUTE_LIMIT, HostRoot, Refused
 from nodetopo.sources import _sysfs, numa, pci, rdma
 
 log = logging.getLogger(__name__)
@@ -212,8 +212,15 @@ class _Copier:
         os.symlink(target, dst)
 
     def _copy_file(self, src: Path, dst: Path) -> None:
+        # The same confined, bounded read discovery uses: a FIFO, a device, a link out of the root
+        # or an over-long attribute is reported, never followed, blocked on or read to exhaustion.
         try:
-            data = src.read_bytes()
+            data = self.root.read_bytes(src, limit=SYSFS_ATTRIBUTE_LIMIT)
+        except Refused as e:
+            self.warnings.append(f"{e.host_path}: not copied: {e.why}")
+            return
+        except FileNotFoundError:
+            return  # vanished between the walk and the read (a device went away)
         except OSError as e:
             if e.errno not in _NO_VALUE_ERRNOS:
                 self.warnings.append(f"{self.root.relative(src)}: not copied: {e.strerror or e}")

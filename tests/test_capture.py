@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -86,14 +87,14 @@ def test_unreadable_attributes_are_skipped_and_reported(
 ) -> None:
     # chmod 000 does not stop root (CI runs as root): fail the read itself instead
     source = write_tree(tmp_path / "host", pci_function("0000:3b:00.0"))
-    real_read_bytes = Path.read_bytes
+    real_read_bytes = HostRoot.read_bytes
 
-    def read_bytes(self: Path) -> bytes:
-        if self.name == "numa_node" and "host" in self.parts:
+    def read_bytes(self: HostRoot, path: str | os.PathLike[str], *, limit: int) -> bytes:
+        if Path(path).name == "numa_node" and "host" in Path(path).parts:
             raise PermissionError(13, "Permission denied")
-        return real_read_bytes(self)
+        return real_read_bytes(self, path, limit=limit)
 
-    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(HostRoot, "read_bytes", read_bytes)
     warnings = capture_sysfs(source, tmp_path / "copy")
     assert warnings == ["/sys/devices/pci0000:00/0000:3b:00.0/numa_node: not copied: Permission denied"]
     copied = tmp_path / "copy/sys/devices/pci0000:00/0000:3b:00.0"
@@ -149,3 +150,35 @@ def test_live_host_sys_capture_reads_back_the_same_facts(tmp_path: Path) -> None
     warnings = capture_sysfs(live, tmp_path)
     facts = read_all(live)
     assert read_all(HostRoot(tmp_path)) == facts, warnings
+
+
+def test_capture_reads_like_discovery_confined_regular_and_bounded(tmp_path: Path) -> None:
+    # A FIFO (blocked the old copy forever) and an over-long attribute are reported, never
+    # copied; a link out of the root is kept as a link and never read through.
+    source = write_tree(
+        tmp_path / "host",
+        {
+            **pci_function("0000:3b:00.0", attributes={"vendor": Link("/dev/zero")}),
+            "sys/devices/system/node/node0/distance": "10\n" + "1" * (64 * 1024),
+        },
+    )
+    os.mkfifo(tmp_path / "host/sys/devices/system/node/node0/cpulist")
+    result: list[list[str]] = []
+    worker = threading.Thread(
+        target=lambda: result.append(capture_sysfs(source, tmp_path / "copy")), daemon=True
+    )
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive(), "capture blocked on a FIFO or an endless file"
+    (warnings,) = result
+    assert sorted(w.split(": not copied: ")[0] for w in warnings) == [
+        "/sys/devices/system/node/node0/cpulist",
+        "/sys/devices/system/node/node0/distance",
+    ]
+    assert all("refused" not in w or len(w) < 200 for w in warnings)
+    copy = tmp_path / "copy/sys"
+    assert not (copy / "devices/system/node/node0/cpulist").exists()
+    assert not (copy / "devices/system/node/node0/distance").exists()
+    assert (copy / "devices/pci0000:00/0000:3b:00.0/class").exists()
+    vendor = copy / "devices/pci0000:00/0000:3b:00.0/vendor"  # the link is kept; /dev/zero is never read
+    assert vendor.is_symlink() and os.readlink(vendor) == "/dev/zero"

@@ -165,20 +165,31 @@ def pair() -> Iterator[Pair]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def collect_until_seen(root: HostRoot, runner: NetnsRunner) -> lldp.Facts:
+def collect_until_seen(root: HostRoot, runner: NetnsRunner, pair: Pair, peer: str) -> lldp.Facts:
+    """Collect until the neighbour shows; meanwhile ask the peer's daemon to send a frame now.
+
+    ``lldpcli update`` makes the peer transmit at once instead of at its next interval, so a frame
+    sent before this side's daemon listened (seen once under a loaded CI run) is not waited for.
+    """
     deadline = time.monotonic() + 30
     while True:
         facts = lldp.collect(Context(root=root, runner=runner)).facts
         if facts.network and facts.network[0].neighbours:
             return facts
-        assert time.monotonic() < deadline, f"no LLDP neighbour after 30 s: {facts.conditions}"
+        logs = {
+            side: (pair.tmp / f"{side}.log").read_text(errors="replace")[-800:] for side in ("switch", "host")
+        }
+        assert time.monotonic() < deadline, (
+            f"no LLDP neighbour after 30 s: {facts.conditions}; daemon logs: {logs}"
+        )
+        subprocess.run(["lldpcli", "-u", str(pair.socket(peer)), "update"], capture_output=True, timeout=10)
         time.sleep(0.5)
 
 
 def test_a_node_learns_its_switch_and_port_from_real_lldpd(pair: Pair) -> None:
     runner = NetnsRunner(pair.host_ns)
     root = host_root(pair, "host")
-    facts = collect_until_seen(root, runner)
+    facts = collect_until_seen(root, runner, pair, "switch")
     # the socket is not at lldpcli's default place: the source names it
     assert runner.calls[0] == (
         "lldpcli",
@@ -203,7 +214,7 @@ def test_a_node_learns_its_switch_and_port_from_real_lldpd(pair: Pair) -> None:
 def test_the_switch_side_sees_a_server_and_never_a_tier(pair: Pair) -> None:
     """lldpd's default on a host announces the port by MAC: the parser calls it a host, not a switch."""
     runner = NetnsRunner(pair.switch_ns)
-    facts = collect_until_seen(host_root(pair, "switch"), runner)
+    facts = collect_until_seen(host_root(pair, "switch"), runner, pair, "host")
     (observation,) = facts.network
     (n,) = observation.neighbours
     assert n.peer_is_switch is False and observation.tiers == ()

@@ -5,7 +5,9 @@
 # One recipe, two builders: this Dockerfile for users with a registry, and image/build_oci.py for
 # machines without one (Debian rootfs by mmdebstrap, then `ctr images import`). Both install
 #   - the Debian bookworm packages listed in image/debian-packages.txt (python3, ibstat, lspci ...),
-#   - the Python packages of image/requirements.lock, wheels only, by hash (pip --require-hashes),
+#   - the Python packages of image/requirements.lock, wheels only, by hash (pip --require-hashes; the
+#     lock lists the x86_64 and the aarch64 wheel of each compiled package, and pip, run on the target
+#     architecture, keeps the one whose hash is listed),
 #   - nodetopo/ itself and image/nodetopo (the entry point) in a last, small layer,
 # and take the image's labels, user, entry point and command from the final stage below
 # (build_oci.py reads them from this file; tests/node checks both images agree).

@@ -7,14 +7,17 @@
 The same recipe as the Dockerfile, from the same files:
   layer 1  Debian bookworm (mmdebstrap --variant=minbase) with image/debian-packages.txt installed;
   layer 2  the wheels of image/requirements.lock (pip --no-deps --require-hashes --only-binary=:all:)
-           in /usr/local/lib/python3.11/dist-packages;
+           in /usr/local/lib/python3.11/dist-packages, for this machine (x86_64 or aarch64: the lock
+           lists both wheels of each compiled package);
   layer 3  nodetopo/ and image/nodetopo (/usr/local/bin/nodetopo): the small layer a code change rebuilds.
 The image's labels, environment, user, ports, entry point and command are read from the Dockerfile's
 final stage, so both builders describe one image. Layers 1 and 2 are cached (``--cache``, default
 ``$NODETOPO_IMAGE_CACHE`` or ``~/.cache/nodetopo/image``) under the hash of what they are built from;
 layer 3 is reproducible (fixed times and owners), so the same source gives the same image digest.
 
-Needs root (mmdebstrap, Debian's package mirror) and pip (PyPI) for an uncached build; Python 3.11+.
+The image is for the machine the builder runs on (amd64 on x86_64, arm64 on aarch64), like the
+rootfs mmdebstrap makes there. Needs root (mmdebstrap, Debian's package mirror) and pip (PyPI) for an
+uncached build; Python 3.11+.
 The default image name is the one deploy/daemonset.yaml runs.
 """
 
@@ -27,6 +30,7 @@ import hashlib
 import io
 import json
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -37,6 +41,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -255,12 +260,29 @@ def rootfs_layer(cache: Path) -> Layer:
     return _cached_layer(cache, "rootfs", key, build)
 
 
-def wheels_layer(cache: Path) -> Layer:
-    """Layer 2: the locked wheels in /usr/local/lib/python3.11/dist-packages (cached on the lock)."""
+def _lock() -> Any:
+    """image/lock.py, which names the wheels of each machine the lock covers."""
     sys.path.insert(0, str(HERE))
-    from lock import TARGET_OPTIONS  # the same target platform the lock was resolved for
+    import lock
 
-    options = ["--no-deps", "--require-hashes", *TARGET_OPTIONS, "--no-cache-dir"]
+    return lock
+
+
+def host_machine() -> str:
+    """This machine (``uname -m``): the builder makes an image for the machine it runs on, as
+    mmdebstrap's rootfs is (its default architecture is the host's)."""
+    machine = platform.machine()
+    if machine not in _lock().MACHINES:
+        raise BuildError(
+            f"no image for machine {machine!r}: image/lock.py covers {', '.join(_lock().MACHINES)}"
+        )
+    return machine
+
+
+def wheels_layer(cache: Path, machine: str) -> Layer:
+    """Layer 2: the locked wheels for ``machine`` in /usr/local/lib/python3.11/dist-packages (cached on the
+    lock and the machine): pip keeps, of each package, the one wheel whose hash the lock lists."""
+    options = ["--no-deps", "--require-hashes", *_lock().target_options(machine), "--no-cache-dir"]
     key = _key("wheels-v1", LOCK.read_bytes(), *options)
 
     def build(tar_path: Path, scratch: Path) -> None:
@@ -313,11 +335,13 @@ def _blob(data: bytes) -> tuple[str, bytes]:
     return hashlib.sha256(data).hexdigest(), data
 
 
-def write_archive(out: Path, *, name: str, layers: list[Layer], config: dict[str, object]) -> str:
+def write_archive(
+    out: Path, *, name: str, layers: list[Layer], config: dict[str, object], architecture: str = "amd64"
+) -> str:
     """Write the OCI image-layout archive ``out`` (one image: ``config`` + ``layers``, named ``name``
     for ``ctr images import``); return the manifest digest."""
     image_config = {
-        "architecture": "amd64",
+        "architecture": architecture,
         "os": "linux",
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(EPOCH)),
         "config": config,
@@ -349,7 +373,7 @@ def write_archive(out: Path, *, name: str, layers: list[Layer], config: dict[str
                 "mediaType": "application/vnd.oci.image.manifest.v1+json",
                 "digest": f"sha256:{manifest_digest}",
                 "size": len(manifest_bytes),
-                "platform": {"architecture": "amd64", "os": "linux"},
+                "platform": {"architecture": architecture, "os": "linux"},
                 "annotations": {
                     "io.containerd.image.name": name,
                     "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1],
@@ -411,11 +435,13 @@ def build(out: Path, *, name: str = DEFAULT_NAME, cache: Path | None = None) -> 
     with tempfile.TemporaryDirectory(prefix="nodetopo-image-") as tmp:
         scratch = Path(tmp)
         app = [(path, source.read_bytes(), mode) for path, source, mode in _app_files()]
-        layers = [rootfs_layer(cache), wheels_layer(cache), files_layer(scratch, app)]
+        machine = host_machine()
+        layers = [rootfs_layer(cache), wheels_layer(cache, machine), files_layer(scratch, app)]
         digest = write_archive(
             out,
             name=name,
             layers=layers,
+            architecture=_lock().OCI_ARCHITECTURES[machine],
             config={
                 "User": config.user,
                 "Env": [*BASE_ENV, *config.env],

@@ -55,7 +55,7 @@ def test_both_recipes_name_the_same_locked_versions() -> None:
     config = builder.parse_dockerfile(DOCKERFILE)
     assert re.fullmatch(r"debian:(\w+)-slim@sha256:[0-9a-f]{64}", config.base), config.base
     assert config.base.split(":")[1].split("-")[0] == builder.SUITE
-    # the lock covers pyproject.toml's dependencies and pins each with one hash
+    # the lock covers pyproject.toml's dependencies, with a hash per machine for each compiled wheel
     done = subprocess.run(
         [sys.executable, str(REPO / "image" / "lock.py"), "--check"],
         capture_output=True,
@@ -87,7 +87,30 @@ def test_the_built_image_holds_exactly_the_locked_packages(image_archive: dict[s
         match = re.fullmatch(re.escape(site) + r"/([^/]+)-([^-/]+)\.dist-info/METADATA", name.lstrip("./"))
         if match:
             found[lock.canonical(match[1])] = match[2]
-    assert found == {name: version for name, (version, _) in lock.read_lock().items()}
+    pins = lock.read_lock()
+    assert found == {name: pin.version for name, pin in pins.items()}
+    # ... from the lock's wheel for this machine: each dist-info's WHEEL tags are those of the file the
+    # lock names, and a wheel that is not pure Python is one the lock knows as compiled (so it has the
+    # other machine's wheel too)
+    machine, checked = builder.host_machine(), set()
+    for name in everything:
+        match = re.fullmatch(re.escape(site) + r"/([^/]+)-[^-/]+\.dist-info/WHEEL", name.lstrip("./"))
+        if not match:
+            continue
+        pin = pins[lock.canonical(match[1])]
+        wheel = next(layer for layer in layers if name in layer.getnames()).extractfile(name)
+        assert wheel is not None
+        text = wheel.read().decode()
+        tags = set(re.findall(r"^Tag: (\S+)$", text, flags=re.M))
+        filename, _ = pin.wheels.get(machine) or pin.wheels["any"]
+        python, abi, platforms = filename.removesuffix(".whl").split("-")[-3:]
+        expected = {
+            f"{p}-{a}-{x}" for p in python.split(".") for a in abi.split(".") for x in platforms.split(".")
+        }
+        assert tags == expected, (filename, tags)
+        assert ("Root-Is-Purelib: true" in text) == (not pin.compiled), filename
+        checked.add(lock.canonical(match[1]))
+    assert checked == set(pins)
     # Debian: every listed package installed (dpkg status of the rootfs layer)
     status = layers[0].extractfile("./var/lib/dpkg/status").read().decode()  # type: ignore[union-attr]
     installed = set(re.findall(r"^Package: (\S+)$", status, flags=re.M))

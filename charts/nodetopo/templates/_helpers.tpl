@@ -32,10 +32,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
-{{/* A file shipped under files/, moved to the release namespace and image. */}}
+{{/* A file shipped under files/, moved to the release namespace, names and image: every object name
+(and the selector labels, role and policy references, Lease and scheduler names made from them)
+"nodetopo-<part>" becomes "<fullname>-<part>", so two releases never share an object. For the release
+"nodetopo" in the namespace "nodetopo" the objects are those of deploy/ (tests/kube/test_chart.py). */}}
 {{- define "nodetopo.shipped" -}}
 {{- $text := .root.Files.Get .file -}}
 {{- $text = regexReplaceAll "(?m)^(\\s*)namespace: nodetopo$" $text (printf "${1}namespace: %s" .root.Release.Namespace) -}}
+{{- $text = regexReplaceAll "\\bnodetopo-(extender|scheduler|annotations|topology|summary-controller|summary-writer)\\b" $text (printf "%s-${1}" (include "nodetopo.fullname" .root)) -}}
+{{- $text = replace ".nodetopo.svc:" (printf ".%s.svc:" .root.Release.Namespace) $text -}}
 {{- $text = replace "image: ghcr.io/nodetopo/nodetopo:0.1.0" (printf "image: %s" (include "nodetopo.image" .root)) $text -}}
 {{- range $doc := regexSplit "(?m)^---\\s*$" $text -1 }}
 {{- $obj := fromYaml $doc }}

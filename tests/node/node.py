@@ -13,6 +13,9 @@
   listening on 127.0.0.1 only;
 * and on the cluster: kube-controller-manager with every controller and kube-scheduler.
 
+On request (``start_device_plugin``): the test device plugin of ``tests/node/deviceplugin`` registered
+with this kubelet, advertising given device IDs (a fixture bundle's GPU UUIDs) as ``nvidia.com/gpu``.
+
 Every process runs in its own process group and is stopped by its PID. ``stop()`` also removes
 what kubelet and containerd leave outside the work directory: mounts, network namespaces, the
 bridge, ``kubepods`` cgroups, ``/var/log/containers`` links, shim sockets in ``/run/containerd/s``.
@@ -45,6 +48,9 @@ from kube.cluster import ClusterError, LocalCluster, free_port, issue_certificat
 
 REPO = Path(__file__).resolve().parents[2]
 PAUSE_SOURCE = REPO / "tests" / "cluster"
+DEVICE_PLUGIN_BUILD = REPO / "tests" / "node" / "deviceplugin" / "build.sh"
+#: The kubelet's device-plugin directory: fixed by the kubelet, whatever its --root-dir.
+DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 CNI_BIN = Path("/usr/lib/cni")
 BRIDGE = "ntopo0"
 SUBNET_PREFIX = "10.88.77"
@@ -412,6 +418,67 @@ class LocalNode:
         """Stop containerd (its shims and containers keep running, as on a real node)."""
         if "containerd" in self._processes:
             _terminate(self._processes.pop("containerd").popen)
+
+    # ---- device plugin ----------------------------------------------------------------------
+
+    def start_device_plugin(
+        self,
+        devices: list[str],
+        islands: list[list[str]],
+        *,
+        across_islands: bool = False,
+        resource: str = "nvidia.com/gpu",
+        timeout: float = 60.0,
+    ) -> None:
+        """(Re)start the test device plugin (tests/node/deviceplugin, built by its cached build.sh)
+        advertising ``devices`` as ``resource``, preferring one of ``islands`` per request (or, with
+        ``across_islands``, different islands); wait until the Node's allocatable shows them all.
+        Its log is ``log("deviceplugin")``."""
+        self.stop_device_plugin()
+        try:
+            done = subprocess.run(
+                [str(DEVICE_PLUGIN_BUILD)], capture_output=True, text=True, timeout=600, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise NodeError(f"{DEVICE_PLUGIN_BUILD}: {e}") from e
+        if done.returncode != 0:
+            raise NodeError(f"{DEVICE_PLUGIN_BUILD} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        binary = Path(done.stdout.strip().splitlines()[-1]) / "nodetopo-test-deviceplugin"
+        config = self.workdir / "deviceplugin.json"
+        config.write_text(json.dumps({"devices": devices, "islands": islands}))
+        log = self.log("deviceplugin")
+        offset = log.stat().st_size if log.exists() else 0
+        argv = [
+            str(binary),
+            f"--config={config}",
+            f"--resource={resource}",
+            f"--plugin-dir={DEVICE_PLUGIN_DIR}",
+        ]
+        process = self._spawn(
+            "deviceplugin", [*argv, *(["--allocate-across-islands"] if across_islands else [])]
+        )
+        deadline = time.monotonic() + timeout
+        last = "not registered"
+        while time.monotonic() < deadline:
+            if process.popen.poll() is not None:
+                raise self._fail("deviceplugin", f"exited with {process.popen.returncode}")
+            with log.open("rb") as handle:
+                handle.seek(offset)
+                advertised = b"ListAndWatch: advertising" in handle.read()
+            if advertised:
+                status, node = self.cluster.request("GET", f"/api/v1/nodes/{self.name}")
+                allocatable = node.get("status", {}).get("allocatable", {}) if status == 200 else {}
+                if allocatable.get(resource) == str(len(devices)):
+                    return
+                last = f"allocatable {resource}: {allocatable.get(resource)}"
+            time.sleep(0.5)
+        raise self._fail(
+            "deviceplugin", f"{len(devices)} {resource} not allocatable after {timeout:.0f}s ({last})"
+        )
+
+    def stop_device_plugin(self) -> None:
+        if "deviceplugin" in self._processes:
+            _terminate(self._processes.pop("deviceplugin").popen)
 
     # ---- network ----------------------------------------------------------------------------
 

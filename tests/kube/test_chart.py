@@ -8,7 +8,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ pytestmark = pytest.mark.k8s
 
 ALL_OPTIONAL = (
     "--set", "extender.enabled=true",
+    "--set", "scheduler.enabled=true",
     "--set", "admission.enabled=true",
     "--set", "metrics.serviceMonitor.enabled=true",
     "--set", "metrics.podMonitor.enabled=true",
@@ -61,6 +62,9 @@ def test_helm_lint_passes_for_every_value_set() -> None:
         (("--set", "agent.extraArgs[0]=oops"), "/agent/extraArgs/0"),
         (("--set", "agent.nodeselector.x=y"), "additional properties 'nodeselector' not allowed"),
         (("--set", "extender.replicas=0"), "/extender/replicas"),
+        (("--set", "scheduler.replicas=0"), "/scheduler/replicas"),
+        (("--set", "scheduler.image.tag=latest"), "/scheduler/image/tag"),
+        (("--set", "scheduler.schedulerName=x"), "additional properties 'schedulerName' not allowed"),
         (("--set", "agent.runtimeClassName=Not_A_Name"), "/agent/runtimeClassName"),
         (("--set", "metrics.prometheusRule.for=soon"), "/metrics/prometheusRule/for"),
     ],
@@ -108,9 +112,97 @@ def test_optional_parts_match_their_kustomizations(cluster: Any, part: str, flag
         ), key
 
 
+HASHED = re.compile(r"-[a-z0-9]{10}$")  # a configMapGenerator's (and the chart's) content hash
+
+
+def _unhashed(docs: dict[tuple[str, str, str], dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """``docs`` with the scheduler ConfigMap's content hash cut from its name and from the
+    Deployment's reference to it (each checked to point at its own ConfigMap first)."""
+    (config_map,) = [k for k in docs if k[0] == "ConfigMap"]
+    out = {}
+    for key, doc in docs.items():
+        doc = yaml.safe_load(yaml.safe_dump(doc))
+        if doc["kind"] == "ConfigMap":
+            doc["metadata"]["name"] = HASHED.sub("", doc["metadata"]["name"])
+            key = (key[0], key[1], doc["metadata"]["name"])
+        if doc["kind"] == "Deployment":
+            (volume,) = doc["spec"]["template"]["spec"]["volumes"]
+            assert volume["configMap"]["name"] == config_map[2]
+            volume["configMap"]["name"] = HASHED.sub("", config_map[2])
+        out[key] = doc
+    return out
+
+
+def test_scheduler_values_match_deploy_scheduler(cluster: Any) -> None:
+    """``scheduler.enabled`` renders what ``kubectl kustomize deploy/scheduler`` builds (the same
+    objects, the same KubeSchedulerConfiguration), with the ConfigMap named by a hash of its contents."""
+    theirs = _unhashed(by_identity(kustomize(cluster, REPO / "deploy" / "scheduler")))
+    extender = by_identity(render("nodetopo", "nodetopo", "--set", "extender.enabled=true"))
+    rendered = by_identity(
+        render("nodetopo", "nodetopo", "--set", "extender.enabled=true", "--set", "scheduler.enabled=true")
+    )
+    ours = _unhashed({k: v for k, v in rendered.items() if k not in extender})
+    assert sorted(ours) == sorted(theirs)
+    part_of = frozenset({"app.kubernetes.io/part-of"})
+    for key, obj in ours.items():
+        mine = without_helm_metadata(obj, drop_labels=part_of)
+        assert squeeze_whitespace(mine) == squeeze_whitespace(
+            without_helm_metadata(theirs[key], drop_labels=part_of)
+        ), key
+    # the content hash follows the contents: another namespace, another configuration, another name
+    elsewhere = render(
+        "nodetopo", "topo", "--set", "extender.enabled=true", "--set", "scheduler.enabled=true"
+    )
+    names = {d["metadata"]["name"] for d in [*rendered.values(), *elsewhere] if d["kind"] == "ConfigMap"}
+    assert len(names) == 2, names
+    config = yaml.safe_load(next(d for d in elsewhere if d["kind"] == "ConfigMap")["data"]["config.yaml"])
+    assert config["leaderElection"]["resourceNamespace"] == "topo"
+    assert config["extenders"][0]["urlPrefix"] == "http://nodetopo-extender.topo.svc:8888"
+
+
+def test_scheduler_values_reach_the_deployment() -> None:
+    docs = render(
+        "gpu", "topo",
+        "--set", "extender.enabled=true",
+        "--set", "scheduler.enabled=true",
+        "--set", "scheduler.image.tag=v1.33.2",
+        "--set", "scheduler.replicas=3",
+        "--set", "scheduler.priorityClassName=",
+    )  # fmt: skip
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment" and "scheduler" in d["metadata"]["name"]]
+    assert deployment["metadata"]["name"] == "gpu-nodetopo-scheduler"
+    assert deployment["spec"]["replicas"] == 3
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "registry.k8s.io/kube-scheduler:v1.33.2"
+    assert pod["serviceAccountName"] == "gpu-nodetopo-scheduler"
+    assert not pod.get("priorityClassName")
+    (config_map,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    assert config["profiles"][0]["schedulerName"] == "gpu-nodetopo-scheduler"
+    assert config["leaderElection"]["resourceName"] == "gpu-nodetopo-scheduler"
+    assert config["extenders"][0]["urlPrefix"] == "http://gpu-nodetopo-extender.topo.svc:8888"
+    (role,) = [d for d in docs if d["kind"] == "Role" and "scheduler" in d["metadata"]["name"]]
+    assert role["rules"][0]["resourceNames"] == ["gpu-nodetopo-scheduler"]  # its own Lease only
+    # the extender's NetworkPolicy admits this release's scheduler pods
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    peers = [p["podSelector"]["matchLabels"] for p in policy["spec"]["ingress"][0]["from"]]
+    assert deployment["spec"]["template"]["metadata"]["labels"].items() >= peers[-1].items()
+
+
+def test_the_scheduler_needs_the_extender() -> None:
+    done = template(values=("--set", "scheduler.enabled=true"), check=False)
+    assert done.returncode != 0
+    assert "scheduler.enabled needs extender.enabled" in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize(
     ("shipped", "source"),
-    [("crds", "crds"), ("admission", "deploy/admission"), ("extender", "deploy/extender")],
+    [
+        ("crds", "crds"),
+        ("admission", "deploy/admission"),
+        ("extender", "deploy/extender"),
+        ("scheduler", "deploy/scheduler"),
+    ],
 )
 def test_chart_files_are_the_repository_manifests(shipped: str, source: str) -> None:
     """The chart ships copies (a packaged chart holds nothing outside its directory): same bytes."""
@@ -217,10 +309,19 @@ def test_value_set_applies_to_the_real_apiserver(cluster: Any, name: str) -> Non
     try:
         check_value_set(cluster, release, namespace, applied)
     finally:
-        uninstall(cluster, release, namespace)
+        uninstall(cluster, release, namespace, applied)
 
 
-def uninstall(cluster: Any, release: str, namespace: str) -> None:
+def uninstall(cluster: Any, release: str, namespace: str, docs: Sequence[dict[str, Any]] = ()) -> None:
+    """Delete the release: its namespace, the agent's cluster-wide objects, and any other object of
+    ``docs`` outside the namespace (cluster-wide RBAC and policies, the scheduler's RoleBinding in
+    kube-system); never the CRDs, which the cluster's other tests share."""
+    for doc in docs:
+        meta = doc["metadata"]
+        if doc["kind"] in ("CustomResourceDefinition", "Namespace") or meta.get("namespace") == namespace:
+            continue
+        where = ("-n", meta["namespace"]) if "namespace" in meta else ()
+        cluster.kubectl("delete", doc["kind"], meta["name"], *where, "--ignore-not-found", "--wait=false")
     cluster.kubectl("delete", "namespace", namespace, "--wait=false", "--ignore-not-found")
     for kind, suffix in (
         ("validatingadmissionpolicybinding", "-own-node"),

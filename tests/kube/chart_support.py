@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from kube.cluster import run_build_script
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "nodetopo"
 BUILD_SCRIPT = REPO / "tests" / "cluster-helm" / "build.sh"
@@ -43,18 +45,7 @@ def helm_binary() -> Path:
     if override:
         binary = Path(override)
     else:
-        try:
-            done = subprocess.run(
-                ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False, timeout=3600
-            )
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise HelmError(f"{BUILD_SCRIPT} could not run: {e}") from e
-        if done.returncode != 0:
-            raise HelmError(
-                f"{BUILD_SCRIPT} failed (exit {done.returncode}); the chart tests need a real helm.\n"
-                f"{done.stderr[-4000:]}"
-            )
-        binary = Path(done.stdout.strip().splitlines()[-1]) / "helm"
+        binary = run_build_script(BUILD_SCRIPT, "the chart tests need a real helm", HelmError) / "helm"
     if not os.access(binary, os.X_OK):
         raise HelmError(f"{binary} is missing or not executable (the chart tests need a real helm)")
     return binary

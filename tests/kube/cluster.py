@@ -76,27 +76,31 @@ USER_GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
+def run_build_script(script: Path, needed_by: str, error: type[RuntimeError] = ClusterError) -> Path:
+    """Run a cached build script (``tests/*/build.sh``: a no-op when cached) and return the bin
+    directory it prints last; ``error`` (saying ``needed_by``) when it cannot run or fails."""
+    try:
+        done = subprocess.run(
+            ["bash", str(script)], capture_output=True, text=True, check=False, timeout=3600
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise error(f"{script} could not run: {e}") from e
+    if done.returncode != 0:
+        raise error(f"{script} failed (exit {done.returncode}); {needed_by}.\n{done.stderr[-4000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
 def build_binaries() -> Path:
     """Run ``tests/cluster/build.sh`` (a no-op when cached) and return the directory of binaries.
 
     ``NODETOPO_CLUSTER_BIN`` short-circuits the build with a directory of prebuilt binaries.
     """
     override = os.environ.get("NODETOPO_CLUSTER_BIN")
-    if override:
-        bin_dir = Path(override)
-    else:
-        try:
-            done = subprocess.run(
-                ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False, timeout=3600
-            )
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise ClusterError(f"{BUILD_SCRIPT} could not run: {e}") from e
-        if done.returncode != 0:
-            raise ClusterError(
-                f"{BUILD_SCRIPT} failed (exit {done.returncode}); the Kubernetes tests need its binaries.\n"
-                f"{done.stderr[-4000:]}"
-            )
-        bin_dir = Path(done.stdout.strip().splitlines()[-1])
+    bin_dir = (
+        Path(override)
+        if override
+        else run_build_script(BUILD_SCRIPT, "the Kubernetes tests need its binaries")
+    )
     for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"):
         if not os.access(bin_dir / name, os.X_OK):
             raise ClusterError(f"{bin_dir / name} is missing or not executable")

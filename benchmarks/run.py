@@ -2,7 +2,7 @@
 
     python benchmarks/run.py                 # everything (~10 minutes on 2 cores)
     python benchmarks/run.py --quick         # fewer repetitions, shorter windows (~3 minutes)
-    python benchmarks/run.py discovery scale # some of them (discovery, scale, agent, extender, admission)
+    python benchmarks/run.py discovery scale # some of them (see NAMES)
     python benchmarks/run.py --compare OLD.md  # also print (and append) the deltas against OLD.md
 
 See benchmarks/README.md for what each one measures and how to read the ratios.
@@ -24,7 +24,7 @@ from compare import compare
 
 log = logging.getLogger("benchmarks")
 
-NAMES = ("discovery", "scale", "agent", "extender", "admission", "fabric")
+NAMES = ("discovery", "scale", "agent", "extender", "admission", "fabric", "probe")
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
@@ -41,6 +41,10 @@ def runner(name: str) -> Callable[[bool], list[Section]]:
         import bench_scale
 
         return lambda quick: [bench_scale.run(quick)]
+    if name == "probe":
+        import bench_probe
+
+        return lambda quick: [bench_probe.run(quick)]
     if name == "fabric":
         import bench_fabric
 

@@ -81,3 +81,94 @@ def test_ray_from_a_nodetopology_file_builds_no_graph(tmp_path: Path) -> None:
     assert _loaded(modules, ("networkx",)) == []
     # nor any discovery source (the resource projection is all a consumer needs)
     assert _loaded(modules, ("nodetopo.sources", "nodetopo.discover")) == []
+
+
+#: modules `probe` (an init container in every GPU pod) has no use for: discovery, the graph, the
+#: publishers (it only reads its NodeTopology and posts an Event through ``nodetopo.publish.client``)
+NOT_FOR_PROBE = (
+    "nodetopo.discover",
+    "nodetopo.sources",
+    "nodetopo.graph",
+    "nodetopo.derive",
+    "nodetopo.agent",
+    "nodetopo.ray",
+    "nodetopo.publish.publisher",
+    "nodetopo.publish.nodetopology",
+    "nodetopo.publish.node_labels",
+    "nodetopo.publish.nfd",
+    "networkx",
+    "prometheus_client",
+    "kubernetes",
+)
+
+
+def _nodetopology_file(tmp_path: Path) -> Path:
+    body = subprocess.run(
+        [sys.executable, "-m", "nodetopo", "discover", "--from", str(BUNDLES / "dgx-h100"), "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    path = tmp_path / "nt.json"
+    path.write_text(body)
+    return path
+
+
+def test_probe_from_a_file_imports_no_client_and_no_discovery(tmp_path: Path) -> None:
+    (tmp_path / "root/dev").mkdir(parents=True)
+    code, modules = _modules_after(
+        [
+            *("probe", "--root", str(tmp_path / "root")),
+            *("--nodetopology", str(_nodetopology_file(tmp_path))),
+            *("--no-event", "--termination-log", ""),
+        ]
+    )
+    assert code == 0
+    assert "nodetopo.probe.checks" in modules  # it did check
+    assert _loaded(modules, (*NOT_FOR_PROBE, "nodetopo.publish", "yaml")) == []
+
+
+def test_probe_through_the_api_imports_the_client_only(tmp_path: Path) -> None:
+    """Reading the NodeTopology and posting the Event need ``nodetopo.publish.client``; importing it
+    must not load every publisher of the package (``nodetopo/publish/__init__.py`` is lazy)."""
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+    }
+    (tmp_path / "kubeconfig").write_text(json.dumps(kubeconfig))
+    (tmp_path / "root/dev").mkdir(parents=True)
+    code, modules = _modules_after(
+        [
+            *("probe", "--root", str(tmp_path / "root"), "--kubeconfig", str(tmp_path / "kubeconfig")),
+            *("--node-name", "n1", "--pod-name", "p", "--pod-namespace", "d", "--timeout", "2"),
+            *("--termination-log", ""),
+        ]
+    )
+    assert code == 0  # undeclared and nothing promised: warnings and skips, no failure
+    assert "nodetopo.publish.client" in modules  # it did try the API
+    assert _loaded(modules, NOT_FOR_PROBE) == []
+
+
+def test_the_in_cluster_client_reads_no_yaml(tmp_path: Path) -> None:
+    """In a pod the probe's credentials are the service account's files, not a kubeconfig: no YAML
+    parser is loaded for them (PyYAML is imported only to read a kubeconfig file)."""
+    (tmp_path / "token").write_text("t")
+    (tmp_path / "ca.crt").write_text("")
+    script = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from nodetopo.publish.client import ApiSession, KubeConnection, in_cluster_access\n"
+        "env = {'KUBERNETES_SERVICE_HOST': '127.0.0.1', 'KUBERNETES_SERVICE_PORT': '1'}\n"
+        "access = in_cluster_access(env, directory=Path(sys.argv[1]))\n"
+        "print(json.dumps({'server': access.server, 'modules': sorted(sys.modules)}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, check=True, timeout=60
+    )
+    report = json.loads(done.stdout)
+    assert report["server"] == "https://127.0.0.1:1"
+    assert _loaded(report["modules"], ("yaml", "nodetopo.publish.publisher", "nodetopo.publish.nfd")) == []

@@ -43,8 +43,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 import nodetopo
 from nodetopo.errors import (
     ConflictError,
@@ -608,6 +606,8 @@ def _load_kubeconfig_file(path: Path) -> Any:
         raise KubeConfigError(
             f"kubeconfig {path}: not UTF-8 text (invalid byte at offset {e.start})"
         ) from None
+    import yaml  # here: the in-cluster service account (a pod's path) reads no YAML
+
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -1,0 +1,100 @@
+"""``Publisher`` (the agent's long-lived writer) and ``run_publish`` (``nodetopo publish``, one shot):
+the NodeTopology and the labels of one node through one API session. See the package docstring."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from nodetopo.publish.client import ApiSession, connect
+from nodetopo.publish.nfd import DEFAULT_NAMESPACE, NodeFeaturePublisher
+from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelOutcome, NodeLabelPublisher
+from nodetopo.publish.nodetopology import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    ApplyOutcome,
+    NodeTopologyPublisher,
+    essential_missing,
+    held_body,
+)
+
+__all__ = ["PublishOutcome", "Publisher", "run_publish"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PublishOutcome:
+    topology: ApplyOutcome
+    labels: LabelOutcome
+
+
+class Publisher:
+    """NodeTopology + labels for one node, through one API session (field manager
+    ``nodetopo-agent``). Raises ``nodetopo.errors.PublishError`` subclasses; ``retryable`` says
+    whether to back off and retry."""
+
+    def __init__(
+        self,
+        session: ApiSession,
+        node_name: str,
+        *,
+        nfd: bool = False,
+        nfd_namespace: str = DEFAULT_NAMESPACE,
+        scans_to_remove: int = SCANS_TO_REMOVE,
+    ) -> None:
+        self.node_name = node_name
+        self.topology = NodeTopologyPublisher(session)
+        self.labels: NodeLabelPublisher | NodeFeaturePublisher
+        if nfd:
+            self.labels = NodeFeaturePublisher(
+                session, node_name, namespace=nfd_namespace, scans_to_remove=scans_to_remove
+            )
+        else:
+            self.labels = NodeLabelPublisher(session, node_name, scans_to_remove=scans_to_remove)
+
+    def publish(
+        self,
+        body: Mapping[str, Any],
+        labels: Mapping[str, str | None],
+        *,
+        uncertain_keys: Iterable[str] = (),
+        uncertain_prefixes: Iterable[str] = (),
+    ) -> PublishOutcome:
+        """Write the NodeTopology, then the labels (see ``node_labels`` for the label input).
+
+        A body whose essential sources are ``Missing`` (a wrong host root) keeps the stored
+        object's facts (``held_body``): Ready=False and why, never zeros over published facts."""
+        if essential_missing(body):
+            name = str(body["metadata"]["name"])
+            body = held_body(body, self.topology.session.read_cluster_object(GROUP, VERSION, PLURAL, name))
+        topology = self.topology.apply(body, node_name=self.node_name)
+        applied = self.labels.publish(
+            labels, uncertain_keys=uncertain_keys, uncertain_prefixes=uncertain_prefixes
+        )
+        return PublishOutcome(topology=topology, labels=applied)
+
+
+def run_publish(
+    body: dict[str, Any],
+    labels: dict[str, str],
+    *,
+    node_name: str,
+    kubeconfig: str | None,
+    nfd: bool,
+    context: str | None = None,
+    nfd_namespace: str = DEFAULT_NAMESPACE,
+    uncertain_keys: Iterable[str] = (),
+    uncertain_prefixes: Iterable[str] = (),
+) -> PublishOutcome:
+    """One-shot publish (``nodetopo publish``): connection from ``kubeconfig`` or in-cluster config."""
+    with connect(kubeconfig, context=context) as connection:
+        publisher = Publisher(
+            ApiSession(connection), node_name, nfd=nfd, nfd_namespace=nfd_namespace, scans_to_remove=1
+        )
+        return publisher.publish(
+            body, labels, uncertain_keys=uncertain_keys, uncertain_prefixes=uncertain_prefixes
+        )

@@ -17,6 +17,7 @@ from common import (
     BUNDLES,
     CORPUS,
     LSTOPO,
+    REPO,
     Row,
     Section,
     child_env,
@@ -116,6 +117,25 @@ def process_cpu_seconds(argv: list[str], runs: int, env: dict[str, str]) -> tupl
     return statistics.median(walls), statistics.median(cpus)
 
 
+def floor_rows(name: str, lstopo_s: float, lstopo_cpu: float, runs: int) -> list[Row]:
+    """What no Python ``discover`` can go below, against the same lstopo figures: the bare
+    interpreter, and the interpreter importing networkx (a required dependency: the graph every
+    derivation reads is a networkx graph)."""
+    rows = []
+    for label, code in (
+        ("floor: `python -c pass`", "pass"),
+        ("floor: `python -c 'import networkx'`", "import networkx"),
+    ):
+        wall, cpu = process_cpu_seconds([sys.executable, "-c", code], runs, env=child_env())
+        rows.append(
+            Row(
+                f"… {label} ÷ the same lstopo process (wall; CPU)",
+                f"{wall / lstopo_s:.1f}×; {cpu / lstopo_cpu:.1f}× ({ms(wall)}; {ms(cpu)} vs {name})",
+            )
+        )
+    return rows
+
+
 def run(quick: bool, only: Sequence[str] = ()) -> Section:
     """``only``: the names of the inputs to measure (a bundle's directory name or the corpus tree's
     name); default every input."""
@@ -129,6 +149,11 @@ def run(quick: bool, only: Sequence[str] = ()) -> Section:
     worst_cpu_ratio: tuple[float, str] = (0.0, "")
     worst_proc: tuple[float, float, str] | None = None
     dgx_in = None
+    lstopo_of: dict[str, tuple[float, float]] = {}
+    # byte-compiled as an installed package is (pip compiles on install): with
+    # PYTHONDONTWRITEBYTECODE set and no __pycache__ (a fresh clone) every cold process would
+    # compile nodetopo from source, a cost no installed nodetopo pays
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "nodetopo")], check=True)
     with tempfile.TemporaryDirectory(prefix="nodetopo-bench-") as tmp:
         inputs: list[tuple[str, Path]] = [
             (b.name, b) for b in sorted(BUNDLES.iterdir()) if b.is_dir() and (not only or b.name in only)
@@ -153,6 +178,8 @@ def run(quick: bool, only: Sequence[str] = ()) -> Section:
                 runs_proc,
                 env=child_env(),
             )
+            if lstopo_s is not None and lstopo_cpu is not None:
+                lstopo_of[name] = (lstopo_s, lstopo_cpu)
             ratio_in = in_s / lstopo_s if lstopo_s else None
             ratio_cpu = in_cpu / lstopo_cpu if lstopo_cpu else None
             ratio_proc = proc_s / lstopo_s if lstopo_s else None
@@ -217,6 +244,7 @@ def run(quick: bool, only: Sequence[str] = ()) -> Section:
                     worst_proc[0] <= 5.0,
                 )
             )
+            section.rows += floor_rows(worst_proc[2], *lstopo_of[worst_proc[2]], runs_proc * 2)
     else:
         section.notes.append(f"{LSTOPO} is not installed: no peer ratio")
     section.tables.append(

@@ -17,7 +17,6 @@ import json
 import logging
 import math
 import os
-import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -384,6 +383,8 @@ def _node_name(args: argparse.Namespace, bundle: str | None = None) -> str:
         manifest = read_manifest(bundle)
         if manifest is not None and manifest.host:
             return manifest.host
+    import socket  # only here: most commands never need a host name
+
     return os.environ.get("NODE_NAME") or socket.gethostname()
 
 

@@ -22,6 +22,9 @@ NOT_FOR_DISCOVER = (
     "kubernetes",
     "ray",
     "urllib.request",  # only the cloud metadata source's live fetch needs it
+    "nodetopo.sources.nvml.live",  # a bundle's NVML is a replay: no ctypes adapter
+    "nodetopo.sources.nvml.dump",  # only `capture` dumps NVML
+    "ctypes",
 )
 
 _PROBE = """\

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from typing import Any
 
 from nodetopo.errors import ParseError
@@ -143,7 +142,7 @@ def fetch(url: str, headers: dict[str, str], timeout: float, limit: int = 1 << 2
     except urllib.error.HTTPError as e:
         raise MetadataError(ConditionReason.UNAVAILABLE, f"GET {url}: HTTP {e.code}") from e
     except urllib.error.URLError as e:
-        if isinstance(e.reason, TimeoutError | socket.timeout):
+        if isinstance(e.reason, TimeoutError):  # socket.timeout is TimeoutError since Python 3.10
             raise MetadataError(ConditionReason.TIMEOUT, f"GET {url}: no answer within {timeout:g}s") from e
         raise MetadataError(ConditionReason.UNAVAILABLE, f"GET {url}: {e.reason}") from e
     except OSError as e:

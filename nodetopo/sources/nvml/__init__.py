@@ -15,8 +15,9 @@ One module per role:
 
 from __future__ import annotations
 
-from nodetopo.sources.nvml.dump import dump_nvml
-from nodetopo.sources.nvml.live import PynvmlApi
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from nodetopo.sources.nvml.protocol import (
     ERROR_TEXT,
     FUNCTION_NOT_FOUND,
@@ -40,6 +41,13 @@ from nodetopo.sources.nvml.protocol import (
 )
 from nodetopo.sources.nvml.replay import FORMAT, RecordedNvml
 from nodetopo.sources.nvml.source import NOT_THIS_SYSTEM, collect, read_nvml
+
+if TYPE_CHECKING:
+    from nodetopo.sources.nvml.dump import dump_nvml
+    from nodetopo.sources.nvml.live import PynvmlApi
+
+#: loaded on first use: replaying a bundle needs neither the live adapter (ctypes, uuid) nor the dumper
+_LAZY = {"PynvmlApi": "nodetopo.sources.nvml.live", "dump_nvml": "nodetopo.sources.nvml.dump"}
 
 __all__ = [
     "ERROR_TEXT",
@@ -69,3 +77,9 @@ __all__ = [
     "nvml_bus_id",
     "read_nvml",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

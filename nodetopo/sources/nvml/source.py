@@ -23,7 +23,6 @@ from nodetopo.model import (
     SourceStatus,
 )
 from nodetopo.sources.base import Context, SourceResult, condition, failed, guarded
-from nodetopo.sources.nvml.live import PynvmlApi
 from nodetopo.sources.nvml.protocol import (
     FUNCTION_NOT_FOUND,
     INVALID_ARGUMENT,
@@ -240,6 +239,8 @@ def _collect(ctx: Context) -> Facts:
     live = ctx.live_nvml if ctx.live_nvml is not None else ctx.root.is_this_system
     if not live:
         return failed(NAME, ConditionReason.UNAVAILABLE, NOT_THIS_SYSTEM if ctx.bundle else NOT_THIS_ROOT)
+    from nodetopo.sources.nvml.live import PynvmlApi  # here: a bundle's replay needs no ctypes
+
     api = PynvmlApi()
     try:
         api.open()

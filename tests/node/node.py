@@ -432,7 +432,9 @@ class LocalNode:
     ) -> None:
         """(Re)start the test device plugin (tests/node/deviceplugin, built by its cached build.sh)
         advertising ``devices`` as ``resource``, preferring one of ``islands`` per request (or, with
-        ``across_islands``, different islands); wait until the Node's allocatable shows them all.
+        ``across_islands``, different islands) and giving each container NVIDIA_VISIBLE_DEVICES and
+        a ``/dev/nvidia<index>`` per device (backed by /dev/null: there is no GPU); wait until the
+        Node's allocatable shows them all.
         Its log is ``log("deviceplugin")``."""
         self.stop_device_plugin()
         try:
@@ -453,6 +455,7 @@ class LocalNode:
             f"--config={config}",
             f"--resource={resource}",
             f"--plugin-dir={DEVICE_PLUGIN_DIR}",
+            "--dev-nvidia-host-path=/dev/null",  # /dev/nvidia<index> in the container, as on a GPU node
         ]
         process = self._spawn(
             "deviceplugin", [*argv, *(["--allocate-across-islands"] if across_islands else [])]

@@ -1,7 +1,12 @@
 """Allocation on the real node: the test device plugin (tests/node/deviceplugin) registered with the
 real kubelet advertises a fixture bundle's GPU UUIDs as ``nvidia.com/gpu``; the kubelet chooses devices
 for each pod (asking the plugin's preference: one NVLink island, or, with the test switch, different
-islands) and the container gets them as ``NVIDIA_VISIBLE_DEVICES``.
+islands) and the container gets them as ``NVIDIA_VISIBLE_DEVICES`` (and a ``/dev/nvidia<index>`` each).
+
+With the bundle's NodeTopology published for the node, ``nodetopo probe`` as an init container of a pod
+declaring ``nodetopo.io/gpus-in-one-island`` passes when the kubelet handed it one island's GPUs and
+fails the pod ``PlacedWrong`` when the plugin was told to allocate across islands. Run with ``-s`` for
+the real ``kubectl describe pod`` output.
 
 Device plugin logs: ``<node workdir>/deviceplugin.log`` (printed when a case fails).
 """
@@ -21,6 +26,14 @@ import pytest
 from kube.cluster import LocalCluster
 
 from .node import REPO, LocalNode, NodeError
+from .test_probe_node import (
+    create_reader,
+    delete_reader,
+    init_terminated,
+    probe_pod,
+    publish_bundle,
+    wait_done,
+)
 
 pytestmark = [pytest.mark.k8s, pytest.mark.node]
 
@@ -91,7 +104,11 @@ def gpu_pod(name: str, image: str, node: LocalNode, gpus: int) -> dict[str, Any]
                     "name": "main",
                     "image": image,
                     "imagePullPolicy": "Never",
-                    "command": ["/bin/sh", "-c", 'echo "NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"'],
+                    "command": [
+                        "/bin/sh",
+                        "-c",
+                        'echo "NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"; ls /dev',
+                    ],
                     "resources": {"limits": {GPU: str(gpus)}},
                 }
             ],
@@ -114,8 +131,9 @@ def wait_phase(
     )
 
 
-def visible_devices(node: LocalNode, image: str, gpus: int) -> list[str]:
-    """Run a pod asking for ``gpus`` GPUs; the device IDs its container saw in NVIDIA_VISIBLE_DEVICES."""
+def visible_devices(node: LocalNode, image: str, gpus: int, devices: list[str]) -> list[str]:
+    """Run a pod asking for ``gpus`` GPUs; the device IDs its container saw in NVIDIA_VISIBLE_DEVICES
+    (each with its ``/dev/nvidia<index>``, ``index`` its place in ``devices``)."""
     cluster = node.cluster
     name = f"gpus-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("apply", "-f", "-", input=json.dumps(gpu_pod(name, image, node, gpus)))
@@ -125,8 +143,13 @@ def visible_devices(node: LocalNode, image: str, gpus: int) -> list[str]:
         out = cluster.kubectl("logs", "-n", NAMESPACE, name).stdout.strip()
     finally:
         cluster.kubectl("delete", "pod", "-n", NAMESPACE, name, "--wait=false", check=False)
-    assert out.startswith("NVIDIA_VISIBLE_DEVICES="), out
-    return [d for d in out.removeprefix("NVIDIA_VISIBLE_DEVICES=").split(",") if d]
+    first, *dev = out.splitlines()
+    assert first.startswith("NVIDIA_VISIBLE_DEVICES="), out
+    seen = [d for d in first.removeprefix("NVIDIA_VISIBLE_DEVICES=").split(",") if d]
+    assert set(seen) <= set(devices), (seen, devices, plugin_log(node))
+    nodes = sorted(n for n in dev if n.startswith("nvidia"))
+    assert nodes == sorted(f"nvidia{devices.index(d)}" for d in seen), (nodes, seen, plugin_log(node))
+    return seen
 
 
 def test_device_plugin_gives_pods_bundle_gpus_from_one_island_or_across_islands(
@@ -137,7 +160,7 @@ def test_device_plugin_gives_pods_bundle_gpus_from_one_island_or_across_islands(
     assert len(devices) == 8 and len(islands) == 1
     status, body = node.cluster.request("GET", f"/api/v1/nodes/{node.name}")
     assert status == 200 and body["status"]["capacity"].get(GPU) == "8", body["status"]["capacity"]
-    seen = visible_devices(node, image, 2)
+    seen = visible_devices(node, image, 2, devices)
     assert len(seen) == 2 and set(seen) <= set(devices), (seen, plugin_log(node))
 
     # Two NVLink islands of two: packed, both devices from one island; the test switch spreads them.
@@ -145,12 +168,12 @@ def test_device_plugin_gives_pods_bundle_gpus_from_one_island_or_across_islands(
     assert len(devices) == 4 and [len(i) for i in islands] == [2, 2]
     status, body = node.cluster.request("GET", f"/api/v1/nodes/{node.name}")
     assert status == 200 and body["status"]["capacity"].get(GPU) == "4", body["status"]["capacity"]
-    packed = visible_devices(node, image, 2)
+    packed = visible_devices(node, image, 2, devices)
     assert len(packed) == 2 and set(packed) <= set(devices), (packed, plugin_log(node))
     assert len({island_of(islands, d) for d in packed}) == 1, (packed, islands, plugin_log(node))
 
     start_plugin(node, TWO_ISLANDS, across_islands=True)
-    spread = visible_devices(node, image, 2)
+    spread = visible_devices(node, image, 2, devices)
     assert len(spread) == 2 and set(spread) <= set(devices), (spread, plugin_log(node))
     assert len({island_of(islands, d) for d in spread}) == 2, (spread, islands, plugin_log(node))
 
@@ -173,4 +196,91 @@ def test_device_plugin_gives_pods_bundle_gpus_from_one_island_or_across_islands(
         time.sleep(0.5)
     else:
         raise AssertionError(f"after a kubelet restart: allocatable {GPU} {allocatable}" + plugin_log(node))
-    assert len(visible_devices(node, image, 2)) == 2
+    assert len(visible_devices(node, image, 2, devices)) == 2
+
+
+ONE_ISLAND = {"nodetopo.io/gpus-in-one-island": "true"}
+
+
+def probe_gpu_pod(name: str, image: str, node: LocalNode, sa: str, gpus: int) -> dict[str, Any]:
+    """test_probe_node's probe pod declaring gpus-in-one-island, its init container (the probe) and
+    its main container each asking for ``gpus`` GPUs (the kubelet hands both the same devices)."""
+    pod = probe_pod(name, image, node, sa, ONE_ISLAND)
+    for container in [*pod["spec"]["initContainers"], *pod["spec"]["containers"]]:
+        container["resources"] = {"limits": {GPU: str(gpus)}}
+    # /dev/shm big enough for NCCL (the probe's shm check), as a multi-GPU pod should have it
+    pod["spec"]["volumes"].append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}})
+    pod["spec"]["initContainers"][0]["volumeMounts"].append({"name": "dshm", "mountPath": "/dev/shm"})
+    return pod
+
+
+def event_messages(cluster: LocalCluster, name: str, reason: str) -> list[str]:
+    done = cluster.kubectl(
+        "get", "events", "-n", NAMESPACE, f"--field-selector=involvedObject.name={name}", "-o", "json"
+    )
+    return [e.get("message", "") for e in json.loads(done.stdout)["items"] if e.get("reason") == reason]
+
+
+def run_probe_pod(node: LocalNode, image: str, names: list[str], *, across_islands: bool) -> dict[str, Any]:
+    """Plugin (packed or across islands) + the two-island bundle's NodeTopology + a probe pod asking
+    for 2 GPUs in one island (its name appended to ``names``): the pod when done."""
+    cluster = node.cluster
+    start_plugin(node, TWO_ISLANDS, across_islands=across_islands)
+    publish_bundle(cluster, node, TWO_ISLANDS)
+    sa = create_reader(cluster)
+    names.append(f"probe-gpus-{uuid.uuid4().hex[:6]}")
+    try:
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(probe_gpu_pod(names[-1], image, node, sa, 2)))
+        return wait_done(cluster, names[-1])
+    finally:
+        delete_reader(cluster, sa)
+
+
+@pytest.fixture
+def probe_pods(plugin: LocalNode) -> Iterator[list[str]]:
+    """Names of the pods a test creates: deleted afterwards, with the node's NodeTopology."""
+    names: list[str] = []
+    try:
+        yield names
+    finally:
+        for name in names:
+            plugin.cluster.kubectl("delete", "pod", "-n", NAMESPACE, name, "--wait=false", check=False)
+        plugin.cluster.kubectl("delete", "nodetopology", plugin.name, "--ignore-not-found", check=False)
+
+
+def test_probe_passes_a_pod_given_one_islands_gpus(
+    plugin: LocalNode, probe_pods: list[str], node_image: dict[str, Any]
+) -> None:
+    node = plugin
+    pod = run_probe_pod(node, node_image["name"], probe_pods, across_islands=False)
+    name = probe_pods[-1]
+    term = init_terminated(pod)
+    report = node.cluster.kubectl("logs", "-n", NAMESPACE, name, "-c", "topology-probe", check=False).stdout
+    why = f"{term}\n{report[-4000:]}{plugin_log(node)}"
+    assert pod["status"]["phase"] == "Succeeded" and term.get("exitCode") == 0, why
+    assert term.get("message", "").startswith("passed"), why
+    checks = {c["name"]: c for c in json.loads(report)["checks"]}
+    island = checks["gpus-in-one-island"]
+    assert island["status"] == "pass" and "all in island" in island["reason"], island
+    passed = event_messages(node.cluster, name, "TopologyProbePassed")
+    assert passed == [term["message"].strip()], (passed, term)
+
+
+def test_probe_fails_a_pod_given_gpus_across_islands_placed_wrong(
+    plugin: LocalNode, probe_pods: list[str], node_image: dict[str, Any]
+) -> None:
+    node = plugin
+    pod = run_probe_pod(node, node_image["name"], probe_pods, across_islands=True)
+    name = probe_pods[-1]
+    term = init_terminated(pod)
+    why = f"{term}{plugin_log(node)}"
+    assert pod["status"]["phase"] == "Failed" and term.get("exitCode") == 1, why
+    # Across islands from a free node: the first GPU of each island (GPU 0 of {0,1}, GPU 2 of {2,3}).
+    expected = (
+        "PlacedWrong: gpus-in-one-island: GPUs span 2 NVLink islands: GPU 0 in island 0; GPU 2 in island 1"
+    )
+    assert term.get("message", "").startswith(expected), why
+    assert event_messages(node.cluster, name, "TopologyProbeFailed") == [term["message"].strip()]
+    described = node.cluster.kubectl("describe", "pod", "-n", NAMESPACE, name).stdout
+    print(described)
+    assert "TopologyProbeFailed" in described and expected in described, described

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -85,21 +86,28 @@ def init_terminated(pod: dict[str, Any]) -> dict[str, Any]:
     return dict(statuses[0]["state"]["terminated"]) if statuses else {}
 
 
-def test_probe_init_container_on_the_real_node(
-    node_cluster: LocalCluster, node: LocalNode, node_image: dict[str, Any]
-) -> None:
-    cluster = node_cluster
+def create_reader(cluster: LocalCluster) -> str:
+    """A new service account bound to deploy/probe's ``nodetopo-reader`` (``delete_reader`` removes it)."""
     cluster.kubectl("apply", "-f", str(REPO / "deploy/probe/rbac.yaml"))
     sa = f"probe-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "serviceaccount", "-n", NAMESPACE, sa)
-    binding = f"nodetopo-reader-{sa}"
     cluster.kubectl(
         "create",
         "clusterrolebinding",
-        binding,
+        f"nodetopo-reader-{sa}",
         "--clusterrole=nodetopo-reader",
         f"--serviceaccount={NAMESPACE}:{sa}",
     )
+    return sa
+
+
+def delete_reader(cluster: LocalCluster, sa: str) -> None:
+    cluster.kubectl("delete", "clusterrolebinding", f"nodetopo-reader-{sa}", check=False)
+    cluster.kubectl("delete", "serviceaccount", "-n", NAMESPACE, sa, check=False)
+
+
+def publish_bundle(cluster: LocalCluster, node: LocalNode, bundle: Path, *extra: str) -> None:
+    """``nodetopo publish --from BUNDLE`` as ``node``'s NodeTopology (created afresh)."""
     cluster.kubectl("delete", "nodetopology", node.name, "--ignore-not-found")
     published = subprocess.run(
         [
@@ -108,11 +116,12 @@ def test_probe_init_container_on_the_real_node(
             "nodetopo",
             "publish",
             "--from",
-            str(BUNDLE),
+            str(bundle),
             "--node-name",
             node.name,
             "--kubeconfig",
             str(cluster.kubeconfig),
+            *extra,
         ],
         capture_output=True,
         text=True,
@@ -120,6 +129,14 @@ def test_probe_init_container_on_the_real_node(
         check=False,
     )
     assert published.returncode == 0, published.stderr
+
+
+def test_probe_init_container_on_the_real_node(
+    node_cluster: LocalCluster, node: LocalNode, node_image: dict[str, Any]
+) -> None:
+    cluster = node_cluster
+    sa = create_reader(cluster)
+    publish_bundle(cluster, node, BUNDLE)
     names = []
     try:
         undeclared = f"probe-undeclared-{uuid.uuid4().hex[:6]}"
@@ -146,6 +163,5 @@ def test_probe_init_container_on_the_real_node(
     finally:
         for name in names:
             cluster.kubectl("delete", "pod", "-n", NAMESPACE, name, "--wait=false", check=False)
-        cluster.kubectl("delete", "clusterrolebinding", binding, check=False)
-        cluster.kubectl("delete", "serviceaccount", "-n", NAMESPACE, sa, check=False)
+        delete_reader(cluster, sa)
         cluster.kubectl("delete", "nodetopology", node.name, "--ignore-not-found", check=False)

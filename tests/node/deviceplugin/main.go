@@ -1,7 +1,10 @@
 // Command nodetopo-test-deviceplugin is a device plugin for the test node only: it registers with the
 // real kubelet over the device-plugin API (v1beta1) and advertises, as one extended resource (default
 // nvidia.com/gpu), the device IDs it is given (a fixture bundle's GPU UUIDs). There is no hardware
-// behind them: Allocate hands the container NVIDIA_VISIBLE_DEVICES=<the IDs the kubelet chose>.
+// behind them: Allocate hands the container NVIDIA_VISIBLE_DEVICES=<the IDs the kubelet chose> and,
+// with --dev-nvidia-host-path, a device node /dev/nvidia<N> per device (N: its position in the
+// device list, the GPU's index) backed by that host device (e.g. /dev/null), as the NVIDIA container
+// runtime would create /dev/nvidiaN.
 //
 // GetPreferredAllocation packs a request into one NVLink island (the islands are given as groups of
 // IDs); --allocate-across-islands turns that around and spreads it over different islands, so that a
@@ -14,7 +17,7 @@
 //
 //	nodetopo-test-deviceplugin --config devices.json [--resource nvidia.com/gpu]
 //	    [--plugin-dir /var/lib/kubelet/device-plugins] [--socket nodetopo-test.sock]
-//	    [--allocate-across-islands]
+//	    [--allocate-across-islands] [--dev-nvidia-host-path /dev/null]
 //
 // devices.json: {"devices": ["GPU-...", ...], "islands": [["GPU-...", "GPU-..."], ...]}
 package main
@@ -81,9 +84,10 @@ func loadConfig(path string) (Config, error) {
 
 type plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
-	config Config
-	across bool
-	stop   chan struct{}
+	config  Config
+	across  bool
+	devNode string
+	stop    chan struct{}
 }
 
 func (p *plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
@@ -134,9 +138,19 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 				return nil, fmt.Errorf("unknown device %q", id)
 			}
 		}
-		log.Printf("Allocate: NVIDIA_VISIBLE_DEVICES=%s", strings.Join(ids, ","))
+		var nodes []*pluginapi.DeviceSpec
+		var paths []string
+		if p.devNode != "" {
+			for _, id := range ids {
+				path := fmt.Sprintf("/dev/nvidia%d", indexOf(p.config.Devices, id))
+				nodes = append(nodes, &pluginapi.DeviceSpec{ContainerPath: path, HostPath: p.devNode, Permissions: "rw"})
+				paths = append(paths, path)
+			}
+		}
+		log.Printf("Allocate: NVIDIA_VISIBLE_DEVICES=%s, device nodes [%s]", strings.Join(ids, ","), strings.Join(paths, ","))
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
-			Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": strings.Join(ids, ",")},
+			Envs:    map[string]string{"NVIDIA_VISIBLE_DEVICES": strings.Join(ids, ",")},
+			Devices: nodes,
 		})
 	}
 	return resp, nil
@@ -329,6 +343,7 @@ func main() {
 	dir := flag.String("plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory")
 	socketName := flag.String("socket", "nodetopo-test.sock", "this plugin's socket name in --plugin-dir")
 	across := flag.Bool("allocate-across-islands", false, "prefer devices from different islands (test switch)")
+	devNode := flag.String("dev-nvidia-host-path", "", "give each container /dev/nvidia<index> backed by this host device")
 	flag.Parse()
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	if *configPath == "" {
@@ -368,7 +383,7 @@ func main() {
 				log.Printf("the kubelet restarted (or removed %s): serving and registering again", socket)
 				stop()
 			}
-			p = &plugin{config: config, across: *across, stop: make(chan struct{})}
+			p = &plugin{config: config, across: *across, devNode: *devNode, stop: make(chan struct{})}
 			s, err := serve(p, *dir, *socketName, *resource)
 			if err != nil {
 				log.Printf("%v (retrying)", err)

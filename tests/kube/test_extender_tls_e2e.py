@@ -23,16 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
+from . import scheduler_support as s
 from .cluster import REPO, LocalCluster, free_port
-from .test_extender_e2e import (
-    _create_node,
-    _create_nodetopology,
-    _discover,
-    _extender_token,
-    _ok,
-    _start,
-    _stop,
-)
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
@@ -82,33 +74,6 @@ def scheduler_config(cluster: LocalCluster, name: str, url: str, tls: dict[str, 
     return config
 
 
-def start_scheduler(
-    cluster: LocalCluster, tmp: Path, name: str, config: dict[str, Any]
-) -> subprocess.Popen[bytes]:
-    path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    log = tmp / f"{name}.log"
-    process = _start(
-        [
-            str(cluster.binary("kube-scheduler")),
-            f"--config={path}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={free_port()}",
-            f"--cert-dir={tmp / (name + '-certs')}",
-            "--v=2",
-        ],
-        log,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"kube-scheduler exited:\n{log.read_text()[-4000:]}"
-        if log.exists() and "Starting Kubernetes Scheduler" in log.read_text(errors="replace"):
-            time.sleep(1.0)
-            return process
-        time.sleep(0.2)
-    raise AssertionError(f"kube-scheduler did not start:\n{log.read_text()[-4000:]}")
-
-
 def pod(name: str, scheduler: str, gpus: int) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -129,16 +94,6 @@ def pod(name: str, scheduler: str, gpus: int) -> dict[str, Any]:
     }
 
 
-def node_of(cluster: LocalCluster, name: str, timeout: float) -> str | None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        current = _ok(cluster.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}"), 200)
-        if current["spec"].get("nodeName"):
-            return str(current["spec"]["nodeName"])
-        time.sleep(0.3)
-    return None
-
-
 @pytest.fixture(scope="module")
 def tls_pool(cluster: LocalCluster) -> Iterator[dict[str, str]]:
     """Two GPU nodes: 8 GPUs in one NVSwitch island, and 4 GPUs in NVLink pairs."""
@@ -148,15 +103,10 @@ def tls_pool(cluster: LocalCluster) -> Iterator[dict[str, str]]:
     bundles = {"big": "dgx-h100", "pairs": "pcie-4x-nvbridge"}
     try:
         for key, name in nodes.items():
-            topology = _discover(bundles[key])
-            _create_node(cluster, name, len(topology.gpus), {"nodetopo-tls": RUN})
-            _create_nodetopology(cluster, to_nodetopology(topology, name))
-        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-        _ok(cluster.request("POST", "/api/v1/namespaces", body=namespace), 201)
-        account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
-        _ok(
-            cluster.request("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", body=account), 201, 409
-        )
+            topology = s.discover(bundles[key])
+            s.create_node(cluster, name, len(topology.gpus), {"nodetopo-tls": RUN})
+            s.create_nodetopology(cluster, to_nodetopology(topology, name))
+        s.create_namespace(cluster, NAMESPACE)
         yield nodes
     finally:
         cluster.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}")
@@ -171,8 +121,8 @@ def test_kube_scheduler_calls_the_extender_over_https_with_a_client_certificate(
     files = certificates(tmp_path)
     port = free_port()
     log = tmp_path / "extender.log"
-    kubeconfig = cluster.write_kubeconfig(tmp_path / "extender.kubeconfig", token=_extender_token(cluster))
-    extender = _start(
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "extender.kubeconfig", token=s.extender_token(cluster))
+    extender = s.start(
         [
             sys.executable, "-m", "nodetopo", "extender", f"--kubeconfig={kubeconfig}",
             f"--listen=127.0.0.1:{port}", "--log-level=info",
@@ -203,33 +153,21 @@ def test_kube_scheduler_calls_the_extender_over_https_with_a_client_certificate(
             "keyFile": str(files["client.key"]),
         }
         anonymous = {"caFile": str(files["ca.crt"])}
-        schedulers.append(
-            start_scheduler(
-                cluster, tmp_path, "tls-trusted", scheduler_config(cluster, "tls-trusted", url, trusted)
-            )
-        )
+        trusted_config = scheduler_config(cluster, "tls-trusted", url, trusted)
+        schedulers.append(s.start_scheduler(cluster, tmp_path, "tls-trusted", trusted_config)[0])
         anonymous_config = scheduler_config(cluster, "tls-anonymous", url, anonymous)
         # The shipped config is ignorable (an outage must not block every GPU pod): the refusal would
         # then place the pod topology-blind. Not ignorable here, so the refusal shows as a Pending pod.
         anonymous_config["extenders"][0]["ignorable"] = False
-        schedulers.append(start_scheduler(cluster, tmp_path, "tls-anonymous", anonymous_config))
+        schedulers.append(s.start_scheduler(cluster, tmp_path, "tls-anonymous", anonymous_config)[0])
         # 4 GPUs in one island exist only on the 8-GPU node: the extender must have been asked.
         for i in range(2):
             name = f"island-{i}"
-            _ok(
-                cluster.request(
-                    "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body=pod(name, "tls-trusted", 4)
-                ),
-                201,
-            )
-            assert node_of(cluster, name, 60) == tls_pool["big"]
-        _ok(
-            cluster.request(
-                "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body=pod("anon", "tls-anonymous", 1)
-            ),
-            201,
-        )
-        assert node_of(cluster, "anon", 20) is None  # the extender refuses a scheduler without a certificate
+            s.create_pod(cluster, pod(name, "tls-trusted", 4))
+            assert s.node_of(cluster, NAMESPACE, name, 60) == tls_pool["big"]
+        s.create_pod(cluster, pod("anon", "tls-anonymous", 1))
+        # the extender refuses a scheduler without a certificate
+        assert s.node_of(cluster, NAMESPACE, "anon", 20) is None
         trusted_context = ssl.create_default_context(cafile=str(files["ca.crt"]))
         trusted_context.load_cert_chain(files["client.crt"], files["client.key"])
         with urllib.request.urlopen(f"{url}/metrics", timeout=5, context=trusted_context) as r:
@@ -239,6 +177,6 @@ def test_kube_scheduler_calls_the_extender_over_https_with_a_client_certificate(
         assert "Traceback" not in log.read_text()
     finally:
         for process in schedulers:
-            _stop(process)
-        _stop(extender)
+            s.stop(process)
+        s.stop(extender)
         print(json.dumps({"extender_log_tail": log.read_text()[-1500:]}) if log.exists() else "")

@@ -5,11 +5,13 @@ deploy/scheduler`` builds (only the API endpoint and the extender's URL patched)
 shipped RBAC is what lets it run), leader election on. It calls ``nodetopo extender`` (as the
 extender's own service account) on loopback.
 
-Opted-in pods (``schedulerName: nodetopo-scheduler``) are placed by topology; a pod that does not
-name it is never looked at by it; an extender outage leaves opted-in pods Pending (not ignorable)
-while the cluster's scheduler with deploy/extender/scheduler-config.yaml (ignorable) still places
-GPU pods. The service account's RBAC is checked by impersonation on the real API server, and the
-Deployment is applied with a server-side dry run (there is no kubelet to run it).
+Opted-in pods (``schedulerName: nodetopo-scheduler``) pass every extender placement case of
+test_extender_e2e.py (scheduler_support.check_placement and check_unsatisfiable, on the same kind of
+pool of fixture-bundle nodes); a pod that does not name it is never looked at by it; an extender
+outage leaves opted-in pods Pending (not ignorable) while the cluster's scheduler with
+deploy/extender/scheduler-config.yaml (ignorable) still places GPU pods. The service account's RBAC
+is checked by impersonation on the real API server, and the Deployment is applied with a server-side
+dry run (there is no kubelet to run it).
 """
 
 from __future__ import annotations
@@ -28,17 +30,8 @@ from typing import Any
 import pytest
 import yaml
 
+from . import scheduler_support as s
 from .cluster import REPO, LocalCluster, free_port
-from .test_extender_e2e import (
-    _create_node,
-    _create_nodetopology,
-    _discover,
-    _extender_token,
-    _ok,
-    _start,
-    _stop,
-    _wait_ready,
-)
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
@@ -46,13 +39,6 @@ SCHEDULER_DIR = REPO / "deploy" / "scheduler"
 NAME = "nodetopo-scheduler"
 SERVICE_ACCOUNT = f"system:serviceaccount:nodetopo:{NAME}"
 RUN = uuid.uuid4().hex[:6]
-NAMESPACE = f"nodetopo-second-{RUN}"
-#: node suffix → fixture bundle
-NODES = {"h100": "dgx-h100", "pairs": "pcie-4x-nvbridge", "plain": "pcie-8x-2socket"}
-
-
-def _node(suffix: str) -> str:
-    return f"second-{RUN}-{suffix}"
 
 
 def built(cluster: LocalCluster) -> list[dict[str, Any]]:
@@ -90,98 +76,19 @@ def installed(cluster: LocalCluster) -> Iterator[list[dict[str, Any]]]:
         cluster.kubectl("delete", "--ignore-not-found", "-f", "-", input=text, check=False)
 
 
-def _token(cluster: LocalCluster, namespace: str, service_account: str) -> str:
-    status, answer = cluster.request(
-        "POST",
-        f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
-        body={
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 3600},
-        },
-    )
-    assert status == 201, answer
-    return str(answer["status"]["token"])
-
-
 @pytest.fixture(scope="module")
-def pool(cluster: LocalCluster) -> Iterator[dict[str, str]]:
-    """Three GPU nodes with NodeTopology objects and a namespace for the pods; suffix → node name."""
-    from nodetopo.crd import to_nodetopology
-    from nodetopo.labels import to_labels
-
-    nodes: dict[str, str] = {}
-    try:
-        for suffix, bundle in NODES.items():
-            topology = _discover(bundle)
-            name = _node(suffix)
-            nodes[suffix] = name
-            _create_node(cluster, name, len(topology.gpus), {"nodetopo-second": RUN, **to_labels(topology)})
-            _create_nodetopology(cluster, to_nodetopology(topology, name))
-        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-        _ok(cluster.request("POST", "/api/v1/namespaces", body=namespace), 201)
-        account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
-        _ok(
-            cluster.request("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", body=account), 201, 409
-        )
-        yield nodes
-    finally:
-        status, pods = cluster.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods")
-        for pod in (pods or {}).get("items", []) if status == 200 else []:
-            name = pod["metadata"]["name"]
-            cluster.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}?gracePeriodSeconds=0")
-        cluster.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}")
-        for name in nodes.values():
-            cluster.request("DELETE", f"/apis/nodetopo.io/v1alpha1/nodetopologies/{name}")
-            cluster.request("DELETE", f"/api/v1/nodes/{name}")
-
-
-def _start_scheduler(
-    cluster: LocalCluster, tmp: Path, name: str, config: dict[str, Any], *, kubeconfig: Path, ready: str
-) -> tuple[Any, Path]:
-    path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    log = tmp / f"{name}.log"
-    process = _start(
-        [
-            str(cluster.binary("kube-scheduler")),
-            f"--config={path}",
-            # as in the pod: delegated authentication/authorization with the same identity
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={free_port()}",
-            f"--cert-dir={tmp / (name + '-certs')}",
-            "--v=2",
-        ],
-        log,
-    )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"kube-scheduler exited:\n{log.read_text()[-4000:]}"
-        if log.exists() and ready in log.read_text(errors="replace"):
-            time.sleep(1.0)  # informers sync right after
-            return process, log
-        time.sleep(0.2)
-    _stop(process)
-    raise AssertionError(f"kube-scheduler: no {ready!r} after 90s:\n{log.read_text()[-4000:]}")
+def pool(cluster: LocalCluster) -> Iterator[s.Pool]:
+    """The GPU node pool of the extender e2e (its own nodes, named second-<run>-...)."""
+    with s.gpu_pool(cluster, f"second-{RUN}") as created:
+        yield created
 
 
 @pytest.fixture(scope="module")
 def extender_url(
-    cluster: LocalCluster, pool: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+    cluster: LocalCluster, pool: s.Pool, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    tmp = tmp_path_factory.mktemp("second-extender")
-    port = free_port()
-    log = tmp / "extender.log"
-    kubeconfig = cluster.write_kubeconfig(tmp / "extender.kubeconfig", token=_extender_token(cluster))
-    argv = [sys.executable, "-m", "nodetopo", "extender", f"--kubeconfig={kubeconfig}"]
-    extender = _start([*argv, f"--listen=127.0.0.1:{port}", "--log-level=info"], log)
-    try:
-        _wait_ready(f"http://127.0.0.1:{port}/readyz", extender, log)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        _stop(extender)
+    with s.running_extender(cluster, tmp_path_factory.mktemp("second-extender")) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -194,12 +101,12 @@ def second_scheduler(
     """kube-scheduler with the shipped config, as the shipped service account; yields its log."""
     tmp = tmp_path_factory.mktemp("second-scheduler")
     kubeconfig = cluster.write_kubeconfig(
-        tmp / "scheduler.kubeconfig", token=_token(cluster, "nodetopo", NAME)
+        tmp / "scheduler.kubeconfig", token=s.service_account_token(cluster, "nodetopo", NAME)
     )
     config = shipped_config(cluster)
     config["clientConnection"] = {"kubeconfig": str(kubeconfig)}  # in the pod: the service account
     config["extenders"][0]["urlPrefix"] = extender_url  # in the pod: the Service
-    process, log = _start_scheduler(
+    process, log = s.start_scheduler(
         cluster,
         tmp,
         NAME,
@@ -210,52 +117,7 @@ def second_scheduler(
     try:
         yield log
     finally:
-        _stop(process)
-
-
-def _pod(name: str, gpus: int, annotations: dict[str, str], scheduler: str | None = NAME) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "automountServiceAccountToken": False,
-        "nodeSelector": {"nodetopo-second": RUN},
-        "containers": [
-            {
-                "name": "main",
-                "image": "registry.invalid/cuda:e2e",
-                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-            }
-        ],
-    }
-    if scheduler:
-        spec["schedulerName"] = scheduler
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE, "annotations": annotations},
-        "spec": spec,
-    }
-
-
-def _create(cluster: LocalCluster, pod: dict[str, Any]) -> str:
-    _ok(cluster.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body=pod), 201)
-    return str(pod["metadata"]["name"])
-
-
-def _node_of(cluster: LocalCluster, name: str, timeout: float) -> str | None:
-    deadline = time.monotonic() + timeout
-    while True:
-        pod = _ok(cluster.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}"), 200)
-        if pod["spec"].get("nodeName") or time.monotonic() > deadline:
-            return pod["spec"].get("nodeName")
-        time.sleep(0.2)
-
-
-def _events(cluster: LocalCluster, name: str) -> list[dict[str, Any]]:
-    path = f"/api/v1/namespaces/{NAMESPACE}/events?fieldSelector=involvedObject.name%3D{name}"
-    return list(_ok(cluster.request("GET", path), 200)["items"])
-
-
-def _reporter(event: dict[str, Any]) -> str:
-    return str(event.get("reportingComponent") or event.get("source", {}).get("component", ""))
+        s.stop(process)
 
 
 def _filter_calls(url: str) -> float:
@@ -306,7 +168,7 @@ def test_the_shipped_config_opts_pods_in_and_blocks_only_them(cluster: LocalClus
 def test_leader_election_holds_its_lease_with_the_shipped_rbac(
     cluster: LocalCluster, second_scheduler: Path
 ) -> None:
-    lease = _ok(
+    lease = s.ok(
         cluster.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/nodetopo/leases/{NAME}"), 200
     )
     assert lease["spec"]["holderIdentity"], lease
@@ -314,7 +176,7 @@ def test_leader_election_holds_its_lease_with_the_shipped_rbac(
     deadline = time.monotonic() + 15
     while lease["spec"]["renewTime"] == first and time.monotonic() < deadline:
         time.sleep(0.5)
-        lease = _ok(
+        lease = s.ok(
             cluster.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/nodetopo/leases/{NAME}"), 200
         )
     assert lease["spec"]["renewTime"] != first, "the leader does not renew its Lease"
@@ -324,40 +186,37 @@ def test_leader_election_holds_its_lease_with_the_shipped_rbac(
     assert not forbidden, "\n".join(forbidden[:10])
 
 
-def test_opted_in_pods_are_placed_by_topology(
-    cluster: LocalCluster, pool: dict[str, str], second_scheduler: Path
+def test_pods_land_where_their_topology_needs_are_met(
+    cluster: LocalCluster, pool: s.Pool, second_scheduler: Path
 ) -> None:
-    pair = _create(cluster, _pod("pair", 2, {"nodetopo.io/gpus-in-one-island": "true"}))
-    assert _node_of(cluster, pair, 60) == pool["pairs"]  # a free NVLink pair, not a cut 8-GPU island
-    pix = {"nodetopo.io/max-nic-distance": "PIX", "nodetopo.io/rdma": "required"}
-    full = _create(cluster, _pod("pix8", 8, pix))
-    assert _node_of(cluster, full, 60) == pool["h100"]
-    scheduled = [e for e in _events(cluster, full) if e.get("reason") == "Scheduled"]
-    assert scheduled and {_reporter(e) for e in scheduled} == {NAME}, scheduled
-    numa = _create(cluster, _pod("numa8", 8, {"nodetopo.io/numa-aligned": "true"}))
-    assert _node_of(cluster, numa, 15) is None
-    messages = [e.get("message", "") for e in _events(cluster, numa) if e.get("reason") == "FailedScheduling"]
-    assert any("GPUs on one NUMA node, pod needs 8" in m for m in messages), messages
+    """test_extender_e2e.py's placement cases, through the second scheduler (its name on the events)."""
+    s.check_placement(cluster, pool, NAME)
+
+
+def test_unsatisfiable_pods_stay_pending_with_the_reason(
+    cluster: LocalCluster, pool: s.Pool, second_scheduler: Path
+) -> None:
+    s.check_unsatisfiable(cluster, pool, NAME)
 
 
 def test_pods_that_do_not_name_it_are_left_alone(
-    cluster: LocalCluster, pool: dict[str, str], extender_url: str, second_scheduler: Path
+    cluster: LocalCluster, pool: s.Pool, extender_url: str, second_scheduler: Path
 ) -> None:
     before = _filter_calls(extender_url)
-    name = _create(cluster, _pod("default", 1, {"nodetopo.io/rdma": "required"}, scheduler=None))
-    _node_of(cluster, name, 10)  # the cluster's scheduler may or may not run in this session
-    assert not [e for e in _events(cluster, name) if _reporter(e) == NAME]
+    name = s.create_pod(cluster, pool.pod("default", None, 1, {"nodetopo.io/rdma": "required"}))
+    s.node_of(cluster, pool.namespace, name, 10)  # the cluster's scheduler may or may not run here
+    assert not [e for e in s.events(cluster, pool.namespace, name) if s.reporter(e) == NAME]
     assert _filter_calls(extender_url) == before, "the extender was asked about a pod not opted in"
-    pod = _ok(cluster.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}"), 200)
+    pod = s.ok(cluster.request("GET", f"/api/v1/namespaces/{pool.namespace}/pods/{name}"), 200)
     assert pod["spec"]["schedulerName"] == "default-scheduler"
     # The same pod opted in is sent to the extender: the count above can move.
-    opted_in = _create(cluster, _pod("opted-in", 1, {"nodetopo.io/rdma": "required"}))
-    assert _node_of(cluster, opted_in, 60) in set(pool.values())
+    opted_in = s.create_pod(cluster, pool.pod("opted-in", NAME, 1, {"nodetopo.io/rdma": "required"}))
+    assert s.node_of(cluster, pool.namespace, opted_in, 60) in pool.topologies
     assert _filter_calls(extender_url) > before
 
 
 def test_an_extender_outage_blocks_only_opted_in_pods(
-    cluster: LocalCluster, pool: dict[str, str], tmp_path: Path
+    cluster: LocalCluster, pool: s.Pool, tmp_path: Path
 ) -> None:
     """Both shipped configs against an extender that does not answer (a port nobody listens on)."""
     dead = f"http://127.0.0.1:{free_port()}"
@@ -374,7 +233,7 @@ def test_an_extender_outage_blocks_only_opted_in_pods(
             config["leaderElection"] = {"leaderElect": False}  # the Lease is the fixture scheduler's
             config["profiles"] = [{"schedulerName": scheduler}]
             config["extenders"][0]["urlPrefix"] = dead
-            process, _ = _start_scheduler(
+            process, _ = s.start_scheduler(
                 cluster,
                 tmp_path,
                 scheduler,
@@ -383,21 +242,21 @@ def test_an_extender_outage_blocks_only_opted_in_pods(
                 ready="Starting Kubernetes Scheduler",
             )
             processes.append(process)
-        blocked = _create(cluster, _pod("outage-second", 1, {}, scheduler="outage-second"))
-        placed = _create(cluster, _pod("outage-default", 1, {}, scheduler="outage-default"))
-        assert _node_of(cluster, placed, 60) in set(pool.values())  # ignorable: placed topology-blind
-        assert _node_of(cluster, blocked, 5) is None  # not ignorable: waits for the extender
-        messages = [
-            e.get("message", "") for e in _events(cluster, blocked) if e.get("reason") == "FailedScheduling"
-        ]
-        assert messages, json.dumps(_events(cluster, blocked))[:2000]
+        blocked = s.create_pod(cluster, pool.pod("outage-second", "outage-second", 1))
+        placed = s.create_pod(cluster, pool.pod("outage-default", "outage-default", 1))
+        # ignorable: placed topology-blind; not ignorable: waits for the extender
+        assert s.node_of(cluster, pool.namespace, placed, 60) in pool.topologies
+        assert s.node_of(cluster, pool.namespace, blocked, 5) is None
+        found = s.events(cluster, pool.namespace, blocked)
+        messages = [e.get("message", "") for e in found if e.get("reason") == "FailedScheduling"]
+        assert messages, json.dumps(found)[:2000]
     finally:
         for process in processes:
-            _stop(process)
+            s.stop(process)
 
 
 def test_the_service_account_can_schedule_and_nothing_more(
-    cluster: LocalCluster, installed: list[dict[str, Any]], pool: dict[str, str]
+    cluster: LocalCluster, installed: list[dict[str, Any]], pool: s.Pool
 ) -> None:
     """Impersonating the scheduler's service account (kubectl --as) on the real API server."""
 
@@ -453,7 +312,7 @@ def test_the_service_account_can_schedule_and_nothing_more(
 
 
 def test_the_tls_component_calls_the_extender_over_https(
-    cluster: LocalCluster, installed: list[dict[str, Any]], pool: dict[str, str], tmp_path: Path
+    cluster: LocalCluster, installed: list[dict[str, Any]], pool: s.Pool, tmp_path: Path
 ) -> None:
     """deploy/scheduler/tls: the same config but for urlPrefix and tlsConfig, the client certificate
     mounted where tlsConfig reads it, and the real kube-scheduler with that config reaching an
@@ -490,8 +349,8 @@ def test_the_tls_component_calls_the_extender_over_https(
     files = certificates(tmp_path)
     port = free_port()
     log = tmp_path / "extender.log"
-    kubeconfig = cluster.write_kubeconfig(tmp_path / "extender.kubeconfig", token=_extender_token(cluster))
-    extender_process = _start(
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "extender.kubeconfig", token=s.extender_token(cluster))
+    extender_process = s.start(
         [
             sys.executable, "-m", "nodetopo", "extender", f"--kubeconfig={kubeconfig}",
             f"--listen=127.0.0.1:{port}", "--log-level=info",
@@ -504,7 +363,7 @@ def test_the_tls_component_calls_the_extender_over_https(
     try:
         _wait_ready_https(port, files["ca.crt"], extender_process, log)
         own = cluster.write_kubeconfig(
-            tmp_path / "scheduler.kubeconfig", token=_token(cluster, "nodetopo", NAME)
+            tmp_path / "scheduler.kubeconfig", token=s.service_account_token(cluster, "nodetopo", NAME)
         )
         config["clientConnection"] = {"kubeconfig": str(own)}
         config["leaderElection"] = {"leaderElect": False}  # the Lease is the fixture scheduler's
@@ -515,26 +374,26 @@ def test_the_tls_component_calls_the_extender_over_https(
             "certFile": str(files["client.crt"]),
             "keyFile": str(files["client.key"]),
         }
-        scheduler, _ = _start_scheduler(
+        scheduler, _ = s.start_scheduler(
             cluster, tmp_path, "tls", config, kubeconfig=own, ready="Starting Kubernetes Scheduler"
         )
         # Only the extender answers this (1 GPU fits the pool, the earlier tests' pods notwithstanding):
         # its reason in the events proves the HTTPS call with the client certificate was answered.
         typo = {"nodetopo.io/max-nic-distance": "CLOSE"}
-        name = _create(cluster, _pod("tls-typo", 1, typo, "nodetopo-scheduler-tls"))
+        name = s.create_pod(cluster, pool.pod("tls-typo", "nodetopo-scheduler-tls", 1, typo))
         expect = "nodetopo.io/max-nic-distance: expected one of PIX|PXB|PHB|NODE|SYS"
         deadline = time.monotonic() + 45
         messages: list[str] = []
         while time.monotonic() < deadline and not any(expect in m for m in messages):
             time.sleep(0.5)
-            events = _events(cluster, name)
+            events = s.events(cluster, pool.namespace, name)
             messages = [e.get("message", "") for e in events if e.get("reason") == "FailedScheduling"]
         assert any(expect in m for m in messages), messages
-        assert _node_of(cluster, name, 0) is None
+        assert s.node_of(cluster, pool.namespace, name, 0) is None
     finally:
         if scheduler is not None:
-            _stop(scheduler)
-        _stop(extender_process)
+            s.stop(scheduler)
+        s.stop(extender_process)
 
 
 def _wait_ready_https(port: int, ca: Path, process: Any, log: Path) -> None:

@@ -14,9 +14,10 @@ Precedence when several sources know the same fact (see README "Sources and prec
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from math import comb
 from typing import TYPE_CHECKING
 
@@ -342,6 +343,18 @@ def nvlink_islands(g: nx.Graph) -> tuple[NvlinkIsland, ...]:
 # --------------------------------------------------------------------------------------------
 
 
+class _PairValues(dict[tuple[int, int], int]):
+    """A value per GPU pair, computed by ``compute(a, b)`` the first time the pair is read."""
+
+    def __init__(self, compute: Callable[[int, int], int]) -> None:
+        super().__init__()
+        self.compute = compute
+
+    def __missing__(self, pair: tuple[int, int]) -> int:
+        value = self[pair] = self.compute(*pair)
+        return value
+
+
 def preferred_sizes(gpu_count: int, islands: Sequence[NvlinkIsland]) -> tuple[int, ...]:
     """The set sizes worth precomputing: every size up to 8, then powers of two, island sizes and
     the whole node (allocators ask for 1, 2, 4, 8 GPUs or an island; a 72-GPU node needs no 37-sets)."""
@@ -392,19 +405,25 @@ def preferred_gpu_sets(
         island = island_of.get(a)
         return switch_links if island is not None and island in switched and island == island_of.get(b) else 0
 
+    # what score reads of a pair, each computed once per call of this function: the exhaustive
+    # search scores every k-subset, so one pair is read by many candidates
+    class_of = _PairValues(lambda a, b: int(pcie.get((a, b), LinkClass.PIX)))
+    links_of = _PairValues(pair_links)
+
+    @functools.cache  # the greedy steps score the remaining GPUs' subsets again
     def score(members: tuple[int, ...]) -> tuple[object, ...]:
         spanned = {island_of.get(i, -1 - i) for i in members}
-        pairs = list(itertools.combinations(members, 2))
-        worst = max((pcie.get(p, LinkClass.PIX) for p in pairs), default=LinkClass.PIX)
+        pairs = tuple(itertools.combinations(members, 2))
+        worst = max(map(class_of.__getitem__, pairs), default=int(LinkClass.PIX))
         if len(spanned) == 1 and next(iter(spanned)) in switched:
             all_linked, min_links = 0, -switch_links  # one NVSwitch domain: every pair alike
         else:
-            links = [pair_links(a, b) for a, b in pairs]
+            links = list(map(links_of.__getitem__, pairs))
             all_linked = 0 if all(links) else 1
             min_links = -min(links) if links else 0
         nic_groups = {nic_group[i] for i in members if nic_group[i]}
         numa = set().union(*(numa_of[i] for i in members))
-        return (len(spanned), all_linked, min_links, len(nic_groups), len(numa), int(worst), members)
+        return (len(spanned), all_linked, min_links, len(nic_groups), len(numa), worst, members)
 
     order = sorted(
         by_index,

@@ -113,11 +113,17 @@ def read_attribute_at(
     The common case, a regular file directly in the checked directory (``O_NOFOLLOW``: never a
     link), is one open + fstat + read relative to the descriptor, instead of a confined open of the
     full path per attribute. Anything else (absent, a link, not a regular file, an error, over the
-    limit) goes through ``read_attribute``, which gives the same answer or error as always.
+    limit) goes through ``read_attribute``, which gives the same answer or error as always; an
+    absent attribute is None at once.
     """
     if dir_fd is not None and "/" not in name:
         try:
             fd = os.open(name, _AT_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            # no entry of that name in the checked directory (with O_NOFOLLOW a link of that name,
+            # dangling or not, is ELOOP, not ENOENT): absent, as read_attribute would say after two
+            # more system calls
+            return None
         except OSError:
             fd = -1
         if fd >= 0:

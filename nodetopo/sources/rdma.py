@@ -20,10 +20,11 @@ A missing ``class/infiniband`` is a machine without an RDMA stack: no devices, n
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -153,8 +154,23 @@ class _Reader:
         self.root = root
         self.conditions: list[Condition] = []
 
-    def text(self, path: Path, *, no_value_is_absent: bool = False) -> str | None:
+    @contextlib.contextmanager
+    def directory(self, path: Path) -> Iterator[int | None]:
+        """A descriptor of ``path`` (links followed), checked once to lie inside the root, for
+        ``text``/``value``'s ``dir_fd`` (None when it cannot be: they then read path by path)."""
+        fd = _sysfs.open_checked_directory(self.root, os.fspath(path))
         try:
+            yield fd
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def text(self, path: Path, *, no_value_is_absent: bool = False, dir_fd: int | None = None) -> str | None:
+        """``path``'s text; ``dir_fd``: a ``directory()`` descriptor of ``path.parent`` (the same
+        answers and errors, with fewer system calls per attribute)."""
+        try:
+            if dir_fd is not None:
+                return _sysfs.read_attribute_at(self.root, dir_fd, path.name, os.fspath(path))
             return _sysfs.read_attribute(self.root, path)
         except _sysfs.Unreadable as e:
             if not (no_value_is_absent and e.no_value):
@@ -162,9 +178,14 @@ class _Reader:
             return None
 
     def value(
-        self, path: Path, parser: Callable[[str, str], _T], *, no_value_is_absent: bool = False
+        self,
+        path: Path,
+        parser: Callable[[str, str], _T],
+        *,
+        no_value_is_absent: bool = False,
+        dir_fd: int | None = None,
     ) -> _T | None:
-        text = self.text(path, no_value_is_absent=no_value_is_absent)
+        text = self.text(path, no_value_is_absent=no_value_is_absent, dir_fd=dir_fd)
         if text is None:
             return None
         try:
@@ -218,28 +239,30 @@ def _read_rdma_device(reader: _Reader, entry: Path) -> RdmaDevice:
         _read_port(reader, ports_dir / str(number), number, tuple(sorted(netdevs.get(number, ()))))
         for number in port_numbers
     )
-    return RdmaDevice(
-        name=entry.name,
-        address=address,
-        hca_type=_value_or_none(reader.text(entry / "hca_type")),
-        firmware=_value_or_none(reader.text(entry / "fw_ver")),
-        board_id=_value_or_none(reader.text(entry / "board_id")),
-        node_guid=reader.value(entry / "node_guid", parse_guid),
-        ports=ports,
-    )
+    with reader.directory(entry) as fd:
+        return RdmaDevice(
+            name=entry.name,
+            address=address,
+            hca_type=_value_or_none(reader.text(entry / "hca_type", dir_fd=fd)),
+            firmware=_value_or_none(reader.text(entry / "fw_ver", dir_fd=fd)),
+            board_id=_value_or_none(reader.text(entry / "board_id", dir_fd=fd)),
+            node_guid=reader.value(entry / "node_guid", parse_guid, dir_fd=fd),
+            ports=ports,
+        )
 
 
 def _read_port(reader: _Reader, directory: Path, number: int, netdevs: tuple[str, ...]) -> RdmaPort:
-    return RdmaPort(
-        number=number,
-        state=reader.value(directory / "state", parse_port_state),
-        phys_state=reader.value(directory / "phys_state", parse_phys_state),
-        rate_gbps=reader.value(directory / "rate", parse_rate, no_value_is_absent=True),
-        link_layer=_value_or_none(reader.text(directory / "link_layer")),
-        netdevs=netdevs,
-        lid=reader.value(directory / "lid", parse_lid),
-        port_guid=reader.value(directory / "gids" / "0", parse_port_guid, no_value_is_absent=True),
-    )
+    with reader.directory(directory) as fd:
+        return RdmaPort(
+            number=number,
+            state=reader.value(directory / "state", parse_port_state, dir_fd=fd),
+            phys_state=reader.value(directory / "phys_state", parse_phys_state, dir_fd=fd),
+            rate_gbps=reader.value(directory / "rate", parse_rate, no_value_is_absent=True, dir_fd=fd),
+            link_layer=_value_or_none(reader.text(directory / "link_layer", dir_fd=fd)),
+            netdevs=netdevs,
+            lid=reader.value(directory / "lid", parse_lid, dir_fd=fd),
+            port_guid=reader.value(directory / "gids" / "0", parse_port_guid, no_value_is_absent=True),
+        )
 
 
 def _port_netdevs(reader: _Reader, net_dir: Path, port_numbers: list[int]) -> dict[int, list[str]]:
@@ -247,9 +270,10 @@ def _port_netdevs(reader: _Reader, net_dir: Path, port_numbers: list[int]) -> di
     by_port: dict[int, list[str]] = {}
     for name in _sysfs.list_directory(net_dir, root=reader.root):
         directory = net_dir / name
-        index = reader.value(directory / "dev_port", parse_dev_port)
-        if index is None:
-            index = reader.value(directory / "dev_id", _parse_dev_id)
+        with reader.directory(directory) as fd:
+            index = reader.value(directory / "dev_port", parse_dev_port, dir_fd=fd)
+            if index is None:
+                index = reader.value(directory / "dev_id", _parse_dev_id, dir_fd=fd)
         if index is not None and index + 1 in port_numbers:
             port = index + 1
         elif len(port_numbers) == 1:
@@ -290,15 +314,16 @@ def read_net_devices(root: HostRoot) -> tuple[tuple[NetDevice, ...], tuple[Condi
         address = reader.pci_function(link)
         if address is None:
             continue
-        devices.append(
-            NetDevice(
-                name=name,
-                address=address,
-                operstate=_value_or_none(reader.text(entry / "operstate")),
-                speed_mbps=reader.value(entry / "speed", parse_speed, no_value_is_absent=True),
-                mac=_value_or_none(reader.text(entry / "address")),
+        with reader.directory(entry) as fd:
+            devices.append(
+                NetDevice(
+                    name=name,
+                    address=address,
+                    operstate=_value_or_none(reader.text(entry / "operstate", dir_fd=fd)),
+                    speed_mbps=reader.value(entry / "speed", parse_speed, no_value_is_absent=True, dir_fd=fd),
+                    mac=_value_or_none(reader.text(entry / "address", dir_fd=fd)),
+                )
             )
-        )
     return tuple(devices), tuple(reader.conditions)
 
 

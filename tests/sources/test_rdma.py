@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -308,14 +309,15 @@ def test_einval_from_a_down_link_is_no_value_not_a_problem(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = write_tree(tmp_path, _hca({1: {}}, {"eth9": {"operstate": "down\n", "speed": "0\n"}}))
-    real_read_bytes = HostRoot.read_bytes
+    real_read = os.read
 
-    def read_bytes(self: HostRoot, path: Path, *, limit: int) -> bytes:
-        if path.name in ("speed", "rate"):
+    def read(fd: int, size: int) -> bytes:
+        # as the kernel answers: the read itself fails, whichever way the file was opened
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(("/speed", "/rate")):
             raise OSError(errno.EINVAL, "Invalid argument")
-        return real_read_bytes(self, path, limit=limit)
+        return real_read(fd, size)
 
-    monkeypatch.setattr(HostRoot, "read_bytes", read_bytes)
+    monkeypatch.setattr(os, "read", read)
     devices, rdma_conditions = rdma.read_rdma_devices(root)
     nets, net_conditions = rdma.read_net_devices(root)
     assert rdma_conditions == net_conditions == ()

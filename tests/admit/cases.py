@@ -53,15 +53,37 @@ class Case:
         return "Job" if self.job_parallelism is not None else "Pod"
 
 
-def _c(id: str, annotations: dict[str, str], expected: tuple[str, str] | None = None, **kw: Any) -> Case:
-    return Case(id=id, annotations=annotations, expected=expected, **kw)
+def _case(id: str, annotations: dict[str, str], expected: tuple[str, str] | None, **kw: Any) -> Case:
+    kw.setdefault("gpus", 1)
+    return Case(id, annotations, expected, **kw)
+
+
+def admit(id: str, annotations: dict[str, str] | None = None, **kw: Any) -> Case:
+    """A case both policies admit. Every builder: one GPU unless ``gpus`` says otherwise; the
+    ``mixed`` summary unless ``summary`` (or ``on``) says otherwise."""
+    return _case(id, annotations or {}, None, **kw)
+
+
+def deny_ann(id: str, annotations: dict[str, str], message: str, **kw: Any) -> Case:
+    """A case nodetopo-annotations denies with ``message``."""
+    return _case(id, annotations, (ANN, message), **kw)
+
+
+def deny_topo(id: str, annotations: dict[str, str], message: str, **kw: Any) -> Case:
+    """A case nodetopo-topology denies with ``message``."""
+    return _case(id, annotations, (TOPO, message), **kw)
+
+
+def on(summary: str, *cases: Case) -> tuple[Case, ...]:
+    """``cases`` judged against the summary named ``summary``."""
+    return tuple(dataclasses.replace(case, summary=summary) for case in cases)
 
 
 CASES: tuple[Case, ...] = (
     # ---- nodetopo-annotations: every nodetopo.io/ annotation parses ---------------------------
-    _c("no-gpus-no-annotations", {}),
-    _c("one-gpu-plain", {}, gpus=1),
-    _c(
+    admit("no-gpus-no-annotations", gpus=0),
+    admit("one-gpu-plain"),
+    admit(
         "all-annotations-valid",
         {
             **ISLAND,
@@ -75,208 +97,173 @@ CASES: tuple[Case, ...] = (
         },
         gpus=2,
     ),
-    _c(
+    deny_ann(
         "space-around-flag",
         {"nodetopo.io/gpus-in-one-island": " true"},
-        (ANN, 'nodetopo.io/gpus-in-one-island: expected true or false, got " true" (spaces are not allowed)'),
+        'nodetopo.io/gpus-in-one-island: expected true or false, got " true" (spaces are not allowed)',
         gpus=2,
     ),
-    _c(
+    deny_ann(
         "space-inside-distance",
         {"nodetopo.io/max-nic-distance": "P IX"},
-        (
-            ANN,
-            'nodetopo.io/max-nic-distance: expected one of PIX|PXB|PHB|NODE|SYS, got "P IX" (spaces are not allowed)',
-        ),
-        gpus=1,
+        'nodetopo.io/max-nic-distance: expected one of PIX|PXB|PHB|NODE|SYS, got "P IX" (spaces are not allowed)',
     ),
-    _c(
+    deny_ann(
         "sign-plus",
         {"nodetopo.io/gpus-per-pod": "+8"},
-        (ANN, 'nodetopo.io/gpus-per-pod: expected a whole number from 1 to 999, got "+8" (no sign allowed)'),
+        'nodetopo.io/gpus-per-pod: expected a whole number from 1 to 999, got "+8" (no sign allowed)',
         gpus=8,
     ),
-    _c(
+    deny_ann(
         "sign-minus",
         {"nodetopo.io/gpus-per-pod": "-1"},
-        (ANN, 'nodetopo.io/gpus-per-pod: expected a whole number from 1 to 999, got "-1" (no sign allowed)'),
-        gpus=1,
+        'nodetopo.io/gpus-per-pod: expected a whole number from 1 to 999, got "-1" (no sign allowed)',
     ),
-    _c(
+    deny_ann(
         "huge-number",
         {"nodetopo.io/gpus-per-pod": "99999999999999999999"},
-        (ANN, 'nodetopo.io/gpus-per-pod: expected a whole number from 1 to 999, got "99999999999999999999"'),
-        gpus=1,
+        'nodetopo.io/gpus-per-pod: expected a whole number from 1 to 999, got "99999999999999999999"',
     ),
-    _c(
+    deny_ann(
         "zero",
         {"nodetopo.io/gpus-per-pod": "0"},
-        (ANN, 'nodetopo.io/gpus-per-pod: expected a whole number from 1 to 999, got "0"'),
-        gpus=1,
+        'nodetopo.io/gpus-per-pod: expected a whole number from 1 to 999, got "0"',
     ),
-    _c(
+    deny_ann(
         "unicode-digit",
         {"nodetopo.io/gpus-per-pod": "\u0668"},  # ARABIC-INDIC DIGIT EIGHT: int() takes it
-        (
-            ANN,
-            "nodetopo.io/gpus-per-pod: expected a whole number from 1 to 999, "
-            "got a value with characters outside printable ASCII",
-        ),
+        "nodetopo.io/gpus-per-pod: expected a whole number from 1 to 999, "
+        "got a value with characters outside printable ASCII",
         gpus=8,
     ),
-    _c(
+    deny_ann(
         "unicode-lookalike",
         {"nodetopo.io/numa-aligned": "\uff54rue"},  # FULLWIDTH t
-        (
-            ANN,
-            "nodetopo.io/numa-aligned: expected true or false, got a value with characters outside printable ASCII",
-        ),
+        "nodetopo.io/numa-aligned: expected true or false, got a value with characters outside printable ASCII",
         gpus=2,
     ),
-    _c(
+    deny_ann(
         "unicode-case-fold",
         {"nodetopo.io/max-nic-distance": "\u017fys"},  # LATIN SMALL LONG S folds to s
-        (
-            ANN,
-            "nodetopo.io/max-nic-distance: expected one of PIX|PXB|PHB|NODE|SYS, "
-            "got a value with characters outside printable ASCII",
-        ),
-        gpus=1,
+        "nodetopo.io/max-nic-distance: expected one of PIX|PXB|PHB|NODE|SYS, "
+        "got a value with characters outside printable ASCII",
     ),
-    _c(
+    deny_ann(
         "long-value",
         {"nodetopo.io/link-layer": "InfiniBand" * 5},
-        (ANN, "nodetopo.io/link-layer: expected InfiniBand or Ethernet, got a value of 50 characters"),
-        gpus=1,
+        "nodetopo.io/link-layer: expected InfiniBand or Ethernet, got a value of 50 characters",
     ),
-    _c(
+    deny_ann(
         "empty-value",
         {"nodetopo.io/rdma": ""},
-        (ANN, "nodetopo.io/rdma: expected required or optional, got an empty value"),
-        gpus=1,
+        "nodetopo.io/rdma: expected required or optional, got an empty value",
     ),
-    _c(
+    deny_ann(
         "bad-scope",
         {"nodetopo.io/topology-scope": "kubernetes.io/hostname"},
-        (
-            ANN,
-            "nodetopo.io/topology-scope: expected a node label key: nodetopo.io/nvlink.domain, nvlink.clique or "
-            'fabric.tier-0 to fabric.tier-9, got "kubernetes.io/hostname"',
-        ),
-        gpus=1,
+        "nodetopo.io/topology-scope: expected a node label key: nodetopo.io/nvlink.domain, nvlink.clique or "
+        'fabric.tier-0 to fabric.tier-9, got "kubernetes.io/hostname"',
     ),
-    _c(
+    deny_ann(
         "unknown-keys",
         {"nodetopo.io/gpus-in-one-islnd": "true", "nodetopo.io/zz": "1"},
-        (ANN, f"unknown annotation nodetopo.io/gpus-in-one-islnd and 1 more; {KNOWN}"),
-        gpus=1,
+        f"unknown annotation nodetopo.io/gpus-in-one-islnd and 1 more; {KNOWN}",
     ),
-    _c(
+    deny_ann(
         "several-errors",
         {
             "nodetopo.io/rdma": "maybe",
             "nodetopo.io/gpus-in-one-island": "yes please",
             "nodetopo.io/typo": "x",
         },
-        (
-            ANN,
-            'nodetopo.io/gpus-in-one-island: expected true or false, got "yes please" (spaces are not allowed); '
-            'nodetopo.io/rdma: expected required or optional, got "maybe"; '
-            f"unknown annotation nodetopo.io/typo; {KNOWN}",
-        ),
+        'nodetopo.io/gpus-in-one-island: expected true or false, got "yes please" (spaces are not allowed); '
+        'nodetopo.io/rdma: expected required or optional, got "maybe"; '
+        f"unknown annotation nodetopo.io/typo; {KNOWN}",
         gpus=16,
     ),
-    _c(
+    deny_ann(
         "job-template-bad-annotation",
         {"nodetopo.io/numa-aligned": "sure"},
-        (ANN, 'nodetopo.io/numa-aligned: expected true or false, got "sure"'),
-        gpus=1,
+        'nodetopo.io/numa-aligned: expected true or false, got "sure"',
         job_parallelism=1,
     ),
-    _c("other-prefixes-ignored", {"example.com/nodetopo.io": "x", "nodetopo.io": "x"}, gpus=1),
+    admit("other-prefixes-ignored", {"example.com/nodetopo.io": "x", "nodetopo.io": "x"}),
     # ---- nodetopo-topology: declaration where it matters -------------------------------------
-    _c("undeclared-multi-gpu", {}, (TOPO, NO_TOPOLOGY.format(n=4)), gpus=4),
-    _c(
+    deny_topo("undeclared-multi-gpu", {}, NO_TOPOLOGY.format(n=4), gpus=4),
+    deny_topo(
         "undeclared-false-is-not-a-declaration",
         {"nodetopo.io/numa-aligned": "false"},
-        (TOPO, NO_TOPOLOGY.format(n=2)),
+        NO_TOPOLOGY.format(n=2),
         gpus=2,
     ),
-    _c("topology-any", {"nodetopo.io/topology": "any"}, gpus=4),
-    _c("init-container-gpus-count", {}, (TOPO, NO_TOPOLOGY.format(n=3)), gpus=1, init_gpus=3),
-    _c(
+    admit("topology-any", {"nodetopo.io/topology": "any"}, gpus=4),
+    deny_topo("init-container-gpus-count", {}, NO_TOPOLOGY.format(n=3), init_gpus=3),
+    deny_topo(
         "rdma-device-undeclared",
         {},
-        (
-            TOPO,
-            'container "main" requests rdma/hca_shared_devices_a but the pod '
-            "does not declare nodetopo.io/rdma",
-        ),
-        gpus=1,
+        'container "main" requests rdma/hca_shared_devices_a but the pod does not declare nodetopo.io/rdma',
         resources={"rdma/hca_shared_devices_a": "1"},
     ),
-    _c(
+    admit(
         "rdma-device-declared",
         {"nodetopo.io/rdma": "required"},
-        gpus=1,
         resources={"rdma/hca_shared_devices_a": "1"},
     ),
-    _c(
+    deny_topo(
         "gpus-per-pod-mismatch",
         {**ISLAND, "nodetopo.io/gpus-per-pod": "8"},
-        (TOPO, "nodetopo.io/gpus-per-pod says 8 but the pod requests 4 nvidia.com/gpu"),
+        "nodetopo.io/gpus-per-pod says 8 but the pod requests 4 nvidia.com/gpu",
         gpus=4,
     ),
-    _c(
+    deny_topo(
         "job-gang-undeclared",
         ISLAND,
-        (
-            TOPO,
-            "Job runs 4 pods at once but its pod template does not declare nodetopo.io/gpus-per-pod (e.g. 8); "
-            "Job runs 4 pods at once but its pod template does not declare nodetopo.io/topology-scope "
-            "(e.g. nodetopo.io/nvlink.domain)",
-        ),
+        "Job runs 4 pods at once but its pod template does not declare nodetopo.io/gpus-per-pod (e.g. 8); "
+        "Job runs 4 pods at once but its pod template does not declare nodetopo.io/topology-scope "
+        "(e.g. nodetopo.io/nvlink.domain)",
         gpus=8,
         job_parallelism=4,
     ),
-    _c("job-gang-declared", {**ISLAND, "nodetopo.io/gpus-per-pod": "8", **SCOPE}, gpus=8, job_parallelism=4),
-    _c("job-sequential", ISLAND, gpus=8, job_parallelism=1),
-    _c("job-cpu-gang", {}, job_parallelism=8),
+    admit(
+        "job-gang-declared", {**ISLAND, "nodetopo.io/gpus-per-pod": "8", **SCOPE}, gpus=8, job_parallelism=4
+    ),
+    admit("job-sequential", ISLAND, gpus=8, job_parallelism=1),
+    admit("job-cpu-gang", gpus=0, job_parallelism=8),
     # ---- nodetopo-topology: the request can be met somewhere ---------------------------------
-    _c("island-8-fits", ISLAND, gpus=8),
-    _c(
+    admit("island-8-fits", ISLAND, gpus=8),
+    deny_topo(
         "island-16-too-big",
         ISLAND,
-        (TOPO, "pod needs 16 GPUs in one NVLink island but the largest island in the cluster has 8"),
+        "pod needs 16 GPUs in one NVLink island but the largest island in the cluster has 8",
         gpus=16,
     ),
-    _c(
+    deny_topo(
         "job-island-16-too-big",
         {**ISLAND, "nodetopo.io/gpus-per-pod": "16", **SCOPE},
-        (TOPO, "pod needs 16 GPUs in one NVLink island but the largest island in the cluster has 8"),
+        "pod needs 16 GPUs in one NVLink island but the largest island in the cluster has 8",
         gpus=16,
         job_parallelism=2,
     ),
-    _c("numa-6-fits", {"nodetopo.io/numa-aligned": "true"}, gpus=6),
-    _c(
+    admit("numa-6-fits", {"nodetopo.io/numa-aligned": "true"}, gpus=6),
+    deny_topo(
         "numa-8-too-big",
         {"nodetopo.io/numa-aligned": "yes"},
-        (TOPO, "pod needs 8 GPUs on one NUMA node but the most on one NUMA node in the cluster is 6"),
+        "pod needs 8 GPUs on one NUMA node but the most on one NUMA node in the cluster is 6",
         gpus=8,
     ),
-    _c("rdma-infiniband", {"nodetopo.io/rdma": "required", "nodetopo.io/link-layer": "InfiniBand"}, gpus=1),
-    _c(
+    admit("rdma-infiniband", {"nodetopo.io/rdma": "required", "nodetopo.io/link-layer": "InfiniBand"}),
+    deny_topo(
         "rdma-ethernet-absent",
         {"nodetopo.io/rdma": "required", "nodetopo.io/link-layer": "Ethernet"},
-        (TOPO, "pod requires RDMA over Ethernet but the usable RDMA NICs in the cluster are InfiniBand"),
-        gpus=1,
+        "pod requires RDMA over Ethernet but the usable RDMA NICs in the cluster are InfiniBand",
     ),
-    _c("nic-pix-fits", {"nodetopo.io/max-nic-distance": "PIX"}, gpus=1),
-    _c(
+    admit("nic-pix-fits", {"nodetopo.io/max-nic-distance": "PIX"}),
+    admit(
         "no-gpus-no-feasibility",
         {**ISLAND, "nodetopo.io/rdma": "required", "nodetopo.io/link-layer": "Ethernet"},
+        gpus=0,
     ),
-    _c(
+    deny_topo(
         "two-problems",
         {
             **ISLAND,
@@ -284,146 +271,121 @@ CASES: tuple[Case, ...] = (
             "nodetopo.io/rdma": "required",
             "nodetopo.io/link-layer": "ethernet",
         },
-        (
-            TOPO,
-            "pod needs 16 GPUs in one NVLink island but the largest island in the cluster has 8; "
-            "pod needs 16 GPUs on one NUMA node but the most on one NUMA node in the cluster is 6; "
-            "pod requires RDMA over Ethernet but the usable RDMA NICs in the cluster are InfiniBand",
-        ),
+        "pod needs 16 GPUs in one NVLink island but the largest island in the cluster has 8; "
+        "pod needs 16 GPUs on one NUMA node but the most on one NUMA node in the cluster is 6; "
+        "pod requires RDMA over Ethernet but the usable RDMA NICs in the cluster are InfiniBand",
         gpus=16,
     ),
-    _c(
-        "gh200-nic-pix",
-        {"nodetopo.io/max-nic-distance": "pix"},
-        (TOPO, "pod needs a NIC at PIX or closer but the best GPU-to-NIC class in the cluster is NODE"),
-        gpus=1,
-        summary="gh200",
-    ),
-    _c(
-        "gh200-rdma-nic-phb",
-        {"nodetopo.io/rdma": "required", "nodetopo.io/max-nic-distance": "PHB"},
-        (
-            TOPO,
+    *on(
+        "gh200",
+        deny_topo(
+            "gh200-nic-pix",
+            {"nodetopo.io/max-nic-distance": "pix"},
+            "pod needs a NIC at PIX or closer but the best GPU-to-NIC class in the cluster is NODE",
+        ),
+        deny_topo(
+            "gh200-rdma-nic-phb",
+            {"nodetopo.io/rdma": "required", "nodetopo.io/max-nic-distance": "PHB"},
             "pod needs an RDMA NIC at PHB or closer but the best GPU-to-RDMA-NIC class in the cluster is NODE",
         ),
-        gpus=1,
-        summary="gh200",
+        admit("gh200-nic-node", {"nodetopo.io/max-nic-distance": "NODE", "nodetopo.io/rdma": "required"}),
     ),
-    _c(
-        "gh200-nic-node",
-        {"nodetopo.io/max-nic-distance": "NODE", "nodetopo.io/rdma": "required"},
-        gpus=1,
-        summary="gh200",
+    *on(
+        "pcie",
+        deny_topo(
+            "pcie-rdma-absent",
+            {"nodetopo.io/rdma": "required"},
+            "pod requires RDMA but no node in the cluster has a usable RDMA NIC",
+        ),
+        deny_topo(
+            "pcie-no-island",
+            ISLAND,
+            "pod needs 2 GPUs in one NVLink island but no node in the cluster has an island",
+            gpus=2,
+        ),
+        deny_topo(
+            "pcie-no-nic",
+            {"nodetopo.io/max-nic-distance": "SYS"},
+            "pod needs a NIC at SYS or closer but no GPU in the cluster has a NIC",
+        ),
+        admit("pcie-numa-6-fits", {"nodetopo.io/numa-aligned": "true"}, gpus=6),
     ),
-    _c(
-        "pcie-rdma-absent",
-        {"nodetopo.io/rdma": "required"},
-        (TOPO, "pod requires RDMA but no node in the cluster has a usable RDMA NIC"),
-        gpus=1,
-        summary="pcie",
-    ),
-    _c(
-        "pcie-no-island",
-        ISLAND,
-        (TOPO, "pod needs 2 GPUs in one NVLink island but no node in the cluster has an island"),
-        gpus=2,
-        summary="pcie",
-    ),
-    _c(
-        "pcie-no-nic",
-        {"nodetopo.io/max-nic-distance": "SYS"},
-        (TOPO, "pod needs a NIC at SYS or closer but no GPU in the cluster has a NIC"),
-        gpus=1,
-        summary="pcie",
-    ),
-    _c("pcie-numa-6-fits", {"nodetopo.io/numa-aligned": "true"}, gpus=6, summary="pcie"),
-    _c(
-        "unknown-layer-may-be-ethernet",
-        {"nodetopo.io/rdma": "required", "nodetopo.io/link-layer": "Ethernet"},
-        gpus=1,
-        summary="unknown-layer",
-    ),
-    _c(
-        "unknown-layer-rdma",
-        {"nodetopo.io/rdma": "required", "nodetopo.io/max-nic-distance": "PIX"},
-        (
-            TOPO,
+    *on(
+        "unknown-layer",
+        admit(
+            "unknown-layer-may-be-ethernet",
+            {"nodetopo.io/rdma": "required", "nodetopo.io/link-layer": "Ethernet"},
+        ),
+        deny_topo(
+            "unknown-layer-rdma",
+            {"nodetopo.io/rdma": "required", "nodetopo.io/max-nic-distance": "PIX"},
             "pod needs an RDMA NIC at PIX or closer but the best GPU-to-RDMA-NIC class in the cluster is NODE",
         ),
-        gpus=1,
-        summary="unknown-layer",
     ),
     # ---- a pod that selects a GPU model is judged against that model's nodes
-    _c(
+    admit(
         "model-v100-island-8", ISLAND, gpus=8, node_selector={"nodetopo.io/gpu.model": "Tesla-V100-SXM2-32GB"}
     ),
-    _c(
+    deny_topo(
         "model-a100-pcie-island-8",
         ISLAND,
-        (
-            TOPO,
-            "pod needs 8 GPUs in one NVLink island but the largest island among "
-            "nodetopo.io/gpu.model=NVIDIA-A100-PCIE-40GB nodes has 2",
-        ),
+        "pod needs 8 GPUs in one NVLink island but the largest island among "
+        "nodetopo.io/gpu.model=NVIDIA-A100-PCIE-40GB nodes has 2",
         gpus=8,
         node_selector={"nodetopo.io/gpu.model": "NVIDIA-A100-PCIE-40GB"},
     ),
-    _c(
+    deny_topo(
         "model-4090-rdma",
         {"nodetopo.io/rdma": "required"},
-        (
-            TOPO,
-            "pod requires RDMA but no node among nodetopo.io/gpu.model=NVIDIA-GeForce-RTX-4090 nodes "
-            "has a usable RDMA NIC",
-        ),
-        gpus=1,
+        "pod requires RDMA but no node among nodetopo.io/gpu.model=NVIDIA-GeForce-RTX-4090 nodes "
+        "has a usable RDMA NIC",
         node_selector={"nodetopo.io/gpu.model": "NVIDIA-GeForce-RTX-4090"},
     ),
-    _c(
+    deny_topo(
         "model-absent",
         {},
-        (
-            TOPO,
-            "pod selects nodetopo.io/gpu.model=NVIDIA-H100-80GB-HBM3 but no node in the "
-            "cluster has that GPU model",
-        ),
-        gpus=1,
+        "pod selects nodetopo.io/gpu.model=NVIDIA-H100-80GB-HBM3 but no node in the "
+        "cluster has that GPU model",
         node_selector={"nodetopo.io/gpu.model": "NVIDIA-H100-80GB-HBM3"},
     ),
-    _c("model-other-selectors-ignored", ISLAND, gpus=8, node_selector={"kubernetes.io/arch": "amd64"}),
+    admit("model-other-selectors-ignored", ISLAND, gpus=8, node_selector={"kubernetes.io/arch": "amd64"}),
     # ---- a summary that is stale, partial, empty or missing ----------------------------------
-    _c("stale-island-16-admitted", ISLAND, gpus=16, summary="stale"),
-    _c("stale-declaration-still-applies", {}, (TOPO, NO_TOPOLOGY.format(n=4)), gpus=4, summary="stale"),
-    _c(
-        "partial-island-16-admitted",
-        {**ISLAND, "nodetopo.io/rdma": "required", "nodetopo.io/max-nic-distance": "PIX"},
-        gpus=16,
-        summary="partial",
+    *on(
+        "stale",
+        admit("stale-island-16-admitted", ISLAND, gpus=16),
+        deny_topo("stale-declaration-still-applies", {}, NO_TOPOLOGY.format(n=4), gpus=4),
     ),
-    _c("partial-declaration-applies", {}, (TOPO, NO_TOPOLOGY.format(n=4)), gpus=4, summary="partial"),
-    _c(
-        "partial-annotations-apply",
-        {"nodetopo.io/rdma": "yes"},
-        (ANN, 'nodetopo.io/rdma: expected required or optional, got "yes"'),
-        gpus=1,
-        summary="partial",
+    *on(
+        "partial",
+        admit(
+            "partial-island-16-admitted",
+            {**ISLAND, "nodetopo.io/rdma": "required", "nodetopo.io/max-nic-distance": "PIX"},
+            gpus=16,
+        ),
+        deny_topo("partial-declaration-applies", {}, NO_TOPOLOGY.format(n=4), gpus=4),
+        deny_ann(
+            "partial-annotations-apply",
+            {"nodetopo.io/rdma": "yes"},
+            'nodetopo.io/rdma: expected required or optional, got "yes"',
+        ),
     ),
-    _c("empty-island-16-admitted", ISLAND, gpus=16, summary="empty"),
-    _c(
+    admit("empty-island-16-admitted", ISLAND, gpus=16, summary="empty"),
+    admit(
         "partial-model-selector-admitted",
         ISLAND,
         gpus=16,
         summary="partial",
         node_selector={"nodetopo.io/gpu.model": "NVIDIA-H100-80GB-HBM3"},
     ),
-    _c("missing-island-16-admitted", ISLAND, gpus=16, summary="missing"),
-    _c("missing-undeclared-admitted", {}, gpus=4, summary="missing"),
-    _c(
-        "missing-annotations-apply",
-        {"nodetopo.io/topology": "none"},
-        (ANN, 'nodetopo.io/topology: expected any, got "none"'),
-        gpus=1,
-        summary="missing",
+    *on(
+        "missing",
+        admit("missing-island-16-admitted", ISLAND, gpus=16),
+        admit("missing-undeclared-admitted", gpus=4),
+        deny_ann(
+            "missing-annotations-apply",
+            {"nodetopo.io/topology": "none"},
+            'nodetopo.io/topology: expected any, got "none"',
+        ),
     ),
 )
 

@@ -43,13 +43,14 @@ def apply_deploy(cluster: Any, workdir: Path, *extra: str) -> str:
 
 
 class Proxy:
-    """A TCP forwarder 127.0.0.1:port → the API server that can be switched off (connections
-    refused, open ones cut) and on again, to play an API server outage."""
+    """A TCP forwarder ``host``:port → the API server that can be switched off (connections
+    refused, open ones cut) and on again, to play an API server outage. ``host`` is 127.0.0.1
+    unless said (the test node, tests/node/node.py, listens on its bridge's gateway for its pods)."""
 
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
+    def __init__(self, target: tuple[str, int], host: str = "127.0.0.1") -> None:
+        self.host, self.target = host, target
         probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
+        probe.bind((host, 0))
         self.port = int(probe.getsockname()[1])
         probe.close()
         self._listener: socket.socket | None = None
@@ -59,7 +60,7 @@ class Proxy:
     def start(self) -> Proxy:
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
+        listener.bind((self.host, self.port))
         listener.listen(64)
         self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
@@ -85,7 +86,8 @@ class Proxy:
             except OSError:
                 return
             try:
-                upstream = socket.create_connection(self.target)
+                upstream = socket.create_connection(self.target, timeout=10)
+                upstream.settimeout(None)
             except OSError:
                 client.close()
                 continue

@@ -36,7 +36,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,6 +43,7 @@ from types import ModuleType
 from typing import Any
 
 import yaml
+from agent.kube_support import Proxy
 from kube.cluster import ClusterError, LocalCluster, free_port, issue_certificate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,72 +121,6 @@ class _Process:
     log: Path
 
 
-class Forwarder:
-    """TCP forwarder ``host:port`` → ``target`` (pods → the API server on 127.0.0.1); can be
-    switched off (connections refused, open ones cut) and on again."""
-
-    def __init__(self, host: str, target: tuple[str, int]) -> None:
-        self.host, self.target = host, target
-        probe = socket.socket()
-        probe.bind((host, 0))
-        self.port = int(probe.getsockname()[1])
-        probe.close()
-        self._listener: socket.socket | None = None
-        self._open: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self.connections = 0
-
-    def start(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((self.host, self.port))
-        listener.listen(64)
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def stop(self) -> None:
-        with self._lock:
-            listener, self._listener = self._listener, None
-            sockets, self._open = self._open, []
-        if listener is not None:
-            with contextlib.suppress(OSError):
-                listener.shutdown(socket.SHUT_RDWR)
-            listener.close()
-        for s in sockets:
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(self.target, timeout=10)
-                upstream.settimeout(None)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self.connections += 1
-                self._open += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
-
-
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
-    try:
-        while data := src.recv(65536):
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            dst.shutdown(socket.SHUT_WR)
-
-
 def _run(argv: list[str], *, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
@@ -218,7 +152,7 @@ class LocalNode:
         self.workdir = workdir
         self.name = name or socket.gethostname()
         self._processes: dict[str, _Process] = {}
-        self.forwarder: Forwarder | None = None
+        self.forwarder: Proxy | None = None
         self._stopped = False
         self._before: dict[str, set[str]] = {}
         self.timings: dict[str, float] = {}
@@ -514,7 +448,7 @@ class LocalNode:
         _run(["ip", "link", "add", BRIDGE, "type", "bridge"])
         _run(["ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE])
         _run(["ip", "link", "set", BRIDGE, "up"])
-        self.forwarder = Forwarder(GATEWAY, ("127.0.0.1", self.cluster.apiserver_port))
+        self.forwarder = Proxy(("127.0.0.1", self.cluster.apiserver_port), GATEWAY)
         self.forwarder.start()
 
     # ---- kubelet ----------------------------------------------------------------------------

@@ -212,6 +212,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--nfd", action="store_true", help="publish labels as an NFD NodeFeature instead of the Node"
     )
+    p.add_argument(
+        "--pod-resources-socket",
+        default=None,
+        metavar="PATH",
+        help="also ask the kubelet's PodResources socket (e.g. /var/lib/kubelet/pod-resources/kubelet.sock) "
+        "which pod holds each GPU and publish it (status.gpus[].heldBy, status.allocation); "
+        "default: do not ask",
+    )
     _add_common(p)
     p.set_defaults(func=cmd_publish)
 
@@ -408,7 +416,18 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from nodetopo.publish import run_publish
 
     result = scan(_context(args))
-    body = to_nodetopology(result.topology, args.node_name)
+    allocation = None
+    if args.pod_resources_socket:
+        from nodetopo.allocation import gpu_allocation, unknown_allocation
+        from nodetopo.errors import ParseError
+        from nodetopo.sources.podresources import PodResourcesError, read_allocation
+
+        try:
+            allocation = gpu_allocation(result.topology, read_allocation(args.pod_resources_socket))
+        except (PodResourcesError, ParseError) as e:
+            print(f"nodetopo: the GPU allocation is unknown: {strip_control(str(e))}", file=sys.stderr)
+            allocation = unknown_allocation(str(e))
+    body = to_nodetopology(result.topology, args.node_name, allocation)
     labels = to_labels(result.topology, args.node_name)
     run_publish(
         body,

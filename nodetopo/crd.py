@@ -22,6 +22,7 @@ from nodetopo.model import (
     FabricInfo,
     FabricTier,
     Gpu,
+    GpuAllocation,
     GpuNicDistance,
     LinkClass,
     MigDevice,
@@ -30,6 +31,7 @@ from nodetopo.model import (
     NumaNode,
     NvlinkIsland,
     PciAddress,
+    PodRef,
     PreferredGpuSets,
     SourceStatus,
     SwitchPort,
@@ -58,6 +60,11 @@ MAX_NICS = 2048
 MAX_NUMA_NODES = 1024
 #: MIG devices: at most 7 per GPU.
 MAX_MIG_DEVICES = 7 * MAX_GPUS
+#: containers holding one GPU (more than one only when the device plugin shares GPUs: time-slicing,
+#: MPS). A kubelet runs at most a few hundred pods; more holders are cut and the cut is said.
+MAX_HOLDERS = 256
+#: resources listed in ``status.allocation.resources``
+MAX_RESOURCES = 256
 #: NVLink islands: two GPUs at least each.
 MAX_ISLANDS = MAX_GPUS // 2
 #: Sources and conditions (one condition per source, plus Ready, Consistent and room to grow).
@@ -80,8 +87,16 @@ NOT_READY_REASONS = frozenset(
 )
 
 
-def to_nodetopology(topology: Topology, node_name: str) -> dict[str, Any]:
-    """The complete NodeTopology object for ``node_name`` (no ownerReferences: the publisher adds them)."""
+def to_nodetopology(
+    topology: Topology, node_name: str, allocation: GpuAllocation | None = None
+) -> dict[str, Any]:
+    """The complete NodeTopology object for ``node_name`` (no ownerReferences: the publisher adds them).
+
+    With ``allocation`` (the agent on a node whose kubelet it can ask), ``status.allocation`` says
+    whether the holders are known, and, when they are, every GPU and MIG device has ``heldBy`` (an
+    empty list: free). Without it neither field is written: who holds what is not a fact of
+    discovery (``nodetopo discover``, bundles).
+    """
     status: dict[str, Any] = {
         "nodeName": node_name,
         "agentVersion": __version__,
@@ -127,12 +142,47 @@ def to_nodetopology(topology: Topology, node_name: str) -> dict[str, Any]:
         "sources": [_source(s) for s in _unique_sources(topology.sources)],
         "conditions": conditions(topology),
     }
+    if allocation is not None:
+        status["allocation"] = _allocation(allocation, status)
     status["contentHash"] = content_hash(status)
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {"name": node_name, "labels": {"app.kubernetes.io/managed-by": "nodetopo"}},
         "status": status,
+    }
+
+
+def _holders(holders: tuple[PodRef, ...]) -> list[dict[str, str]]:
+    return [
+        {"namespace": h.namespace, "name": h.name, "container": h.container} for h in holders[:MAX_HOLDERS]
+    ]
+
+
+def _allocation(allocation: GpuAllocation, status: dict[str, Any]) -> dict[str, Any]:
+    """``status.allocation``, and ``heldBy`` on every GPU and MIG device of ``status`` when known."""
+    message = allocation.message
+    if allocation.known:
+        gpus = dict(allocation.gpu_holders)
+        migs = dict(allocation.mig_holders)
+        for gpu in status["gpus"]:
+            gpu["heldBy"] = _holders(gpus.get(gpu["index"], ()))
+        for mig in status["migDevices"]:
+            mig["heldBy"] = _holders(migs.get(mig["uuid"], ()))
+        crowded = [i for i, h in allocation.gpu_holders if len(h) > MAX_HOLDERS]
+        if crowded:
+            cut = (
+                f"GPU(s) {', '.join(map(str, crowded))} have more than {MAX_HOLDERS} holders; the list is cut"
+            )
+            message = f"{message}; {cut}" if message else cut
+    return {
+        "state": "Known" if allocation.known else "Unknown",
+        "source": "kubelet-podresources",
+        "message": _bounded(message) or "",
+        "resources": [
+            {"name": r.name, "allocatable": r.allocatable, "allocated": r.allocated}
+            for r in allocation.resources[:MAX_RESOURCES]
+        ],
     }
 
 

@@ -413,6 +413,61 @@ class NetworkObservation:
 
 
 # --------------------------------------------------------------------------------------------
+# Which pod holds which device: the kubelet's PodResources API, and what it means for the GPUs
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class PodRef:
+    """One container of one pod: the holder of a device."""
+
+    namespace: str
+    name: str
+    container: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceAssignment:
+    """One device the kubelet handed to one container (``device_id`` as the device plugin named it)."""
+
+    resource: str  #: ``nvidia.com/gpu``, ``nvidia.com/mig-1g.10gb``, ``rdma/hca`` ...
+    device_id: str
+    holder: PodRef
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class KubeletAllocation:
+    """What the kubelet's PodResources API answered: ``List`` (devices held by running containers) and
+    ``GetAllocatableResources`` (every device it may hand out, per resource; None when the kubelet does
+    not serve that call)."""
+
+    assignments: tuple[DeviceAssignment, ...]
+    allocatable: tuple[tuple[str, tuple[str, ...]], ...] | None = None  #: (resource, device ids), sorted
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceCount:
+    name: str
+    allocatable: int | None  #: None when the kubelet did not say
+    allocated: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class GpuAllocation:
+    """Which pod holds each GPU (and MIG device) of a node, or why that is not known.
+
+    ``known`` False means *unknown*, never "nothing is held": consumers then fall back to their own
+    estimate. When ``known``, a GPU absent from ``gpu_holders`` is free as far as the kubelet knows.
+    """
+
+    known: bool
+    message: str = ""
+    resources: tuple[ResourceCount, ...] = ()
+    gpu_holders: tuple[tuple[int, tuple[PodRef, ...]], ...] = ()  #: (GPU index, holders), by index
+    mig_holders: tuple[tuple[str, tuple[PodRef, ...]], ...] = ()  #: (MIG device UUID, holders)
+
+
+# --------------------------------------------------------------------------------------------
 # Everything the sources observed
 # --------------------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from nodetopo.agent.throttle import RateLimitedSession, TokenBucket
 from nodetopo.agent.udev import EventSource, NoEvents, UdevEventSource
 from nodetopo.kubeflags import HELP as KUBECONFIG_HELP
 from nodetopo.logs import configure_logging
+from nodetopo.model import KubeletAllocation
 from nodetopo.signals import StopSignals
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,12 @@ _NUMERIC: tuple[tuple[str, str, type, str], ...] = (
     ("--burst", "burst", int, "API requests allowed at once (default 5)"),
     ("--backoff-initial-seconds", "backoff_initial_seconds", float, "first retry delay (default 1)"),
     ("--backoff-max-seconds", "backoff_max_seconds", float, "longest retry delay (default 60)"),
+    (
+        "--allocation-interval-seconds",
+        "allocation_interval_seconds",
+        float,
+        "ask the kubelet which pod holds which GPU this often; publish when it changes (default 5)",
+    ),
 )
 
 
@@ -100,6 +107,14 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
         help="rediscover on pci/infiniband/net/nvidia uevents (default on)",
     )
     p.add_argument("--nfd", action="store_true", default=None, help="labels via an NFD NodeFeature")
+    p.add_argument(
+        "--pod-resources-socket",
+        default=None,
+        metavar="PATH",
+        help="the kubelet's PodResources socket, asked which pod holds each GPU (status.gpus[].heldBy); "
+        "'' = do not ask (env NODETOPO_POD_RESOURCES_SOCKET; default "
+        "/var/lib/kubelet/pod-resources/kubelet.sock)",
+    )
     for flag, _field, kind, text in _NUMERIC:
         p.add_argument(flag, type=kind, default=None, help=text)
     add_common(p)
@@ -160,7 +175,28 @@ def build_agent(
             publisher = ApiPublisher(session, node_name, nfd=config.nfd)
     if events is None:
         events = UdevEventSource(config.udev_source) if config.udev else NoEvents()
-    return Agent(config, scan=lambda: scan(ctx), publisher=publisher, events=events)
+    allocation = None
+    if config.pod_resources_socket and not config.bundle:
+        allocation = kubelet_allocation_reader(
+            config.pod_resources_socket, timeout_s=config.command_timeout_seconds
+        )
+    return Agent(config, scan=lambda: scan(ctx), publisher=publisher, events=events, allocation=allocation)
+
+
+def kubelet_allocation_reader(socket_path: str, *, timeout_s: float) -> Callable[[], KubeletAllocation | str]:
+    """Asks the kubelet's PodResources API; a failure is its reason (the allocation is then unknown)."""
+    from nodetopo.errors import ParseError
+    from nodetopo.sources.podresources import PodResourcesError, read_allocation
+
+    timeout = min(timeout_s, 5.0)
+
+    def read() -> KubeletAllocation | str:
+        try:
+            return read_allocation(socket_path, timeout_s=timeout)
+        except (PodResourcesError, ParseError) as e:
+            return str(e)
+
+    return read
 
 
 def cmd_agent(args: argparse.Namespace) -> int:

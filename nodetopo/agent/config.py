@@ -60,6 +60,9 @@ class AgentConfig:
     udev: bool = True
     udev_source: str = "kernel"  #: ``kernel`` (no udevd needed) or ``udev``
     nfd: bool = False  #: publish labels through an NFD NodeFeature instead of the Node
+    #: the kubelet's PodResources socket (which pod holds which GPU); ``""`` = do not ask
+    pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    allocation_interval_seconds: float = 5.0  #: ask the kubelet this often between scans
     once: bool = False
     dry_run: bool = False
     log_level: str = "info"
@@ -102,6 +105,7 @@ NUMERIC_RANGES: dict[str, tuple[float, bool, float]] = {
     "backoff_initial_seconds": (0.0, False, 86400.0),
     "backoff_max_seconds": (0.0, False, 86400.0),
     "once_attempts": (1, True, 1000),
+    "allocation_interval_seconds": (0.0, False, WEEK),
 }
 
 

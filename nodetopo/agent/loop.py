@@ -41,10 +41,12 @@ from nodetopo.agent.publisher import AgentPublisher, failed_object
 from nodetopo.agent.staleness import StaleKeeper
 from nodetopo.agent.throttle import Backoff
 from nodetopo.agent.udev import EventSource, NoEvents
+from nodetopo.allocation import gpu_allocation, unknown_allocation
 from nodetopo.crd import to_nodetopology
 from nodetopo.discover import Scan
 from nodetopo.errors import ForbiddenError, PublishError
 from nodetopo.labels import to_labels, uncertain_keys
+from nodetopo.model import GpuAllocation, KubeletAllocation, Topology
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +121,15 @@ class Agent:
         wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] | None = None,
         random: Callable[[], float] = random_module.random,
+        allocation: Callable[[], KubeletAllocation | str] | None = None,
     ) -> None:
         self.config = config
         self._scan = scan
+        #: asks the kubelet which container holds which device (a str: why it could not); None: never
+        self._read_allocation = allocation
+        self._observed: KubeletAllocation | str | None = None  #: the last answer (or reason)
+        self._topology: Topology | None = None  #: the last scan's topology, for allocation changes
+        self._next_allocation_at = clock()
         self.publisher = publisher
         self.events: EventSource = events if events is not None else NoEvents()
         self.stats = stats if stats is not None else AgentStats(config.node_name, dry_run=config.dry_run)
@@ -182,8 +190,63 @@ class Agent:
                 wake = min(wake, due)
             if now >= wake:
                 return
+            if self._allocation_due(now):
+                self.check_allocation()
+                continue
+            if self._read_allocation is not None and self._topology is not None:
+                wake = min(wake, self._next_allocation_at)
             self.health.beat(wake - now)
             self._sleep(wake - now)
+
+    def _allocation_due(self, now: float) -> bool:
+        """Between scans, while publishing works: is it time to ask the kubelet again?"""
+        return (
+            self._read_allocation is not None
+            and self._topology is not None
+            and self._failing_since is None
+            and now >= self._next_allocation_at
+        )
+
+    def _allocation(self, topology: Topology) -> GpuAllocation | None:
+        """Ask the kubelet (when configured) and join its answer to ``topology``'s GPUs."""
+        if self._read_allocation is None:
+            return None
+        self._observed = self._read_allocation()
+        self._next_allocation_at = self._clock() + self.config.allocation_interval_seconds
+        if isinstance(self._observed, str):
+            return unknown_allocation(self._observed)
+        return gpu_allocation(topology, self._observed)
+
+    def check_allocation(self) -> CycleOutcome | None:
+        """Ask the kubelet again; when its answer changed, publish the NodeTopology (not the labels:
+        they depend on the topology only). Never raises. None when nothing changed."""
+        if self._read_allocation is None or self._topology is None:
+            return None
+        before = self._observed
+        try:
+            allocation = self._allocation(self._topology)
+            if self._observed == before:
+                return None
+            body = to_nodetopology(self._topology, self.config.node_name, allocation)
+            log.info(
+                "GPU allocation changed: %s",
+                "; ".join(
+                    f"GPU {i}: {', '.join(f'{h.namespace}/{h.name}' for h in hs)}"
+                    for i, hs in allocation.gpu_holders
+                )
+                if allocation is not None and allocation.known
+                else (allocation.message if allocation is not None else ""),
+                extra={"node": self.config.node_name, "trigger": "allocation"},
+            )
+            outcome = self._publish("allocation", body, None, ())
+        except Exception as e:  # the loop's policy: log, skip this publish, go on
+            log.exception("allocation check failed unexpectedly; skipping this publish")
+            outcome = CycleOutcome(trigger="allocation", published=False, error=e)
+        self.outcomes.append(outcome)
+        del self.outcomes[:-100]
+        if outcome.fatal:
+            self.stop()
+        return outcome
 
     # ---- the loop --------------------------------------------------------------------------
 
@@ -239,7 +302,8 @@ class Agent:
         scan = self.keeper.apply(self._scan())
         topology = scan.topology
         self.stats.record_scan(trigger, scan.results, topology, self.keeper.stale_sources)
-        body = to_nodetopology(topology, self.config.node_name)
+        self._topology = topology
+        body = to_nodetopology(topology, self.config.node_name, self._allocation(topology))
         labels = to_labels(topology, self.config.node_name)
         uncertain = uncertain_keys(topology)
         rdma_nics = sum(1 for n in topology.nics if n.rdma)
@@ -271,10 +335,15 @@ class Agent:
         return self._publish(trigger, body, labels, uncertain)
 
     def _publish(
-        self, trigger: str, body: dict[str, object], labels: dict[str, str], uncertain: Iterable[str]
+        self, trigger: str, body: dict[str, object], labels: dict[str, str] | None, uncertain: Iterable[str]
     ) -> CycleOutcome:
+        """Publish ``body`` and ``labels`` (None: the NodeTopology only)."""
         try:
-            result = self.publisher.publish(body, labels, uncertain_keys=uncertain)
+            if labels is None:
+                done = self.publisher.publish_topology(body)
+                result = None
+            else:
+                result = self.publisher.publish(body, labels, uncertain_keys=uncertain)
         except PublishError as e:
             obj = failed_object(e)
             self.stats.record_failure(obj, type(e).__name__)
@@ -300,6 +369,12 @@ class Agent:
             return CycleOutcome(trigger=trigger, published=False, error=e, retry_in=delay)
         self.backoff.reset()
         self._failing_since = None
+        if result is None:
+            if done.written:
+                self.stats.record_write("nodetopology")
+            return CycleOutcome(
+                trigger=trigger, published=True, written=("nodetopology",) if done.written else ()
+            )
         written = tuple(
             name
             for name, done in (("nodetopology", result.topology.written), ("labels", result.labels.written))

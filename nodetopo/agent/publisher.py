@@ -65,6 +65,10 @@ class AgentPublisher(Protocol):
         self, body: Mapping[str, Any], labels: Mapping[str, str], *, uncertain_keys: Iterable[str]
     ) -> PublishOutcome: ...
 
+    def publish_topology(self, body: Mapping[str, Any]) -> ApplyOutcome:
+        """Publish only the NodeTopology (an allocation change between scans): the labels are not
+        observed again, so a label's "absent in consecutive clean scans" count is not advanced."""
+
     def resync(self) -> None:
         """Forget what was written, so the next publish compares with the server again."""
 
@@ -105,6 +109,12 @@ class ApiPublisher:
     def publish(
         self, body: Mapping[str, Any], labels: Mapping[str, str], *, uncertain_keys: Iterable[str]
     ) -> PublishOutcome:
+        topology = self.publish_topology(body)
+        with tagged("labels"):
+            applied = self._publisher.labels.publish(labels, uncertain_keys=sorted(uncertain_keys))
+        return PublishOutcome(topology=topology, labels=applied)
+
+    def publish_topology(self, body: Mapping[str, Any]) -> ApplyOutcome:
         with tagged("nodetopology"):
             if essential_missing(body):
                 name = str(body["metadata"]["name"])
@@ -119,9 +129,7 @@ class ApiPublisher:
             else:
                 topology = self._publisher.topology.apply(body, node_name=self.node_name)
                 self._stored_hash = wanted
-        with tagged("labels"):
-            applied = self._publisher.labels.publish(labels, uncertain_keys=sorted(uncertain_keys))
-        return PublishOutcome(topology=topology, labels=applied)
+        return topology
 
 
 class DryRunPublisher:
@@ -137,6 +145,16 @@ class DryRunPublisher:
     def resync(self) -> None:
         self._written_hash = None
         self._written_labels = None
+
+    def publish_topology(self, body: Mapping[str, Any]) -> ApplyOutcome:
+        wanted = _body_hash(body)
+        changed = wanted != self._written_hash
+        if changed:
+            self._out.write("# nodetopo agent --dry-run: would apply (field manager nodetopo-agent)\n")
+            self._out.write(yaml.safe_dump_all([dict(body)], sort_keys=False, explicit_start=True))
+            self._out.flush()
+        self._written_hash = wanted
+        return ApplyOutcome(name=str(body["metadata"]["name"]), written=changed, content_hash=wanted)
 
     def publish(
         self, body: Mapping[str, Any], labels: Mapping[str, str], *, uncertain_keys: Iterable[str]

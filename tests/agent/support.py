@@ -16,6 +16,7 @@ from nodetopo.agent.config import AgentConfig
 from nodetopo.agent.publisher import DryRunPublisher, PublishOutcome
 from nodetopo.discover import Scan, bundle_context, scan
 from nodetopo.host import Replay, ReplayRunner
+from nodetopo.publish.nodetopology import ApplyOutcome
 from nodetopo.sources.base import Context
 
 BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
@@ -87,6 +88,7 @@ class FakePublisher:
         self.outcomes: list[PublishOutcome] = []
         self.resyncs = 0
         self.during_publish: Callable[[], None] | None = None
+        self.topology_only: list[ApplyOutcome] = []  #: outcomes of ``publish_topology`` (allocation changes)
 
     def publish(
         self, body: Mapping[str, Any], labels: Mapping[str, str], *, uncertain_keys: Iterable[str]
@@ -98,6 +100,14 @@ class FakePublisher:
             raise self.errors.pop(0)
         outcome = self._inner.publish(body, labels, uncertain_keys=uncertain_keys)
         self.outcomes.append(outcome)
+        return outcome
+
+    def publish_topology(self, body: Mapping[str, Any]) -> ApplyOutcome:
+        self.calls.append({"body": body, "labels": None, "uncertain": None})
+        if self.errors:
+            raise self.errors.pop(0)
+        outcome = self._inner.publish_topology(body)
+        self.topology_only.append(outcome)
         return outcome
 
     def resync(self) -> None:

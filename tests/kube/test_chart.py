@@ -252,6 +252,27 @@ def test_custom_values_reach_the_daemonset() -> None:
     assert vap["spec"]["policyName"] == "gpu-nodetopo-agent-own-node"
 
 
+def test_pod_resources_off_runs_the_agent_unprivileged_without_the_socket() -> None:
+    """The one reason the agent runs as uid 0 is the kubelet's root-only socket: without it, 65532."""
+    for enabled, user in (("true", 0), ("false", 65532)):
+        docs = by_identity(
+            render("gpu", "topo", "--set", f"agent.podResources.enabled={enabled}",
+                   "--set", "agent.podResources.hostPath=/data/kubelet/pod-resources")
+        )  # fmt: skip
+        pod = docs[("DaemonSet", "topo", "gpu-nodetopo-agent")]["spec"]["template"]["spec"]
+        agent = pod["containers"][0]
+        assert pod["securityContext"]["runAsUser"] == user
+        assert pod["securityContext"]["runAsNonRoot"] is (user != 0)
+        assert agent["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        sockets = [a for a in agent["args"] if a.startswith("--pod-resources-socket=")]
+        if user == 0:
+            assert volumes["pod-resources"]["hostPath"]["path"] == "/data/kubelet/pod-resources"
+            assert sockets == ["--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"]
+        else:
+            assert "pod-resources" not in volumes and sockets == ["--pod-resources-socket="]
+
+
 def test_alert_rules_use_metrics_the_agent_exports() -> None:
     from prometheus_client.exposition import generate_latest
 

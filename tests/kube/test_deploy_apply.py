@@ -98,9 +98,10 @@ def test_rbac_grants_no_delete_and_no_list(cluster: Any, tmp_path: Path) -> None
         assert done.stdout.strip() == expected, (verb, resource, done.stdout, done.stderr)
 
 
-def test_pod_security_warns_about_the_host_sys_mount_and_nothing_else(cluster: Any) -> None:
+def test_pod_security_warns_about_the_host_mounts_and_uid_0_and_nothing_else(cluster: Any) -> None:
     """namespace.yaml enforces privileged and warns at restricted (as its comment says): the
-    DaemonSet's pod meets restricted except for the one hostPath volume."""
+    DaemonSet's pod meets restricted except for its two read-only hostPath volumes (/sys and the
+    kubelet's pod-resources directory) and uid 0 (the kubelet's socket is writable by root only)."""
     namespace = yaml.safe_load((DEPLOY / "namespace.yaml").read_text())
     labels = namespace["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
@@ -118,5 +119,10 @@ def test_pod_security_warns_about_the_host_sys_mount_and_nothing_else(cluster: A
     warnings = [line for line in done.stderr.splitlines() if line.startswith("Warning:")]
     assert len(warnings) == 1, done.stderr
     assert 'violate PodSecurity "restricted:latest"' in warnings[0]
-    assert warnings[0].endswith('(volume "host-sys" uses restricted volume type "hostPath")'), warnings[0]
+    assert warnings[0].split(": ", 2)[2] == (
+        'restricted volume types (volumes "host-sys", "pod-resources" use restricted volume type '
+        '"hostPath"), '
+        "runAsNonRoot != true (pod must not set securityContext.runAsNonRoot=false), "
+        "runAsUser=0 (pod must not set runAsUser=0)"
+    ), warnings[0]
     cluster.kubectl("delete", "namespace", name, "--wait=false")

@@ -39,10 +39,18 @@ NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 
 
 def write_overlay(directory: Path, node: LocalNode) -> Path:
-    """The test overlay: deploy/ + pull policy Never + the API server's address for the pod."""
+    """The test overlay: deploy/ + pull policy Never + the API server's address for the pod + the
+    test kubelet's root directory (it is not /var/lib/kubelet) for the PodResources socket."""
     directory.mkdir(parents=True, exist_ok=True)
+    deployed = yaml.safe_load((REPO / "deploy" / "daemonset.yaml").read_text())
+    volumes = [v["name"] for v in deployed["spec"]["template"]["spec"]["volumes"]]
     patch = [
         {"op": "replace", "path": "/spec/template/spec/containers/0/imagePullPolicy", "value": "Never"},
+        {
+            "op": "replace",
+            "path": f"/spec/template/spec/volumes/{volumes.index('pod-resources')}/hostPath/path",
+            "value": str(node.kubelet_root / "pod-resources"),
+        },
         {
             "op": "add",
             "path": "/spec/template/spec/containers/0/env/-",
@@ -216,6 +224,11 @@ def test_publishes_what_discover_sees_on_the_host(agent: Agent, tmp_path: Path) 
         timeout=120,
     )
     expected = json.loads(local.stdout)
+    # the agent asked the real kubelet which pod holds each device (none here: no GPUs); discover
+    # does not ask
+    allocation = published["status"].pop("allocation")
+    assert allocation["state"] == "Known", allocation
+    assert "allocation" not in expected["status"]
     got, want = normalized(published["status"]), normalized(expected["status"])
     # A tool the host has but the image does not ship (lldpcli: lldpd is installed on this machine)
     # changes only the message of a source that is unavailable on both sides.

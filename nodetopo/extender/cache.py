@@ -22,7 +22,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from nodetopo.crd import GROUP, PLURAL, VERSION
-from nodetopo.extender.fit import NodeShape, Verdict, evaluate, free_after, node_shape
+from nodetopo.extender.fit import (
+    Holders,
+    NodeShape,
+    Verdict,
+    evaluate,
+    free_after,
+    free_with_holders,
+    node_holders,
+    node_shape,
+)
 from nodetopo.extender.request import AnnotationError, PodRequest, parse_pod_request, pod_gpus
 
 log = logging.getLogger(__name__)
@@ -58,6 +67,8 @@ class ClusterState:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._shapes: dict[str, NodeShape] = {}
+        #: node → who holds its GPUs, where its NodeTopology knows (the kubelet's PodResources)
+        self._holders: dict[str, Holders] = {}
         self._interned: dict[NodeShape, NodeShape] = {}
         self._pods: dict[str, BoundPod] = {}
         self._node_pods: dict[str, dict[str, BoundPod]] = {}
@@ -102,28 +113,40 @@ class ClusterState:
         self._allocations.pop(node, None)
 
     def upsert_topology(self, obj: Mapping[str, Any]) -> None:
-        name, shape = self.compact_topology(obj)  # the object's cost is paid here, outside the lock
+        name, shape, holders = self.compact_topology(obj)  # the object's cost is paid here, outside the lock
         with self._lock:
             self._shapes[name] = self._interned.setdefault(shape, shape)
+            if holders is None:
+                self._holders.pop(name, None)
+            else:
+                self._holders[name] = holders
             self._touch(name)
 
     def delete_topology(self, obj: Mapping[str, Any]) -> None:
         name = str(obj["metadata"]["name"])
         with self._lock:
             self._shapes.pop(name, None)
+            self._holders.pop(name, None)
             self._touch(name)
 
     @staticmethod
-    def compact_topology(obj: Mapping[str, Any]) -> tuple[str, NodeShape]:
-        """(name, shape): all the extender keeps of a NodeTopology."""
-        return str(obj["metadata"]["name"]), node_shape(obj.get("status") or {})
+    def compact_topology(obj: Mapping[str, Any]) -> tuple[str, NodeShape, Holders | None]:
+        """(name, shape, holders): all the extender keeps of a NodeTopology. ``holders`` is None
+        unless the object says who holds each GPU (``status.allocation.state`` Known)."""
+        status = obj.get("status") or {}
+        shape = node_shape(status)
+        holders = node_holders(status) if shape.gpus and isinstance(status, Mapping) else None
+        return str(obj["metadata"]["name"]), shape, holders
 
-    def replace_topologies(self, items: Iterable[Mapping[str, Any] | tuple[str, NodeShape]]) -> None:
-        """Replace every NodeTopology (full objects, or ``compact_topology`` pairs)."""
-        pairs = [item if isinstance(item, tuple) else self.compact_topology(item) for item in items]
+    def replace_topologies(
+        self, items: Iterable[Mapping[str, Any] | tuple[str, NodeShape, Holders | None]]
+    ) -> None:
+        """Replace every NodeTopology (full objects, or ``compact_topology`` triples)."""
+        triples = [item if isinstance(item, tuple) else self.compact_topology(item) for item in items]
         with self._lock:
             self._interned = {}
-            self._shapes = {name: self._interned.setdefault(shape, shape) for name, shape in pairs}
+            self._shapes = {name: self._interned.setdefault(shape, shape) for name, shape, _ in triples}
+            self._holders = {name: holders for name, _, holders in triples if holders is not None}
             self._allocations.clear()
             self._allocation_pool.clear()
             self._versions.clear()
@@ -217,16 +240,21 @@ class ClusterState:
         """
         with self._lock:
             allocations: list[Allocation | None] = list(map(self._allocations.get, nodes))
-            stale: list[tuple[int, NodeShape, int, tuple[BoundPod, ...]]] = []
+            stale: list[tuple[int, NodeShape, int, tuple[BoundPod, ...], Holders | None]] = []
             if None in allocations:
                 for i, node in enumerate(nodes):
                     if allocations[i] is None and (shape := self._shapes.get(node)) is not None:
                         pods = tuple((self._node_pods.get(node) or {}).values())
-                        stale.append((i, shape, self._versions.get(node, self._base), pods))
+                        version = self._versions.get(node, self._base)
+                        stale.append((i, shape, version, pods, self._holders.get(node)))
         fresh: list[tuple[str, int, Allocation]] = []
-        for i, shape, version, pods in stale:
+        for i, shape, version, pods, holders in stale:
             ordered = sorted(pods, key=lambda b: b.order)
-            allocation = self._intern(Allocation(shape, free_after(shape, tuple(b.request for b in ordered))))
+            if holders is None:  # who holds what is unknown: model it
+                free = free_after(shape, tuple(b.request for b in ordered))
+            else:
+                free = free_with_holders(shape, holders, [(b.order[1], b.request) for b in ordered])
+            allocation = self._intern(Allocation(shape, free))
             allocations[i] = allocation
             fresh.append((nodes[i], version, allocation))
         if fresh:

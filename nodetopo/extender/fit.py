@@ -3,12 +3,17 @@
 Pure functions over ``NodeShape`` (the part of a NodeTopology's status that placement depends on),
 the set of GPUs still free on the node, and a ``PodRequest``.
 
-The extender does not see which GPUs the device plugin handed to running pods, only how many each
-pod requested. It therefore *models* a node's allocation: the pods bound to the node are placed, in
-the order they were created, with the same choice this module makes for a new pod (``place``), and
-what remains is the node's free set. A topology-aware device plugin (the NVIDIA plugin's
-``GetPreferredAllocation``, which follows the same "tightest island first" idea) makes the model
-close to reality; when it is not, the capacity check still holds and only the island estimate is off.
+Which GPUs are free on a node: when the node's agent asks its kubelet (the PodResources API) the
+NodeTopology says which pod holds each GPU (``status.gpus[].heldBy``, ``status.allocation.state``
+Known), and those GPUs are taken for as long as their pod is bound (``free_with_holders``). The
+agent publishes a new pod's GPUs a few seconds after the kubelet hands them out, so a pod bound
+but not yet listed is placed by the model below among the remaining GPUs. Where the allocation is
+not known (no agent access to the kubelet, an older agent) the extender *models* the whole
+allocation (``free_after``): the pods bound to the node are placed, in the order they were created,
+with the same choice this module makes for a new pod (``place``), and what remains is the node's
+free set. A topology-aware device plugin (the NVIDIA plugin's ``GetPreferredAllocation``, which
+follows the same "tightest island first" idea) makes the model close to reality; when it is not,
+the capacity check still holds and only the island estimate is off.
 
 Choosing GPUs for a request of ``k``:
 
@@ -39,7 +44,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nodetopo.crd import MAX_GPUS, MAX_NICS
+from nodetopo.crd import MAX_GPUS, MAX_HOLDERS, MAX_NICS
 from nodetopo.extender.request import PodRequest
 from nodetopo.model import LinkClass
 
@@ -329,9 +334,12 @@ def evaluate(shape: NodeShape, free: frozenset[int], request: PodRequest) -> Ver
 
 
 @functools.lru_cache(maxsize=65536)
-def free_after(shape: NodeShape, bound: tuple[PodRequest, ...]) -> frozenset[int]:
-    """The GPUs left free once the pods ``bound`` to the node (oldest first) are placed."""
-    free = shape.whole_gpus
+def free_after(
+    shape: NodeShape, bound: tuple[PodRequest, ...], free: frozenset[int] | None = None
+) -> frozenset[int]:
+    """The GPUs left free once the pods ``bound`` to the node (oldest first) are placed among ``free``
+    (default: all the node's whole GPUs)."""
+    free = shape.whole_gpus if free is None else free
     for request in bound:
         if request.gpus <= 0 or not free:
             continue
@@ -342,3 +350,45 @@ def free_after(shape: NodeShape, bound: tuple[PodRequest, ...]) -> frozenset[int
             continue
         free = free - frozenset(pick)
     return free
+
+
+#: pod (``namespace/name``) → the GPU indices the kubelet handed it, from ``status.gpus[].heldBy``
+Holders = Mapping[str, frozenset[int]]
+
+
+def node_holders(status: Any) -> Holders | None:
+    """Who holds which GPU, when the NodeTopology says it knows (``status.allocation.state`` Known);
+    None when it does not say or does not know (then placement estimates, see ``free_after``).
+    Bounded like ``node_shape``: a malformed or oversized allocation is treated as unknown."""
+    try:
+        allocation = status.get("allocation")
+        if not isinstance(allocation, Mapping) or allocation.get("state") != "Known":
+            return None
+        held: dict[str, set[int]] = {}
+        for gpu in _items(status.get("gpus"), "GPUs", MAX_GPUS):
+            holders = gpu.get("heldBy")
+            if holders is None:  # a Known allocation lists every GPU's holders: this one is unknown
+                return None
+            for holder in _items(holders, "holders of a GPU", MAX_HOLDERS):
+                held.setdefault(f"{holder['namespace']}/{holder['name']}", set()).add(int(gpu["index"]))
+    except (_Unusable, TypeError, ValueError, KeyError, AttributeError):
+        return None
+    return {pod: frozenset(gpus) for pod, gpus in held.items()}
+
+
+def free_with_holders(
+    shape: NodeShape, held: Holders, bound: Sequence[tuple[str, PodRequest]]
+) -> frozenset[int]:
+    """The GPUs left free when the kubelet's holders are known: a GPU held by a pod still bound to the
+    node is taken (a GPU whose holder has finished or gone is free); pods bound but not yet in the
+    holders (the agent publishes a new pod's GPUs seconds after it starts) are placed by the model
+    among the rest, oldest first. ``bound``: (``namespace/name``, request), oldest first."""
+    free = shape.whole_gpus
+    unlisted: list[PodRequest] = []
+    for pod, request in bound:
+        gpus = held.get(pod)
+        if gpus is None:
+            unlisted.append(request)
+        else:
+            free = free - gpus
+    return free_after(shape, tuple(unlisted), free)

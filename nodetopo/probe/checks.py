@@ -87,6 +87,8 @@ class PromisedGpu:
     numa_node: int | None
     numa_cpus: frozenset[int] | None  #: the CPUs of the GPU's NUMA node (else its CPU affinity)
     nics: tuple[tuple[str, LinkClass], ...]  #: (NIC name, distance)
+    #: (namespace, pod) of each holder, from ``heldBy``; None when the NodeTopology does not know
+    held_by: tuple[tuple[str, str], ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,6 +107,15 @@ class Promised:
     gpus: tuple[PromisedGpu, ...]
     nics: tuple[PromisedNic, ...]
     islands: Mapping[int, int]  #: island id -> number of GPUs in it
+    #: the node's agent asked its kubelet who holds each GPU (``status.allocation.state`` Known)
+    allocation_known: bool = False
+    allocation_why: str = ""  #: why not, when the NodeTopology says
+
+    def held_by(self, namespace: str, name: str) -> tuple[PromisedGpu, ...] | None:
+        """The GPUs the kubelet handed the pod ``namespace/name`` (None: who holds what is unknown)."""
+        if not self.allocation_known or any(g.held_by is None for g in self.gpus):
+            return None
+        return tuple(g for g in self.gpus if (namespace, name) in (g.held_by or ()))
 
     def gpu(self, key: str) -> PromisedGpu | None:
         """The GPU named by a UUID or an index (as NVIDIA_VISIBLE_DEVICES names them)."""
@@ -160,6 +171,7 @@ def parse_nodetopology(obj: Any) -> Promised:
                 numa_node=_int(g.get("numaNode")),
                 numa_cpus=_cpus(g.get("numaAffinity")) or _cpus(g.get("cpuAffinity")),
                 nics=tuple(nics),
+                held_by=_holders(g.get("heldBy")),
             )
         )
     nics_out = tuple(
@@ -176,7 +188,28 @@ def parse_nodetopology(obj: Any) -> Promised:
     for g in gpus:
         if g.island is not None:
             islands[g.island] = islands.get(g.island, 0) + 1
-    return Promised(node=node, gpus=tuple(gpus), nics=nics_out, islands=islands)
+    allocation = status.get("allocation")
+    allocation = allocation if isinstance(allocation, Mapping) else {}
+    return Promised(
+        node=node,
+        gpus=tuple(gpus),
+        nics=nics_out,
+        islands=islands,
+        allocation_known=allocation.get("state") == "Known",
+        allocation_why=str(allocation.get("message") or "")
+        if isinstance(allocation.get("message"), str)
+        else "",
+    )
+
+
+def _holders(value: Any) -> tuple[tuple[str, str], ...] | None:
+    if not isinstance(value, list):
+        return None
+    return tuple(
+        (h["namespace"], h["name"])
+        for h in value
+        if isinstance(h, Mapping) and isinstance(h.get("namespace"), str) and isinstance(h.get("name"), str)
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -317,6 +350,58 @@ def check_gpus(seen: Seen, promised: Promised | None, t: Thresholds) -> Check:
             Attribution.RESOURCE_NOT_REAL,
         )
     return passed(name, f"GPU(s) {_list(g.index for g in found)} visible ({seen.gpu_ids_from}) and published")
+
+
+def check_allocation(seen: Seen, promised: Promised | None, pod: tuple[str, str] | None) -> Check:
+    """The GPUs the container sees against the GPUs the kubelet handed this pod (``heldBy``)."""
+    name = "kubelet-allocation"
+    if promised is None:
+        return skipped(name, "no NodeTopology to compare with")
+    if not promised.allocation_known:
+        why = f" ({promised.allocation_why})" if promised.allocation_why else ""
+        return skipped(name, f"NodeTopology/{promised.node} does not say who holds its GPUs{why}")
+    if pod is None:
+        return skipped(name, "the pod's name is not known (--pod-name or $POD_NAME)")
+    held = promised.held_by(*pod)
+    if held is None:
+        return skipped(name, f"NodeTopology/{promised.node} does not list the holders of every GPU")
+    if not held:
+        return skipped(
+            name,
+            f"NodeTopology/{promised.node} does not list {pod[0]}/{pod[1]} as holding a GPU yet "
+            "(the agent publishes a new pod's GPUs within seconds)",
+        )
+    held_indices = sorted(g.index for g in held)
+    if seen.gpu_ids is None or seen.gpu_ids_from == KUBELET_ALLOCATION:
+        return passed(name, f"the kubelet handed GPU(s) {_list(held_indices)} to this pod")
+    found, unknown = container_gpus(seen, promised)
+    visible = sorted(g.index for g in found)
+    if unknown or visible != held_indices:
+        shown = _list([*visible, *unknown]) or "none"
+        return failed(
+            name,
+            f"the kubelet handed GPU(s) {_list(held_indices)} to this pod, the container sees {shown} "
+            f"({seen.gpu_ids_from})",
+            Attribution.RESOURCE_NOT_REAL,
+        )
+    return passed(name, f"GPU(s) {_list(held_indices)}: handed to this pod by the kubelet and visible")
+
+
+#: ``Seen.gpu_ids_from`` when the container's own view could not be read and the GPUs are the ones
+#: the kubelet handed the pod (``heldBy``)
+KUBELET_ALLOCATION = "the kubelet's allocation (NodeTopology heldBy)"
+
+
+def with_allocation(seen: Seen, promised: Promised | None, pod: tuple[str, str] | None) -> Seen:
+    """``seen`` with the pod's GPUs taken from the kubelet's allocation when the container's own
+    view (NVML, ``*_VISIBLE_DEVICES``) could not be read and the NodeTopology lists the pod."""
+    if seen.gpu_ids is not None or promised is None or pod is None:
+        return seen
+    held = promised.held_by(*pod)
+    if not held:
+        return seen
+    ids = tuple(g.uuid if g.uuid is not None else str(g.index) for g in held)
+    return dataclasses.replace(seen, gpu_ids=ids, gpu_ids_from=KUBELET_ALLOCATION)
 
 
 def _list(items: Iterable[object]) -> str:
@@ -550,8 +635,15 @@ def check_collective(seen: Seen, promised: Promised | None, t: Thresholds) -> Ch
 
 
 def run_checks(
-    declared: Declared, promised: Promised | None, promised_why: str | None, seen: Seen, t: Thresholds
+    declared: Declared,
+    promised: Promised | None,
+    promised_why: str | None,
+    seen: Seen,
+    t: Thresholds,
+    pod: tuple[str, str] | None = None,
 ) -> list[Check]:
+    """Every check. ``pod`` (namespace, name) finds the pod's GPUs in the kubelet's allocation."""
+    seen = with_allocation(seen, promised, pod)
     checks = [check_declared(declared)]
     if promised is None:
         checks.append(skipped("nodetopology", promised_why or "no NodeTopology"))
@@ -564,6 +656,7 @@ def run_checks(
         )
     checks += [
         check_gpus(seen, promised, t),
+        check_allocation(seen, promised, pod),
         check_one_island(declared, seen, promised),
         check_nvlink(declared, seen, promised, t),
         check_rdma(declared, seen, promised),

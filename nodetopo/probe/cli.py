@@ -339,7 +339,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
         require_p2p=args.require_p2p,
         gpus=args.gpus,
     )
-    checks = run_checks(declared, promised, promised_why, seen, thresholds)
+    pod = (args.pod_namespace or "default", args.pod_name) if args.pod_name else None
+    checks = run_checks(declared, promised, promised_why, seen, thresholds, pod)
     result = verdict(checks)
     report: dict[str, Any] = {
         "passed": result.passed,

@@ -306,3 +306,32 @@ def test_kubectl_get_wide_by_short_name(session: ApiSession, kubectl: Callable[.
     assert rows[pcie]["NIC-DIST"] == "SYS"
     assert rows[pcie]["NVSWITCH"] == "false"  # no island at all
     assert rows[hgx]["NUMA"] == "2"
+
+
+def test_an_allocation_with_holders_is_kept_whole_and_a_bad_state_refused(session: ApiSession) -> None:
+    """status.allocation and gpus[]/migDevices[].heldBy as the agent writes them; nothing pruned."""
+    from nodetopo.allocation import gpu_allocation
+    from nodetopo.model import DeviceAssignment, KubeletAllocation, PodRef
+
+    for bundle in ("dgx-h100", "a100-mig"):
+        topology = scan(bundle_context(Path(__file__).parents[1] / "fixtures" / "bundles" / bundle)).topology
+        holder = PodRef(namespace="ml", name="train-0", container="main")
+        ids = [g.uuid for g in topology.gpus if g.uuid][:2] + [m.uuid for m in topology.mig_devices][:1]
+        observed = KubeletAllocation(
+            assignments=tuple(
+                DeviceAssignment(resource="nvidia.com/gpu", device_id=i, holder=holder) for i in ids
+            ),
+            allocatable=(("nvidia.com/gpu", tuple(ids)),),
+        )
+        body = to_nodetopology(topology, _name(), gpu_allocation(topology, observed))
+        stored = _apply(session, body)
+        assert stored["status"]["allocation"] == body["status"]["allocation"]
+        assert [g.get("heldBy") for g in stored["status"]["gpus"]] == [
+            g["heldBy"] for g in body["status"]["gpus"]
+        ]
+        assert [m.get("heldBy") for m in stored["status"]["migDevices"]] == [
+            m["heldBy"] for m in body["status"]["migDevices"]
+        ]
+    body["metadata"]["name"] = _name()
+    body["status"]["allocation"]["state"] = "Partly"
+    assert 'status.allocation.state: Unsupported value: "Partly"' in _reject(session, body)

@@ -105,6 +105,8 @@ def test_two_releases_render_no_shared_object_selector_or_reference(
                 continue
             assert doc["metadata"]["name"].startswith(f"{release}-nodetopo"), doc["metadata"]["name"]
             assert doc["metadata"]["labels"]["app.kubernetes.io/instance"] == release
+            # service accounts bound are the release's, in its namespace
+            assert {s["namespace"] for s in doc.get("subjects", [])} <= {f"chart-{release}"}, doc
             # references point into the same release (or at built-in roles: system:kube-scheduler ...)
             refs = {r for r in _references(doc) if "nodetopo" in r}
             assert refs <= names, (doc["kind"], refs - names)

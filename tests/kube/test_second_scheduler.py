@@ -408,3 +408,65 @@ def _wait_ready_https(port: int, ca: Path, process: Any, log: Path) -> None:
             pass
         assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
         time.sleep(0.2)
+
+
+def test_the_chart_scheduler_runs_under_a_release_name(
+    cluster: LocalCluster, pool: s.Pool, extender_url: str, tmp_path: Path
+) -> None:
+    """The chart's second scheduler (``scheduler.enabled``) for a release not named nodetopo: its
+    objects applied, the real kube-scheduler started from the chart's ConfigMap as the release's
+    service account, holding the release's Lease with the release's RBAC, and placing pods that name
+    the release's scheduler through the extender."""
+    from kube.chart_support import render
+
+    release, namespace = f"g{RUN}", f"chart-g{RUN}"
+    name = f"{release}-nodetopo-scheduler"
+    values = [f"--set={v}" for v in ("namespace.create=true", "crds.install=false")]
+    values += [f"--set={v}" for v in ("extender.enabled=true", "scheduler.enabled=true")]
+    # no kubelet runs the Deployments' pods: the test runs the binary
+    docs = [d for d in render(release, namespace, *values) if d["kind"] not in ("Deployment", "DaemonSet")]
+    text = yaml.safe_dump_all(docs)
+    outside = [d for d in docs if d["metadata"].get("namespace") != namespace and d["kind"] != "Namespace"]
+    scheduler = None
+    try:
+        cluster.kubectl(
+            "apply",
+            "--server-side",
+            "-f",
+            "-",
+            input=yaml.safe_dump_all([d for d in docs if d["kind"] == "Namespace"]),
+        )
+        cluster.kubectl("apply", "--server-side", "-f", "-", input=text)
+        (config_map,) = [d for d in docs if d["kind"] == "ConfigMap"]
+        config = yaml.safe_load(config_map["data"]["config.yaml"])
+        assert config["profiles"] == [{"schedulerName": name}]
+        assert (
+            config["extenders"][0]["urlPrefix"] == f"http://{release}-nodetopo-extender.{namespace}.svc:8888"
+        )
+        own = cluster.write_kubeconfig(
+            tmp_path / "chart.kubeconfig", token=s.service_account_token(cluster, namespace, name)
+        )
+        config["clientConnection"] = {"kubeconfig": str(own)}  # in the pod: the service account
+        config["extenders"][0]["urlPrefix"] = extender_url  # in the pod: the release's Service
+        scheduler, log = s.start_scheduler(
+            cluster,
+            tmp_path,
+            name,
+            config,
+            kubeconfig=own,
+            ready=f"successfully acquired lease {namespace}/{name}",
+        )
+        placed = s.bind(
+            cluster, pool.pod("chart-island", name, 4, {"nodetopo.io/gpus-in-one-island": "true"})
+        )
+        assert pool.short(placed) in {"h100-a", "h100-b", "a100", "v100"}, placed  # only 8-GPU islands fit
+        forbidden = [line for line in log.read_text(errors="replace").splitlines() if "forbidden" in line]
+        assert not forbidden, "\n".join(forbidden[:10])
+    finally:
+        if scheduler is not None:
+            s.stop(scheduler)
+        for doc in outside:
+            meta = doc["metadata"]
+            where = ("-n", meta["namespace"]) if "namespace" in meta else ()
+            cluster.kubectl("delete", doc["kind"], meta["name"], *where, "--ignore-not-found", check=False)
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", "--ignore-not-found", check=False)

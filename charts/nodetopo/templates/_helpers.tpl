@@ -44,7 +44,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{- define "nodetopo.shipped" -}}
 {{- $text := .root.Files.Get .file -}}
-{{- $text = regexReplaceAll "(?m)^(\\s*)namespace: nodetopo$" $text (printf "${1}namespace: %s" .root.Release.Namespace) -}}
+{{- $text = regexReplaceAll "(?m)(^\\s*|[{,] *)namespace: nodetopo( *[},]|$)" $text (printf "${1}namespace: %s${2}" .root.Release.Namespace) -}}
 {{- $text = include "nodetopo.renamed" (dict "root" .root "text" $text) -}}
 {{- range $pair := .replace | default list -}}
 {{- $text = replace (first $pair) (last $pair) $text -}}

@@ -211,11 +211,15 @@ class Agent:
         """Ask the kubelet (when configured) and join its answer to ``topology``'s GPUs."""
         if self._read_allocation is None:
             return None
+        before = self._observed
         self._observed = self._read_allocation()
         self._next_allocation_at = self._clock() + self.config.allocation_interval_seconds
         if isinstance(self._observed, str):
-            return unknown_allocation(self._observed)
-        return gpu_allocation(topology, self._observed)
+            allocation = unknown_allocation(self._observed)
+        else:
+            allocation = gpu_allocation(topology, self._observed)
+        self.stats.record_allocation(allocation, changed=before is not None and self._observed != before)
+        return allocation
 
     def check_allocation(self) -> CycleOutcome | None:
         """Ask the kubelet again; when its answer changed, publish the NodeTopology (not the labels:

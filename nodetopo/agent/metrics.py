@@ -25,6 +25,12 @@ Metric names (all prefixed ``nodetopo_``):
 ``last_successful_publish_timestamp_seconds``       gauge      Unix time of the last good publish
 ``label_removals_total``                            counter    label keys the agent dropped
 ``gpus`` / ``nvlink_islands`` / ``rdma_nics``       gauge      from the latest topology
+``gpu_allocation_known``                            gauge      1 while the kubelet says who holds
+                                                               each GPU, 0 while it cannot be
+                                                               asked; absent when not asked
+``gpus_held``                                       gauge      GPUs held by a container (when known)
+``allocation_checks_total{result}``                 counter    kubelet PodResources answers:
+                                                               unchanged, changed, failed
 ``agent_info{version,node}``                        gauge      always 1
 ==================================================  =========  ==================================
 """
@@ -47,7 +53,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from nodetopo import __version__
 from nodetopo.crd import conditions
-from nodetopo.model import ConditionReason, Topology
+from nodetopo.model import ConditionReason, GpuAllocation, Topology
 from nodetopo.sources.base import SourceResult
 
 NAMESPACE = "nodetopo"
@@ -88,6 +94,9 @@ class _State:
     gpus: int | None = None
     islands: int | None = None
     rdma_nics: int | None = None
+    allocation_known: int | None = None
+    gpus_held: int | None = None
+    allocation_checks: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 class AgentStats:
@@ -133,6 +142,15 @@ class AgentStats:
             state.gpus = len(topology.gpus)
             state.islands = len(topology.nvlink_islands)
             state.rdma_nics = sum(1 for n in topology.nics if n.rdma)
+
+    def record_allocation(self, allocation: GpuAllocation, *, changed: bool) -> None:
+        """One answer (or failure) of the kubelet's PodResources API."""
+        with self._lock:
+            state = self._state
+            state.allocation_known = 1 if allocation.known else 0
+            state.gpus_held = len(allocation.gpu_holders) if allocation.known else None
+            result = "failed" if not allocation.known else "changed" if changed else "unchanged"
+            state.allocation_checks[result] = state.allocation_checks.get(result, 0) + 1
 
     def record_write(self, obj: str) -> None:
         if self.dry_run:
@@ -235,12 +253,24 @@ class AgentCollector:
             ("gpus", "GPUs in the latest topology", s.gpus),
             ("nvlink_islands", "NVLink islands in the latest topology", s.islands),
             ("rdma_nics", "RDMA NICs in the latest topology", s.rdma_nics),
+            (
+                "gpu_allocation_known",
+                "1 while the kubelet's PodResources API says who holds each GPU, 0 while it cannot be asked",
+                s.allocation_known,
+            ),
+            ("gpus_held", "GPUs held by a container, per the kubelet (absent while unknown)", s.gpus_held),
         )
         for name, doc, reading in gauges:
             gauge = GaugeMetricFamily(f"{ns}_{name}", doc)
             if reading is not None:
                 gauge.add_metric([], float(reading))
             yield gauge
+        yield _counter(
+            f"{ns}_allocation_checks",
+            "Answers of the kubelet's PodResources API: unchanged, changed, failed",
+            ["result"],
+            s.allocation_checks,
+        )
 
 
 def _counter(name: str, doc: str, labels: list[str], values: Mapping[str, int]) -> CounterMetricFamily:

@@ -128,3 +128,18 @@ def test_without_a_socket_nothing_is_asked_and_nothing_is_said() -> None:
     assert agent.run() == 0
     assert "allocation" not in publisher.calls[0]["body"]["status"]
     assert clock.slept[1:] == [60.0]  # woken for scans only
+
+
+def test_the_allocation_is_in_the_metrics() -> None:
+    from prometheus_client import generate_latest
+
+    from nodetopo.agent.metrics import make_registry
+
+    reason = "kubelet.podresources: no kubelet PodResources socket at /x"
+    agent, _, _ = run_for(50, {0: holds(0, 1), 12: holds(0, 1, 2), 30: reason})
+    text = generate_latest(make_registry(agent.stats, process=False)).decode()
+    assert "nodetopo_gpu_allocation_known 0.0" in text  # the last answer failed
+    assert "nodetopo_gpus_held" in text and "nodetopo_gpus_held 3.0" not in text  # unknown: no sample
+    assert 'nodetopo_allocation_checks_total{result="changed"} 1.0' in text
+    assert 'nodetopo_allocation_checks_total{result="failed"}' in text
+    assert 'nodetopo_allocation_checks_total{result="unchanged"}' in text

@@ -2,7 +2,10 @@
 
 * ``/healthz``: 200 while the loop makes progress. The loop promises, each time it goes to sleep
   or starts a scan, when it will next report (``Health.beat(expect_within)``); the check fails
-  once that promise is 3 intervals late (a hung scan or a stuck loop).
+  once that promise is late by the grace: 3 intervals, and never less than 3 command timeouts (a
+  scan that waits on a slow ``nvidia-smi`` within its timeout is working, not stuck; with a short
+  interval the scan itself would otherwise outlast the grace and the kubelet restart a healthy
+  agent).
 * ``/readyz``: 200 once the first publish succeeded (written, or found unchanged on the server).
 * ``/metrics``: the Prometheus text format from the agent's registry.
 """
@@ -24,9 +27,9 @@ log = logging.getLogger(__name__)
 class Health:
     """The loop's heartbeat and readiness, read by the HTTP handler (thread-safe)."""
 
-    def __init__(self, *, clock: Callable[[], float], interval_s: float) -> None:
+    def __init__(self, *, clock: Callable[[], float], interval_s: float, min_grace_s: float = 0.0) -> None:
         self._clock = clock
-        self.grace_s = 3 * interval_s
+        self.grace_s = max(3 * interval_s, min_grace_s)
         self._deadline = clock() + self.grace_s
         self._ready = False
         self._lock = threading.Lock()

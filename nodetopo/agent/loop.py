@@ -137,7 +137,13 @@ class Agent:
         self._wall_clock = wall_clock
         self._random = random
         self.health = (
-            health if health is not None else Health(clock=clock, interval_s=config.interval_seconds)
+            health
+            if health is not None
+            else Health(
+                clock=clock,
+                interval_s=config.interval_seconds,
+                min_grace_s=3 * config.command_timeout_seconds,
+            )
         )
         self._stop = threading.Event()
         self._wake = threading.Event()

@@ -120,6 +120,29 @@ def test_metrics_names_and_values(served: object) -> None:
     assert value("nodetopo_label_removals", "nodetopo_label_removals_total") == 0
 
 
+def test_a_scan_within_its_command_timeouts_is_not_stuck_whatever_the_interval() -> None:
+    """The flake of test_the_health_port_survives_careless_clients: at --interval-seconds=0.05 the
+    grace was 0.15 s, and one scan on a loaded machine took longer, so /healthz answered 503 while
+    the loop was working. The grace is never less than 3 command timeouts."""
+    clock = FakeClock()
+    agent = Agent(
+        config(interval_seconds=0.05, command_timeout_seconds=20),
+        scan=lambda: None,
+        publisher=None,
+        clock=clock,
+    )  # type: ignore[arg-type]
+    assert agent.health.grace_s == 60
+    agent.health.beat()  # a scan starts
+    clock.now += 59  # ... and waits on nvidia-smi, within its timeout, three times over
+    assert agent.health.alive()[0]
+    clock.now += 2
+    assert not agent.health.alive()[0]
+    assert (
+        Agent(config(interval_seconds=60), scan=lambda: None, publisher=None, clock=clock).health.grace_s
+        == 180
+    )  # type: ignore[arg-type]
+
+
 def test_health_without_server() -> None:
     clock = FakeClock()
     health = Health(clock=clock, interval_s=10)

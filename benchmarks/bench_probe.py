@@ -5,8 +5,9 @@ the probe's own cost; a second figure goes the API path, client and TLS included
 refuses at once), a container root with two GPUs named by ``NVIDIA_VISIBLE_DEVICES`` and no RDMA
 device, annotations declaring one island + RDMA (so every check runs; the run fails ResourceNotReal).
 Peer in the same run: ``python -c pass`` (the interpreter alone). Medians of ``--runs`` runs; CPU
-time and peak RSS are the child's ``ru_utime + ru_stime`` and ``ru_maxrss`` (``os.wait4``): on a
-shared, loaded machine the CPU time is the stable figure, the wall time is what a pod waits.
+time and peak RSS are the child's ``ru_utime + ru_stime`` and ``ru_maxrss`` (``os.wait4``), taken
+by a small launcher process (``_LAUNCHER``): on a shared, loaded machine the CPU time is the stable
+figure, the wall time is what a pod waits.
 
     python benchmarks/bench_probe.py [--runs 15]
 """
@@ -20,7 +21,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -40,14 +40,27 @@ KUBECONFIG = {
 }
 
 
+#: Runs argv (its own arguments) with its output to /dev/null and prints its wall seconds, CPU seconds
+#: and ru_maxrss (KiB). A child's ru_maxrss keeps the high-water mark of the memory it was forked
+#: from across exec, so a child spawned by run.py (tens of MiB after the other benchmarks) would
+#: report run.py's RSS; spawned from this small interpreter (no site, no imports) it reports its own.
+_LAUNCHER = """\
+import os, sys, time
+argv = sys.argv[1:]
+null = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_WRONLY, 0) for fd in (1, 2)]
+start = time.perf_counter()
+pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=null)
+_, status, usage = os.wait4(pid, 0)
+print(time.perf_counter() - start, usage.ru_utime + usage.ru_stime, usage.ru_maxrss)
+"""
+
+
 def measure(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
     """Wall seconds, CPU seconds (user + system) and peak RSS (KiB) of one run of ``argv``."""
-    start = time.perf_counter()
-    child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - start
-    child.returncode = os.waitstatus_to_exitcode(status)
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+    launcher = [sys.executable, "-S", "-c", _LAUNCHER, *argv]
+    done = subprocess.run(launcher, env=env, capture_output=True, text=True, check=True)
+    wall, cpu, rss = done.stdout.split()
+    return float(wall), float(cpu), int(rss)
 
 
 def nodetopology_file(directory: Path) -> Path:
@@ -179,7 +192,9 @@ def run(quick: bool) -> Section:
         "runs; the run fails ResourceNotReal). The API path reads a kubeconfig file (PyYAML); in a pod the "
         "service account's files are read instead, without PyYAML. bare = `python -c pass`, the "
         "interpreter alone. CPU and peak RSS are the child's `ru_utime + ru_stime` and `ru_maxrss` "
-        "(`os.wait4`): on a loaded machine CPU is the stable figure, wall is what a pod waits. "
+        "(`os.wait4`), taken by a small launcher: a child's `ru_maxrss` keeps the high-water mark of the "
+        "process it was forked from, which would be run.py's. On a loaded machine CPU is the stable figure, "
+        "wall is what a pod waits. "
         "nodetopo is byte-compiled first (as `pip install` leaves it)."
     )
     return section

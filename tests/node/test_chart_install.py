@@ -46,10 +46,12 @@ def release(
                 "image": {"pullPolicy": "Never"},
                 "crds": {"install": not crds_there},
                 "agent": {
+                    # the test kubelet's --root-dir is not /var/lib/kubelet
+                    "podResources": {"hostPath": str(node.kubelet_root / "pod-resources")},
                     "extraEnv": [
                         {"name": "KUBERNETES_SERVICE_HOST", "value": node.api_host},
                         {"name": "KUBERNETES_SERVICE_PORT", "value": str(node.api_port)},
-                    ]
+                    ],
                 },
             }
         )
@@ -110,6 +112,8 @@ def test_helm_install_runs_the_agent_and_it_publishes(node: LocalNode, release: 
             break
         assert time.monotonic() < deadline, (status, topology)
         time.sleep(1)
+    # the agent asked the real kubelet through the chart's pod-resources mount, as uid 0
+    assert topology["status"]["allocation"]["state"] == "Known", topology["status"]["allocation"]
     owners = topology["metadata"]["ownerReferences"]
     assert [(o["kind"], o["name"]) for o in owners] == [("Node", node.name)]
     assert {c["type"] for c in topology["status"]["conditions"]} >= {"Ready"}

@@ -8,6 +8,10 @@ declaring ``nodetopo.io/gpus-in-one-island`` passes when the kubelet handed it o
 fails the pod ``PlacedWrong`` when the plugin was told to allocate across islands. Run with ``-s`` for
 the real ``kubectl describe pod`` output.
 
+Allocation truth: ``nodetopo publish --pod-resources-socket`` (the agent's PodResources reader, once)
+publishes which pod holds each GPU (``status.gpus[].heldBy``), and ``nodetopo extender`` behind a real
+kube-scheduler places by it: an island free by count but split by the kubelet's choice is refused.
+
 Device plugin logs: ``<node workdir>/deviceplugin.log`` (printed when a case fails).
 """
 
@@ -24,6 +28,13 @@ from typing import Any
 
 import pytest
 from kube.cluster import LocalCluster
+from kube.scheduler_support import (
+    cluster_scheduler_config,
+    running_extender,
+    start_scheduler,
+    stays_pending,
+    stop,
+)
 
 from .node import REPO, LocalNode, NodeError
 from .test_probe_node import (
@@ -284,3 +295,141 @@ def test_probe_fails_a_pod_given_gpus_across_islands_placed_wrong(
     described = node.cluster.kubectl("describe", "pod", "-n", NAMESPACE, name).stdout
     print(described)
     assert "TopologyProbeFailed" in described and expected in described, described
+
+
+SCHEDULER = "nodetopo-allocation-e2e"
+
+
+def sleeper(
+    name: str, image: str, gpus: int, *, node: str | None = None, scheduler: str | None = None
+) -> dict[str, Any]:
+    """A pod holding ``gpus`` GPUs until deleted: bound to ``node``, or placed by ``scheduler``
+    (declaring gpus-in-one-island)."""
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 1,
+        "automountServiceAccountToken": False,
+        "containers": [
+            {
+                "name": "main",
+                "image": image,
+                "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", "sleep 3600"],
+                "resources": {"limits": {GPU: str(gpus)}},
+            }
+        ],
+    }
+    if node:
+        spec["nodeName"] = node
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    annotations = ONE_ISLAND if scheduler else {}
+    meta = {"name": name, "namespace": NAMESPACE, "annotations": annotations}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def publish_allocation(node: LocalNode) -> dict[str, Any]:
+    """The two-island bundle's NodeTopology with what the kubelet's PodResources API says: its status."""
+    socket = node.kubelet_root / "pod-resources" / "kubelet.sock"
+    publish_bundle(node.cluster, node, TWO_ISLANDS, "--pod-resources-socket", str(socket))
+    done = node.cluster.kubectl("get", "nodetopology", node.name, "-o", "json")
+    status: dict[str, Any] = json.loads(done.stdout)["status"]
+    return status
+
+
+def holders(status: dict[str, Any]) -> dict[int, list[str]]:
+    """GPU index → names of the pods holding it (from heldBy), for every GPU."""
+    return {g["index"]: [h["name"] for h in g.get("heldBy") or []] for g in status["gpus"]}
+
+
+def test_heldby_shows_the_kubelets_choice_and_the_extender_places_by_it(
+    plugin: LocalNode, probe_pods: list[str], node_image: dict[str, Any], tmp_path: Path
+) -> None:
+    node, image, cluster = plugin, node_image["name"], plugin.cluster
+    start_plugin(node, TWO_ISLANDS, across_islands=True)
+    # Two 1-GPU pods, one after the other: spread over the islands by the plugin (GPU 0, then GPU 2).
+    first, second, third = (f"{n}-{uuid.uuid4().hex[:6]}" for n in ("held-a", "held-b", "wants-island"))
+    for name in (first, second):
+        probe_pods.append(name)
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(sleeper(name, image, 1, node=node.name)))
+        wait_phase(cluster, name, ("Running",))
+    status = publish_allocation(node)
+    allocation = status.get("allocation", {})
+    assert allocation.get("state") == "Known", allocation
+    assert allocation.get("source") == "kubelet-podresources", allocation
+    assert {"name": GPU, "allocatable": 4, "allocated": 2} in allocation.get("resources", []), allocation
+    assert holders(status) == {0: [first], 1: [], 2: [second], 3: []}, (status["gpus"], plugin_log(node))
+    held = next(g["heldBy"] for g in status["gpus"] if g["index"] == 0)
+    assert held == [{"namespace": NAMESPACE, "name": first, "container": "main"}], held
+
+    with running_extender(cluster, tmp_path) as url:
+        config = cluster_scheduler_config(cluster, SCHEDULER, url)
+        scheduler, log = start_scheduler(cluster, tmp_path, SCHEDULER, config)
+        try:
+            # 2 GPUs are free by count (the scheduler's own fit passes) but one in each island.
+            probe_pods.append(third)
+            stays_pending(
+                cluster, sleeper(third, image, 2, scheduler=SCHEDULER), "at most 1 GPUs in one NVLink island"
+            )
+            # The kubelet packs from now on; deleting the pod on GPU 2 frees island 1 whole: the
+            # waiting pod is placed there and the kubelet gives it GPUs 2 and 3.
+            start_plugin(node, TWO_ISLANDS)
+            cluster.kubectl("delete", "pod", "-n", NAMESPACE, second, "--grace-period=1", "--wait=true")
+            try:
+                wait_phase(cluster, third, ("Running",), timeout=90)
+            except AssertionError as e:
+                tails = "".join(
+                    f"\n--- {f} ---\n{f.read_text(errors='replace')[-3000:]}"
+                    for f in (log, tmp_path / "extender.log")
+                )
+                raise AssertionError(f"{e}{tails}{plugin_log(node)}") from e
+        finally:
+            stop(scheduler)
+    pod = json.loads(cluster.kubectl("get", "pod", "-n", NAMESPACE, third, "-o", "json").stdout)
+    assert pod["spec"]["nodeName"] == node.name, pod["spec"]
+    status = publish_allocation(node)
+    assert holders(status) == {0: [first], 1: [], 2: [third], 3: [third]}, (status["gpus"], plugin_log(node))
+
+
+def test_probe_checks_the_container_against_the_gpus_heldby_names(
+    plugin: LocalNode, probe_pods: list[str], node_image: dict[str, Any]
+) -> None:
+    """The kubelet allocates a pod's devices when it admits it: while the probe (init container)
+    waits, the pod's main container is listed by the PodResources API, published as heldBy, and the
+    probe finds the GPUs it sees are exactly those."""
+    node, cluster = plugin, plugin.cluster
+    start_plugin(node, TWO_ISLANDS)
+    publish_bundle(cluster, node, TWO_ISLANDS)
+    sa = create_reader(cluster)
+    name = f"probe-held-{uuid.uuid4().hex[:6]}"
+    probe_pods.append(name)
+    pod = probe_gpu_pod(name, node_image["name"], node, sa, 2)
+    pod["spec"]["initContainers"][0]["command"] = ["/bin/sh", "-c", 'sleep 10; exec nodetopo "$@"', "sh"]
+    try:
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            current = json.loads(cluster.kubectl("get", "pod", "-n", NAMESPACE, name, "-o", "json").stdout)
+            statuses = current["status"].get("initContainerStatuses") or []
+            if statuses and "running" in statuses[0].get("state", {}):
+                break
+            time.sleep(0.3)
+        else:
+            raise AssertionError(f"the probe did not start: {json.dumps(current['status'])[:2000]}")
+        held = holders(publish_allocation(node))
+        pod_gpus = sorted(i for i, names in held.items() if name in names)
+        assert pod_gpus in ([0, 1], [2, 3]), (held, plugin_log(node))
+        done = wait_done(cluster, name)
+    finally:
+        delete_reader(cluster, sa)
+    term = init_terminated(done)
+    report = cluster.kubectl("logs", "-n", NAMESPACE, name, "-c", "topology-probe", check=False).stdout
+    why = f"{term}\n{report[-4000:]}{plugin_log(node)}"
+    assert done["status"]["phase"] == "Succeeded" and term.get("exitCode") == 0, why
+    checks = {c["name"]: c for c in json.loads(report)["checks"]}
+    expected = f"GPU(s) {','.join(map(str, pod_gpus))}: handed to this pod by the kubelet and visible"
+    assert checks["kubelet-allocation"] == {
+        "name": "kubelet-allocation",
+        "status": "pass",
+        "reason": expected,
+    }, why

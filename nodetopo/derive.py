@@ -410,9 +410,16 @@ def preferred_gpu_sets(
     class_of = _PairValues(lambda a, b: int(pcie.get((a, b), LinkClass.PIX)))
     links_of = _PairValues(pair_links)
 
+    # and what it reads of one GPU, in forms a candidate combines fast: its island (a GPU outside
+    # every island is its own), its nearest-NIC group (None: none known) and its NUMA nodes as bits
+    island_key = {i: island_of.get(i, -1 - i) for i in by_index}
+    nic_key = {i: group or None for i, group in nic_group.items()}
+    numa_bit = {n: 1 << b for b, n in enumerate(sorted({n for nodes in numa_of.values() for n in nodes}))}
+    numa_mask = {i: sum(numa_bit[n] for n in nodes) for i, nodes in numa_of.items()}
+
     @functools.cache  # the greedy steps score the remaining GPUs' subsets again
     def score(members: tuple[int, ...]) -> tuple[object, ...]:
-        spanned = {island_of.get(i, -1 - i) for i in members}
+        spanned = set(map(island_key.__getitem__, members))
         pairs = tuple(itertools.combinations(members, 2))
         worst = max(map(class_of.__getitem__, pairs), default=int(LinkClass.PIX))
         if len(spanned) == 1 and next(iter(spanned)) in switched:
@@ -421,9 +428,12 @@ def preferred_gpu_sets(
             links = list(map(links_of.__getitem__, pairs))
             all_linked = 0 if all(links) else 1
             min_links = -min(links) if links else 0
-        nic_groups = {nic_group[i] for i in members if nic_group[i]}
-        numa = set().union(*(numa_of[i] for i in members))
-        return (len(spanned), all_linked, min_links, len(nic_groups), len(numa), worst, members)
+        nic_groups = set(map(nic_key.__getitem__, members))
+        nic_groups.discard(None)
+        numa = 0
+        for i in members:
+            numa |= numa_mask[i]
+        return (len(spanned), all_linked, min_links, len(nic_groups), numa.bit_count(), worst, members)
 
     order = sorted(
         by_index,

@@ -1,24 +1,12 @@
 #!/usr/bin/env bash
-# Build the Kueue controller (sigs.k8s.io/kueue/cmd/kueue, the version pinned in go.mod) into a cache
-# outside the repository keyed by this module's go.mod, go.sum and this script. Its own Go module:
-# the control plane (tests/cluster) keeps its cache key.
+# Build the Kueue controller (sigs.k8s.io/kueue/cmd/kueue, the version pinned in go.mod) with
+# tests/gotool-build.sh into a cache outside the repository. Its own Go module: the control plane
+# (tests/cluster) keeps its cache key.
 #
 #   tests/cluster-kueue/build.sh     build if missing; print the bin directory
 #
 # NODETOPO_CLUSTER_CACHE overrides the cache root (default ~/.cache/nodetopo/cluster).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-cd "$here"
-version="$(awk '$1=="sigs.k8s.io/kueue"{print $2} $2=="sigs.k8s.io/kueue"{print $3}' go.mod | head -n1)"
-key="$(cat go.mod go.sum build.sh | sha256sum | cut -c1-16)"
-root="${NODETOPO_CLUSTER_CACHE:-$HOME/.cache/nodetopo/cluster}"
-bin="$root/kueue-$version-$key/bin"
-if [ -x "$bin/kueue" ]; then echo "$bin"; exit 0; fi
-command -v go >/dev/null || { echo "build.sh: Go is required to build Kueue" >&2; exit 1; }
-mkdir -p "$bin.partial"
-start=$(date +%s)
-echo "build.sh: building kueue $version (sigs.k8s.io/kueue/cmd/kueue)" >&2
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin.partial/kueue" sigs.k8s.io/kueue/cmd/kueue
-echo "build.sh: built kueue in $(( $(date +%s) - start ))s" >&2
-rm -rf "$bin"; mv "$bin.partial" "$bin"
-echo "$bin"
+exec "$here/../gotool-build.sh" "$here" kueue sigs.k8s.io/kueue/cmd/kueue \
+  "${NODETOPO_CLUSTER_CACHE:-$HOME/.cache/nodetopo/cluster}"

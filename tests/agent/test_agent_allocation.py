@@ -45,10 +45,11 @@ class ScriptedKubelet:
 
 
 def run_for(
-    seconds: float, answers: dict[float, KubeletAllocation | str]
-) -> tuple[Agent, FakePublisher, ScriptedKubelet]:
+    seconds: float, answers: dict[float, KubeletAllocation | str] | None
+) -> tuple[Agent, FakePublisher, ScriptedKubelet | None, FakeClock]:
+    """Run the agent on the fake clock for ``seconds``; ``answers`` None: no kubelet is asked."""
     clock, publisher = FakeClock(start=0.0), FakePublisher()
-    kubelet = ScriptedKubelet(clock, answers)
+    kubelet = ScriptedKubelet(clock, answers) if answers is not None else None
     agent = Agent(
         config(allocation_interval_seconds=5.0),
         scan=SwitchableScan(bundle_context(DGX_H100)),
@@ -62,7 +63,7 @@ def run_for(
     end = clock.now + seconds
     clock.on_sleep.append(lambda c, s: agent.stop() if c.now + s >= end else None)
     assert agent.run() == 0
-    return agent, publisher, kubelet
+    return agent, publisher, kubelet, clock
 
 
 def held(body: dict[str, object]) -> dict[int, list[str]]:
@@ -72,7 +73,7 @@ def held(body: dict[str, object]) -> dict[int, list[str]]:
 
 
 def test_holders_are_published_and_an_unchanged_answer_writes_nothing() -> None:
-    _agent, publisher, kubelet = run_for(50, {0: holds(0, 1)})
+    _, publisher, kubelet, _ = run_for(50, {0: holds(0, 1)})
     first = publisher.calls[0]["body"]
     assert held(first) == {0: ["train"], 1: ["train"], **{i: [] for i in range(2, 8)}}
     assert first["status"]["allocation"]["state"] == "Known"
@@ -90,7 +91,7 @@ def test_a_new_pod_between_scans_is_published_within_the_allocation_interval() -
         ),
         allocatable=holds().allocatable,
     )
-    agent, publisher, _ = run_for(50, {0: holds(0, 1), 12: changed})
+    agent, publisher, _, _ = run_for(50, {0: holds(0, 1), 12: changed})
     assert [o.written for o in publisher.topology_only] == [True]
     update = next(c for c in publisher.calls if c["labels"] is None)["body"]
     assert held(update)[4] == ["eval"] and held(update)[0] == ["train"]
@@ -104,7 +105,7 @@ def test_an_unreachable_kubelet_is_unknown_never_free() -> None:
     reason = (
         "kubelet.podresources: no kubelet PodResources socket at /var/lib/kubelet/pod-resources/kubelet.sock"
     )
-    _agent, publisher, _ = run_for(50, {0: holds(0), 20: reason, 40: holds(0)})
+    _, publisher, _, _ = run_for(50, {0: holds(0), 20: reason, 40: holds(0)})
     bodies = [c["body"] for c in publisher.calls]
     states = [b["status"]["allocation"]["state"] for b in bodies]
     assert states == ["Known", "Unknown", "Known"]
@@ -114,18 +115,7 @@ def test_an_unreachable_kubelet_is_unknown_never_free() -> None:
 
 
 def test_without_a_socket_nothing_is_asked_and_nothing_is_said() -> None:
-    clock, publisher = FakeClock(start=0.0), FakePublisher()
-    agent = Agent(
-        config(),
-        scan=SwitchableScan(bundle_context(DGX_H100)),
-        publisher=publisher,
-        clock=clock,
-        wall_clock=lambda: 1_700_000_000.0 + clock.now,
-        sleep=clock.sleep,
-        random=lambda: 0.5,
-    )
-    clock.on_sleep.append(lambda c, s: agent.stop() if c.now + s >= 100 else None)
-    assert agent.run() == 0
+    _, publisher, _, clock = run_for(100, None)
     assert "allocation" not in publisher.calls[0]["body"]["status"]
     assert clock.slept[1:] == [60.0]  # woken for scans only
 
@@ -136,7 +126,7 @@ def test_the_allocation_is_in_the_metrics() -> None:
     from nodetopo.agent.metrics import make_registry
 
     reason = "kubelet.podresources: no kubelet PodResources socket at /x"
-    agent, _, _ = run_for(50, {0: holds(0, 1), 12: holds(0, 1, 2), 30: reason})
+    agent, _, _, _ = run_for(50, {0: holds(0, 1), 12: holds(0, 1, 2), 30: reason})
     text = generate_latest(make_registry(agent.stats, process=False)).decode()
     assert "nodetopo_gpu_allocation_known 0.0" in text  # the last answer failed
     assert "nodetopo_gpus_held" in text and "nodetopo_gpus_held 3.0" not in text  # unknown: no sample

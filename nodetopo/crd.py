@@ -17,12 +17,14 @@ from typing import Any
 
 from nodetopo import __version__
 from nodetopo.model import (
+    MAX_LINKED_GPUS,
     Condition,
     ConditionReason,
     FabricInfo,
     FabricTier,
     Gpu,
     GpuAllocation,
+    GpuLink,
     GpuNicDistance,
     LinkClass,
     MigDevice,
@@ -67,6 +69,9 @@ MAX_HOLDERS = 256
 MAX_RESOURCES = 256
 #: NVLink islands: two GPUs at least each.
 MAX_ISLANDS = MAX_GPUS // 2
+#: GPU pairs in ``status.gpuLinks``: every pair of a node of ``MAX_LINKED_GPUS`` (64) GPUs. A larger
+#: node publishes no gpuLinks (the derivation makes none), so no object lists 500,000 pairs.
+MAX_GPU_LINKS = MAX_LINKED_GPUS * (MAX_LINKED_GPUS - 1) // 2
 #: Sources and conditions (one condition per source, plus Ready, Consistent and room to grow).
 MAX_SOURCES = 64
 MAX_SOURCE_MESSAGE = 4096
@@ -113,6 +118,7 @@ def to_nodetopology(
             }
             for i in topology.nvlink_islands
         ],
+        **_gpu_links(topology.gpu_links),
         "numaNodes": [_numa(n) for n in topology.numa_nodes],
         "migDevices": [
             {
@@ -150,6 +156,23 @@ def to_nodetopology(
         "kind": KIND,
         "metadata": {"name": node_name, "labels": {"app.kubernetes.io/managed-by": "nodetopo"}},
         "status": status,
+    }
+
+
+def _gpu_links(links: tuple[GpuLink, ...] | None) -> dict[str, Any]:
+    """``{"gpuLinks": [...]}``, or nothing when the links are unknown or more than the schema holds."""
+    if links is None or len(links) > MAX_GPU_LINKS:
+        return {}
+    return {
+        "gpuLinks": [
+            {
+                "a": link.a,
+                "b": link.b,
+                **({"nvlinks": link.nvlinks} if link.nvlinks else {}),
+                **({"pcie": link.pcie.name} if link.pcie is not None else {}),
+            }
+            for link in links
+        ]
     }
 
 
@@ -417,10 +440,11 @@ class ResourceError(ValueError):
 def topology_from_nodetopology(body: Mapping[str, Any]) -> Topology:
     """The inverse of ``to_nodetopology``: what the object says, as the ``Topology`` every view renders.
 
-    The object carries no PCIe tree (``pci_devices`` is empty) and no per-pair GPU links beyond the
-    islands; everything else round-trips: ``to_nodetopology(topology_from_nodetopology(b), name)``
-    has ``b``'s status. A source condition whose status is False becomes that source's condition
-    again (with its reason), so Ready and Consistent are recomputed from the same facts.
+    The object carries no PCIe tree (``pci_devices`` is empty); ``gpu_links`` is None when the object
+    has no ``gpuLinks`` (a node of over 64 GPUs, an older agent). Everything else round-trips:
+    ``to_nodetopology(topology_from_nodetopology(b), name)`` has ``b``'s status. A source condition
+    whose status is False becomes that source's condition again (with its reason), so Ready and
+    Consistent are recomputed from the same facts.
     Raises ``ResourceError`` naming the field when the body is not a NodeTopology status.
     """
     name = str((body.get("metadata") or {}).get("name") or "?")
@@ -448,6 +472,21 @@ def topology_from_nodetopology(body: Mapping[str, Any]) -> Topology:
                 nvswitch=bool(i["nvswitch"]),
             )
             for i in status.get("nvlinkIslands") or []
+        )
+        field = "status.gpuLinks"
+        links_body = status.get("gpuLinks")
+        links = (
+            tuple(
+                GpuLink(
+                    a=int(p["a"]),
+                    b=int(p["b"]),
+                    nvlinks=int(p["nvlinks"]) if p.get("nvlinks") else None,
+                    pcie=LinkClass[p["pcie"]] if p.get("pcie") else None,
+                )
+                for p in links_body
+            )
+            if links_body is not None
+            else None
         )
         field = "status.numaNodes"
         numa = tuple(
@@ -513,6 +552,7 @@ def topology_from_nodetopology(body: Mapping[str, Any]) -> Topology:
         sources=sources,
         conditions=conditions_back,
         network=network_position,
+        gpu_links=links,
     )
 
 

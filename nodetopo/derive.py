@@ -32,11 +32,13 @@ from nodetopo.graph import (
     pci_device_of,
 )
 from nodetopo.model import (
+    MAX_LINKED_GPUS,
     Condition,
     ConditionReason,
     FabricInfo,
     Facts,
     Gpu,
+    GpuLink,
     GpuNicDistance,
     LinkClass,
     MigDevice,
@@ -338,6 +340,36 @@ def nvlink_islands(g: nx.Graph) -> tuple[NvlinkIsland, ...]:
     return tuple(islands)
 
 
+def gpu_nvlinks(g: nx.Graph) -> dict[tuple[int, int], int]:
+    """The direct NVLink count between two GPUs ``(a, b)``, a < b, for every pair that has one."""
+    counts: dict[tuple[int, int], int] = {}
+    for a, b, links in nvlink_edges(g):
+        if a.startswith("gpu:") and b.startswith("gpu:"):
+            ia, ib = int(a[4:]), int(b[4:])
+            counts[(min(ia, ib), max(ia, ib))] = links
+    return counts
+
+
+def gpu_links(
+    gpus: Sequence[int],
+    islands: Sequence[NvlinkIsland],
+    nvlinks: dict[tuple[int, int], int],
+    pcie: dict[tuple[int, int], LinkClass],
+) -> tuple[GpuLink, ...]:
+    """Every pair of ``gpus`` (a < b) that ``topo -m`` would give a cell: its direct NVLink count
+    (``nvlinks``), else the links of the NVSwitch island both are in, and its PCIe class (``pcie``)."""
+    switched = {i: island for island in islands if island.nvswitch for i in island.gpus}
+    links: list[GpuLink] = []
+    for a, b in itertools.combinations(sorted(gpus), 2):
+        count = nvlinks.get((a, b))
+        if not count and a in switched and switched.get(b) is switched[a]:
+            count = switched[a].links_per_pair
+        cls = pcie.get((a, b))
+        if count or cls is not None:
+            links.append(GpuLink(a=a, b=b, nvlinks=count or None, pcie=cls))
+    return tuple(links)
+
+
 # --------------------------------------------------------------------------------------------
 # Preferred GPU sets
 # --------------------------------------------------------------------------------------------
@@ -524,13 +556,11 @@ def topology_from_graph(g: nx.Graph, facts: Facts, join_conditions: Sequence[Con
     migs = tuple(g.nodes[n]["mig"] for n in nodes_of(g, "mig"))
     migs = tuple(sorted(migs, key=_mig_sort_key))
 
-    nvlink_counts: dict[tuple[int, int], int] = {}
-    for a, b, links in nvlink_edges(g):
-        if a.startswith("gpu:") and b.startswith("gpu:"):
-            ia, ib = int(a[4:]), int(b[4:])
-            nvlink_counts[(min(ia, ib), max(ia, ib))] = links
+    nvlink_counts = gpu_nvlinks(g)
     pcie_classes = gpu_gpu_classes(g, index, [gpu.index for gpu in gpus])
     preferred = preferred_gpu_sets(gpus, islands, nvlink_counts, pcie_classes) if gpus else ()
+    indices = [gpu.index for gpu in gpus]
+    links = gpu_links(indices, islands, nvlink_counts, pcie_classes) if len(gpus) <= MAX_LINKED_GPUS else None
 
     fabric = _node_fabric(_gpu_records(g))
     gpu_fabric = frozenset(n for gpu in gpus for n in gpu.nearest_nics)
@@ -552,6 +582,7 @@ def topology_from_graph(g: nx.Graph, facts: Facts, join_conditions: Sequence[Con
         sources=facts.sources,
         conditions=tuple(conditions),
         network=network,
+        gpu_links=links,
     )
 
 

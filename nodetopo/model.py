@@ -554,6 +554,27 @@ class NvlinkIsland:
     nvswitch: bool
 
 
+#: GPU links are derived and published for nodes of at most this many GPUs (64 → 2,016 pairs); a
+#: larger node has none (``Topology.gpu_links`` is None) and a matrix of it falls back to what the
+#: islands and NUMA nodes imply. No single-OS machine has more than 16 GPUs.
+MAX_LINKED_GPUS = 64
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class GpuLink:
+    """How two GPUs ``a < b`` reach each other: the cell ``nvidia-smi topo -m`` prints for the pair.
+
+    ``nvlinks``: the NVLinks joining them (inside an NVSwitch island without a direct link, the
+    island's links per GPU, as ``topo -m`` shows); None when none. ``pcie``: the class of the PCIe
+    path between them; None when no source places it.
+    """
+
+    a: int
+    b: int
+    nvlinks: int | None
+    pcie: LinkClass | None
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PreferredGpuSets:
     size: int
@@ -597,6 +618,9 @@ class Topology:
     sources: tuple[SourceStatus, ...]
     conditions: tuple[Condition, ...]
     network: NetworkPosition = NetworkPosition()
+    #: every GPU pair that has a matrix cell, sorted; None when not derived (over
+    #: ``MAX_LINKED_GPUS`` GPUs) or not published (an object written by an older agent)
+    gpu_links: tuple[GpuLink, ...] | None = None
 
 
 # --------------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ def test_the_bounds_are_the_ones_crd_py_and_the_extender_use() -> None:
         "status.gpus[].nics": crd.MAX_NICS,
         "status.gpus[].nearestNICs": crd.MAX_NICS,
         "status.nvlinkIslands": crd.MAX_ISLANDS,
+        "status.gpuLinks": crd.MAX_GPU_LINKS,
         "status.numaNodes": crd.MAX_NUMA_NODES,
         "status.numaNodes[].distances": crd.MAX_NUMA_NODES,
         "status.migDevices": crd.MAX_MIG_DEVICES,

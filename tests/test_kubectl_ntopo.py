@@ -15,7 +15,7 @@ from nodetopo.crd import ResourceError, to_nodetopology, topology_from_nodetopol
 from nodetopo.discover import bundle_context, scan
 from nodetopo.kubectl.fleet import FleetFilter, fleet_row, fleet_rows, render_fleet
 from nodetopo.model import LinkClass
-from nodetopo.views.matrix import gpu_matrix
+from nodetopo.views.matrix import gpu_matrix, link_cells, node_matrix
 from nodetopo.views.published import published_gpu_matrix
 
 BUNDLES = Path(__file__).parent / "fixtures" / "bundles"
@@ -33,11 +33,56 @@ def test_the_object_round_trips_through_the_topology(machine: str) -> None:
     assert again["status"] == body["status"]
 
 
+def _matrix_section(table: str) -> str:
+    """The ``GPU topology matrix`` section of a table (title to the next section), "" when none."""
+    if "GPU topology matrix" not in table:
+        return ""
+    return "GPU topology matrix" + table.partition("GPU topology matrix")[2].split("\n\n")[0]
+
+
 @pytest.mark.parametrize("machine", MACHINES)
-def test_published_matrix_never_contradicts_the_nodes_own(machine: str) -> None:
+def test_published_matrix_is_the_discover_matrix(machine: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``discover -o json`` → the object → ``kubectl ntopo matrix``'s table: the same matrix, cell for
+    cell, as ``discover --matrix`` prints for the bundle (GPU×GPU from status.gpuLinks, GPU×NIC
+    from status.gpus[].nics)."""
+    from nodetopo.cli import main as nodetopo_main
+    from nodetopo.kubectl.cli import _table
+
+    assert nodetopo_main(["discover", "--from", str(BUNDLES / machine), "--matrix"]) == 0
+    theirs = capsys.readouterr().out
+    assert nodetopo_main(["discover", "--from", str(BUNDLES / machine), "-o", "json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    ours = _table(body, matrix=True)
+    gpus = len(body["status"]["gpus"])
+    assert "gpuLinks" in body["status"]  # every node of at most 64 GPUs has them (none: [])
+    if gpus:
+        assert _matrix_section(theirs).count("\n") == gpus + 1  # title, header, a row per GPU
+    assert _matrix_section(ours) == _matrix_section(theirs)
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_the_links_are_every_pair_the_facts_place(machine: str) -> None:
+    result = scan(bundle_context(str(BUNDLES / machine)))
+    indices = [g.index for g in result.topology.gpus]
+    links = topology_from_nodetopology(to_nodetopology(result.topology, machine)).gpu_links
+    assert links is not None and link_cells(links) == gpu_matrix(result.facts, indices)
+    assert [(x.a, x.b) for x in links] == sorted({(x.a, x.b) for x in links if x.a < x.b})
+
+
+def _older_agent(machine: str) -> dict[str, Any]:
+    """The object as an agent before ``status.gpuLinks`` wrote it."""
+    body = _body(machine)
+    del body["status"]["gpuLinks"]
+    return body
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_without_links_the_matrix_never_contradicts_the_nodes_own(machine: str) -> None:
     result = scan(bundle_context(str(BUNDLES / machine)))
     full = gpu_matrix(result.facts, [g.index for g in result.topology.gpus])
-    ours = published_gpu_matrix(topology_from_nodetopology(to_nodetopology(result.topology, machine)))
+    body = to_nodetopology(result.topology, machine)
+    body["status"].pop("gpuLinks", None)
+    ours = published_gpu_matrix(topology_from_nodetopology(body))
     for pair, cell in ours.items():
         if cell.endswith("+"):  # at least this many links
             assert full[pair].startswith("NV") and int(full[pair][2:]) >= int(cell[2:-1]), pair
@@ -45,12 +90,45 @@ def test_published_matrix_never_contradicts_the_nodes_own(machine: str) -> None:
             assert full[pair] == cell, pair
 
 
-def test_published_matrix_places_what_the_object_implies() -> None:
-    cells = published_gpu_matrix(topology_from_nodetopology(_body("dgx-h100")))
+def test_without_links_the_matrix_places_what_the_object_implies() -> None:
+    assert topology_from_nodetopology(_older_agent("dgx-h100")).gpu_links is None
+    cells = published_gpu_matrix(topology_from_nodetopology(_older_agent("dgx-h100")))
     assert cells[(0, 7)] == "NV18" and len(cells) == 56  # NVSwitch: every pair
-    two_socket = published_gpu_matrix(topology_from_nodetopology(_body("pcie-8x-2socket")))
+    two_socket = published_gpu_matrix(topology_from_nodetopology(_older_agent("pcie-8x-2socket")))
     assert two_socket[(0, 7)] == "SYS" and two_socket[(0, 2)] == "NODE"
     assert (0, 1) not in two_socket  # one root complex: PIX, PXB or PHB, the object cannot tell
+    # with the links, the same object places that pair and the DGX-1's hybrid cube mesh exactly
+    assert published_gpu_matrix(topology_from_nodetopology(_body("pcie-8x-2socket")))[(0, 1)] == "PHB"
+    dgx1 = published_gpu_matrix(topology_from_nodetopology(_body("dgx1-v100")))
+    assert (dgx1[(0, 1)], dgx1[(0, 3)], dgx1[(0, 5)], len(dgx1)) == ("NV1", "NV2", "SYS", 56)
+    assert (0, 1) not in published_gpu_matrix(topology_from_nodetopology(_older_agent("dgx1-v100")))
+
+
+def _synthetic(gpus: int) -> Any:
+    benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    sys.path.insert(0, benchmarks)
+    try:
+        from synthetic import nvl72_node
+    finally:
+        sys.path.remove(benchmarks)
+    return nvl72_node(gpus)
+
+
+def test_links_are_published_up_to_the_bound_and_not_beyond() -> None:
+    """64 GPUs: every pair, exactly as many as the schema holds. 72 GPUs: none, and the matrix of the
+    object (one NVSwitch island) is still whole from the island."""
+    from nodetopo import crd
+    from nodetopo.derive import derive_topology
+
+    full = derive_topology(_synthetic(64))
+    assert full.gpu_links is not None and len(full.gpu_links) == crd.MAX_GPU_LINKS == 64 * 63 // 2
+    assert len(to_nodetopology(full, "n")["status"]["gpuLinks"]) == crd.MAX_GPU_LINKS
+    facts = _synthetic(72)
+    large = derive_topology(facts)
+    assert large.gpu_links is None and "gpuLinks" not in to_nodetopology(large, "n")["status"]
+    back = topology_from_nodetopology(to_nodetopology(large, "n"))
+    assert published_gpu_matrix(back) == node_matrix(large, facts) == gpu_matrix(facts, range(72))
+    assert len(node_matrix(large, facts)) == 72 * 71
 
 
 def test_a_body_that_is_not_a_status_names_the_field() -> None:

@@ -319,8 +319,8 @@ def render_svg(dot_text: str, *, dot: str | None = None, timeout_s: float = DOT_
 
 def picture(topology: Topology, facts: Facts, node_name: str | None, fmt: str) -> str:
     """``fmt`` ``dot`` (the graph) or ``svg`` (drawn by Graphviz), with PCI names from the system's
-    pci.ids and the NVLink pairs from the scan's facts."""
-    from nodetopo.views.matrix import gpu_matrix
+    pci.ids and the NVLink pairs of the topology (or, on a node too large for them, the scan's facts)."""
+    from nodetopo.views.matrix import node_matrix
     from nodetopo.views.pciids import read_pci_names
 
     if fmt == "svg" and find_dot() is None:  # say so before the work
@@ -329,7 +329,7 @@ def picture(topology: Topology, facts: Facts, node_name: str | None, fmt: str) -
         topology,
         node_name,
         pci_names=read_pci_names({(d.vendor, d.device) for d in topology.pci_devices}),
-        gpu_matrix=gpu_matrix(facts, [g.index for g in topology.gpus]),
+        gpu_matrix=node_matrix(topology, facts),
     )
     return text if fmt == "dot" else render_svg(text).decode("utf-8", errors="replace")
 

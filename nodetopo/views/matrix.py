@@ -1,40 +1,50 @@
-"""The GPU×GPU connection matrix, as ``nvidia-smi topo -m`` prints it (``discover --matrix``).
+"""The GPU×GPU connection matrix, as ``nvidia-smi topo -m`` prints it (``discover --matrix`` and
+``kubectl ntopo matrix``).
 
 A cell is ``NV#`` (the GPUs are joined by # NVLinks; inside an NVSwitch domain, # is the GPU's link
 count to the switches, which is what ``topo -m`` shows too) or the PCIe class of the path between
 them (``PIX``/``PXB``/``PHB``/``NODE``/``SYS``), with the same precedence as the derivations: NVML
 common ancestor > ``topo -m`` > the sysfs PCIe tree. A pair no source can place is absent.
 
-The graph is rebuilt from the scan's facts (the topology keeps only per-island minimums), so this
-costs one more join and is computed only when asked for.
+The cells come from ``Topology.gpu_links`` (``derive.gpu_links``, published as ``status.gpuLinks``),
+so the node's own table and the published object show the same matrix. A node of more than
+``MAX_LINKED_GPUS`` GPUs has no links in its topology; ``discover --matrix`` then derives them from
+the facts with the same function (one more graph join, only when asked for).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from nodetopo.derive import gpu_gpu_classes, nvlink_islands, pcie_index
-from nodetopo.graph import build_graph, nvlink_edges
-from nodetopo.model import Facts
+from nodetopo.model import Facts, GpuLink, Topology
+
+
+def link_cells(links: Iterable[GpuLink]) -> dict[tuple[int, int], str]:
+    """``(a, b)`` and ``(b, a)`` → cell text, for every link that has one."""
+    cells: dict[tuple[int, int], str] = {}
+    for link in links:
+        if link.nvlinks:
+            cells[(link.a, link.b)] = cells[(link.b, link.a)] = f"NV{link.nvlinks}"
+        elif link.pcie is not None:
+            cells[(link.a, link.b)] = cells[(link.b, link.a)] = link.pcie.name
+    return cells
 
 
 def gpu_matrix(facts: Facts, gpus: Sequence[int]) -> Mapping[tuple[int, int], str]:
-    """``(a, b)`` → cell text for every ordered pair of distinct GPUs in ``gpus`` that is known."""
+    """``(a, b)`` → cell text for every ordered pair of distinct GPUs in ``gpus`` that is known,
+    derived from ``facts`` (for any number of GPUs)."""
+    from nodetopo.derive import gpu_gpu_classes, gpu_links, gpu_nvlinks, nvlink_islands, pcie_index
+    from nodetopo.graph import build_graph
+
     g, _ = build_graph(facts)
-    wanted = set(gpus)
-    cells: dict[tuple[int, int], str] = {}
-    for (a, b), cls in gpu_gpu_classes(g, pcie_index(g), sorted(wanted)).items():
-        cells[(a, b)] = cells[(b, a)] = cls.name
-    for island in nvlink_islands(g):
-        if not island.nvswitch:
-            continue
-        for a in island.gpus:
-            for b in island.gpus:
-                if a != b and a in wanted and b in wanted:
-                    cells[(a, b)] = f"NV{island.links_per_pair}"
-    for x, y, links in nvlink_edges(g):
-        if x.startswith("gpu:") and y.startswith("gpu:"):
-            a, b = int(x.split(":", 1)[1]), int(y.split(":", 1)[1])
-            if a in wanted and b in wanted:
-                cells[(a, b)] = cells[(b, a)] = f"NV{links}"
-    return cells
+    wanted = sorted(set(gpus))
+    classes = gpu_gpu_classes(g, pcie_index(g), wanted)
+    return link_cells(gpu_links(wanted, nvlink_islands(g), gpu_nvlinks(g), classes))
+
+
+def node_matrix(topology: Topology, facts: Facts) -> Mapping[tuple[int, int], str]:
+    """The matrix of a node discovered here: its topology's links, or (a node of more GPUs than
+    links are derived for) the same derivation over ``facts``."""
+    if topology.gpu_links is not None:
+        return link_cells(topology.gpu_links)
+    return gpu_matrix(facts, [g.index for g in topology.gpus])

@@ -1,7 +1,9 @@
 """The GPU×GPU matrix from a published NodeTopology alone (``kubectl ntopo matrix``).
 
-The object keeps no per-pair links, so a cell is given only where the object implies it, and a pair
-it does not place is left out (the table prints ``-``), never guessed:
+An object with ``status.gpuLinks`` gives every cell, exactly as ``nodetopo discover --matrix`` on the
+node (``views.matrix.link_cells``). An object without it (a node of more than 64 GPUs, an older
+agent) keeps no per-pair links, so a cell is given only where the object implies it, and a pair it
+does not place is left out (the table prints ``-``), never guessed:
 
 * inside an NVSwitch island: ``NV#``, # the island's links per pair (what ``topo -m`` shows there);
 * inside a directly wired island of two GPUs: ``NV#`` (its one pair is its minimum);
@@ -16,10 +18,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from nodetopo.model import Topology
+from nodetopo.views.matrix import link_cells
 
 
 def published_gpu_matrix(topology: Topology) -> Mapping[tuple[int, int], str]:
     """``(a, b)`` → cell text for the ordered pairs of distinct GPUs the object places."""
+    if topology.gpu_links is not None:
+        return link_cells(topology.gpu_links)
     cells: dict[tuple[int, int], str] = {}
     in_island: set[tuple[int, int]] = set()
     for island in topology.nvlink_islands:

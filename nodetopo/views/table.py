@@ -31,9 +31,9 @@ def table_text(
     names = read_pci_names({(d.vendor, d.device) for d in topology.pci_devices})
     cells = None
     if matrix:
-        from nodetopo.views.matrix import gpu_matrix
+        from nodetopo.views.matrix import node_matrix
 
-        cells = gpu_matrix(facts, [g.index for g in topology.gpus])
+        cells = node_matrix(topology, facts)
     return render_table(
         topology,
         node_name,

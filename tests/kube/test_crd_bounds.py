@@ -8,13 +8,15 @@ nodetopo/crd.py) make the API server refuse it, while the largest object within 
 from __future__ import annotations
 
 import copy
+import itertools
 import uuid
 from typing import Any
 
 import pytest
 
-from nodetopo.crd import MAX_CPULIST, MAX_GPUS, MAX_NICS, MAX_SOURCES
+from nodetopo.crd import MAX_CPULIST, MAX_GPU_LINKS, MAX_GPUS, MAX_NICS, MAX_SOURCES
 from nodetopo.errors import InvalidError, PublishError
+from nodetopo.model import MAX_LINKED_GPUS
 from nodetopo.publish.client import ApiSession
 from nodetopo.publish.nodetopology import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
@@ -121,3 +123,44 @@ def test_every_kind_of_overflow_is_refused(
     bodies.finish(body)
     message = _refused(session, body)
     assert expected in message, (where, message[:2000])
+
+
+def _with_links(links: list[dict[str, Any]]) -> dict[str, Any]:
+    body = bodies.hgx_h100(_name())
+    body["status"]["gpuLinks"] = links
+    return bodies.finish(body)
+
+
+def _pairs(count: int) -> list[dict[str, Any]]:
+    """``count`` distinct GPU pairs, lower index first (every pair of 64 GPUs, then pairs with a 65th)."""
+    pairs = itertools.combinations(range(MAX_LINKED_GPUS + 2), 2)
+    return [{"a": a, "b": b, "pcie": "SYS"} for a, b in itertools.islice(pairs, count)]
+
+
+def test_gpu_links_one_over_the_bound_is_refused_and_the_bound_itself_is_kept(session: ApiSession) -> None:
+    """The bound is every pair of a 64-GPU node (larger nodes publish none)."""
+    message = _refused(session, _with_links(_pairs(MAX_GPU_LINKS + 1)))
+    assert "status.gpuLinks" in message and f"must have at most {MAX_GPU_LINKS} items" in message
+    stored = _apply(session, _with_links([{**p, "nvlinks": 18} for p in _pairs(MAX_GPU_LINKS)]))
+    assert len(stored["status"]["gpuLinks"]) == MAX_GPU_LINKS == MAX_LINKED_GPUS * (MAX_LINKED_GPUS - 1) // 2
+
+
+@pytest.mark.parametrize(
+    ("links", "expected"),
+    [
+        ([{"a": 1, "b": 0, "pcie": "SYS"}], "a GPU pair is written once, lower index first"),
+        ([{"a": 0, "b": 1, "pcie": "FAR"}], "Unsupported value"),
+        ([{"a": 0, "b": 1, "nvlinks": 0}], "should be greater than or equal to 1"),
+    ],
+)
+def test_a_gpu_link_is_one_pair_once(session: ApiSession, links: list[dict[str, Any]], expected: str) -> None:
+    message = _refused(session, _with_links(links))
+    assert expected in message, message[:2000]
+
+
+def test_a_gpu_pair_listed_twice_is_refused(session: ApiSession) -> None:
+    """The list is a map keyed by (a, b): server-side apply refuses the duplicate key (with a 500,
+    as the API server answers every apply it cannot type)."""
+    body = _with_links([{"a": 0, "b": 1, "pcie": "SYS"}, {"a": 0, "b": 1, "nvlinks": 2}])
+    with pytest.raises(PublishError, match=r"duplicate entries for key \[a=0,b=1\]"):
+        _apply(session, body)

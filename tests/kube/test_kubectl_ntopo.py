@@ -69,33 +69,42 @@ def published(cluster: LocalCluster) -> Iterator[dict[str, str]]:
     names = {m: f"ntopo-{m}-{suffix}" for m in MACHINES}
     try:
         for machine, node in names.items():
-            body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
-            status, answer = cluster.request("POST", "/api/v1/nodes", body=body)
-            assert status == 201, answer
-            done = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "nodetopo",
-                    "publish",
-                    "--from",
-                    str(BUNDLES / machine),
-                    "--node-name",
-                    node,
-                    "--kubeconfig",
-                    str(cluster.kubeconfig_for("publisher")),
-                ],
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
-            assert done.returncode == 0, done.stderr
+            _publish(cluster, machine, node)
         yield names
     finally:
         for node in names.values():
-            cluster.request("DELETE", f"/apis/nodetopo.io/v1alpha1/nodetopologies/{node}")
-            cluster.request("DELETE", f"/api/v1/nodes/{node}")
+            _unpublish(cluster, node)
+
+
+def _publish(cluster: LocalCluster, machine: str, node: str) -> None:
+    """A Node named ``node`` and its NodeTopology, published by `nodetopo publish --from` the bundle."""
+    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
+    status, answer = cluster.request("POST", "/api/v1/nodes", body=body)
+    assert status == 201, answer
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nodetopo",
+            "publish",
+            "--from",
+            str(BUNDLES / machine),
+            "--node-name",
+            node,
+            "--kubeconfig",
+            str(cluster.kubeconfig_for("publisher")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def _unpublish(cluster: LocalCluster, node: str) -> None:
+    cluster.request("DELETE", f"/apis/nodetopo.io/v1alpha1/nodetopologies/{node}")
+    cluster.request("DELETE", f"/api/v1/nodes/{node}")
 
 
 @pytest.fixture(scope="module")
@@ -232,33 +241,66 @@ def test_get_output_formats(installed: dict[str, str], published: dict[str, str]
     assert "<svg" in svg.stdout and "GPU0" in svg.stdout
 
 
+def _discover_matrix(env: dict[str, str], machine: str) -> str:
+    return subprocess.run(
+        [sys.executable, "-m", "nodetopo", "discover", "--from", str(BUNDLES / machine), "--matrix"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env={**env, "PYTHONPATH": str(ROOT)},
+    ).stdout
+
+
+def _matrix_section(table: str) -> str:
+    return "GPU topology matrix" + table.partition("GPU topology matrix")[2].split("\n\n")[0]
+
+
 def test_matrix(installed: dict[str, str], published: dict[str, str], kubeconfig: Path) -> None:
     node = published["pcie-8x-2socket"]
     done = _ntopo(installed, "matrix", node, "--context", "exec", KUBECONFIG=str(kubeconfig))
     assert done.returncode == 0, done.stderr
     print(f"\n$ kubectl ntopo matrix {node}\n{done.stdout}")
-    theirs = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nodetopo",
-            "discover",
-            "--from",
-            str(BUNDLES / "pcie-8x-2socket"),
-            "--matrix",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-        env={**installed, "PYTHONPATH": str(ROOT)},
-    ).stdout
-    ours, full = _matrix_cells(done.stdout), _matrix_cells(theirs)
+    theirs = _discover_matrix(installed, "pcie-8x-2socket")
+    ours = _matrix_cells(done.stdout)
     assert len(ours) == 8 * 8  # this machine has no RDMA NIC: GPU×GPU only
-    known = {k: v for k, v in ours.items() if v != "-"}
-    assert {k: full[k] for k in known} == known  # every cell the object places is the node's own
+    assert ours == _matrix_cells(theirs) and "-" not in ours.values()
     assert ours[("GPU0", "GPU7")] == "SYS" and ours[("GPU0", "GPU2")] == "NODE"
-    assert ours[("GPU0", "GPU1")] == "-"  # one root complex: PIX/PXB/PHB is not in the object
+    assert ours[("GPU0", "GPU1")] == "PHB"  # one root complex: published in status.gpuLinks
+
+
+def test_matrix_of_a_dgx1_through_the_real_kubectl(
+    cluster: LocalCluster, installed: dict[str, str], kubeconfig: Path
+) -> None:
+    """The DGX-1's hybrid cube mesh (NV1 and NV2 pairs, SYS across the cube) and its GPU×NIC
+    classes: `kubectl ntopo matrix` run by the real kubectl prints what `discover --matrix` prints
+    on the node, character for character."""
+    node = f"ntopo-dgx1-v100-{uuid.uuid4().hex[:6]}"
+    _publish(cluster, "dgx1-v100", node)
+    try:
+        done = _ntopo(
+            installed,
+            "matrix",
+            node,
+            "--context",
+            "exec",
+            kubectl=cluster.binary("kubectl"),
+            KUBECONFIG=str(kubeconfig),
+        )
+        assert done.returncode == 0, done.stderr
+        print(f"\n$ kubectl ntopo matrix {node}\n{done.stdout}")
+        theirs = _discover_matrix(installed, "dgx1-v100")
+        assert _matrix_section(done.stdout) == _matrix_section(theirs)
+        cells = _matrix_cells(done.stdout)
+        assert len(cells) == 8 * (8 + 4) and "-" not in cells.values()  # 8 GPUs, 4 NICs
+        assert (cells[("GPU0", "GPU1")], cells[("GPU0", "GPU3")], cells[("GPU0", "GPU5")]) == (
+            "NV1",
+            "NV2",
+            "SYS",
+        )
+        assert cells[("GPU0", "mlx5_0")] == "PIX"
+    finally:
+        _unpublish(cluster, node)
 
 
 def _matrix_cells(table: str) -> dict[tuple[str, str], str]:

@@ -17,10 +17,10 @@ from common import (
     BUNDLES,
     CORPUS,
     LSTOPO,
-    REPO,
     Row,
     Section,
     child_env,
+    compile_checkout,
     ms,
     table,
 )
@@ -150,10 +150,9 @@ def run(quick: bool, only: Sequence[str] = ()) -> Section:
     worst_proc: tuple[float, float, str] | None = None
     dgx_in = None
     lstopo_of: dict[str, tuple[float, float]] = {}
-    # byte-compiled as an installed package is (pip compiles on install): with
-    # PYTHONDONTWRITEBYTECODE set and no __pycache__ (a fresh clone) every cold process would
-    # compile nodetopo from source, a cost no installed nodetopo pays
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "nodetopo")], check=True)
+    not_compiled = compile_checkout()
+    if not_compiled:
+        section.notes.append(not_compiled)
     with tempfile.TemporaryDirectory(prefix="nodetopo-bench-") as tmp:
         inputs: list[tuple[str, Path]] = [
             (b.name, b) for b in sorted(BUNDLES.iterdir()) if b.is_dir() and (not only or b.name in only)

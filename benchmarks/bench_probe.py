@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Row, Section, ms, table
+from common import Row, Section, compile_checkout, ms, table
 
 ROOT = Path(__file__).resolve().parents[1]
 KUBECONFIG = {
@@ -89,9 +89,10 @@ WALL_TARGET_S = 0.3
 RSS_TARGET_MIB = 40.0
 
 
-def measure_all(runs: int) -> dict[str, list[tuple[float, float, int]]]:
+def measure_all(runs: int) -> tuple[dict[str, list[tuple[float, float, int]]], str | None]:
     """(wall s, CPU s, peak RSS KiB) of each variant, ``runs`` times, the variants in turn (so that a
-    burst of load on a shared machine hits them all)."""
+    burst of load on a shared machine hits them all); and a note when nodetopo could not be
+    byte-compiled first."""
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         nt = nodetopology_file(directory)
@@ -130,13 +131,13 @@ def measure_all(runs: int) -> dict[str, list[tuple[float, float, int]]]:
         # byte-compiled as an installed package is (pip compiles on install), whatever
         # PYTHONDONTWRITEBYTECODE says here; then one untimed run each: page cache warm, as on a
         # node that pulled the image
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "nodetopo")], check=True)
+        not_compiled = compile_checkout()
         for argv in argvs.values():
             measure(argv, env)
         for _ in range(runs):
             for name, argv in argvs.items():
                 runs_of[name].append(measure(argv, env))
-    return runs_of
+    return runs_of, not_compiled
 
 
 def medians(measured: list[tuple[float, float, int]]) -> tuple[float, float, float, float]:
@@ -153,7 +154,9 @@ def medians(measured: list[tuple[float, float, int]]) -> tuple[float, float, flo
 def run(quick: bool) -> Section:
     section = Section("probe", "7. `nodetopo probe`: cold start and peak memory (issue 11)")
     runs = 7 if quick else 20
-    measured = measure_all(runs)
+    measured, not_compiled = measure_all(runs)
+    if not_compiled:
+        section.notes.append(not_compiled)
     rows = []
     for name, label in (
         ("probe (file)", "cold `nodetopo probe`, NodeTopology from a file"),
@@ -204,7 +207,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=15)
     args = parser.parse_args()
-    for name, measured in measure_all(args.runs).items():
+    measured_all, not_compiled = measure_all(args.runs)
+    if not_compiled:
+        print(not_compiled)
+    for name, measured in measured_all.items():
         wall, cpu, rss, rss_max = medians(measured)
         print(
             f"{name}: wall median {wall * 1000:.0f} ms (max {max(w for w, _, _ in measured) * 1000:.0f} ms), "

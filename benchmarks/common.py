@@ -34,6 +34,22 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def compile_checkout() -> str | None:
+    """Byte-compile ``nodetopo/`` as ``pip install`` does, before cold processes are timed: with
+    ``PYTHONDONTWRITEBYTECODE`` set and no ``__pycache__`` (a fresh clone) each cold process would
+    compile nodetopo from source, a cost no installed copy pays. A note for RESULTS.md when that
+    could not be done (a read-only checkout), else None."""
+    done = subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(REPO / "nodetopo")], capture_output=True, text=True
+    )
+    if done.returncode == 0:
+        return None
+    return (
+        "nodetopo/ could not be byte-compiled (`compileall` exited "
+        f"{done.returncode}): the cold-process figures include compiling it from source"
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Results
 # --------------------------------------------------------------------------------------------

@@ -249,14 +249,45 @@ def run_probe_pod(node: LocalNode, image: str, names: list[str], *, across_islan
 
 @pytest.fixture
 def probe_pods(plugin: LocalNode) -> Iterator[list[str]]:
-    """Names of the pods a test creates: deleted afterwards, with the node's NodeTopology."""
+    """Names of the pods a test creates. Afterwards they are deleted (and gone: their GPUs are free
+    for the next test), the node's NodeTopology too, and the Node's nodetopo.io/ labels are as before
+    (``nodetopo publish`` labelled it after the bundle; the agent tests after these expect the host's)."""
+    cluster = plugin.cluster
+    before = node_labels(cluster, plugin.name)
     names: list[str] = []
     try:
         yield names
     finally:
-        for name in names:
-            plugin.cluster.kubectl("delete", "pod", "-n", NAMESPACE, name, "--wait=false", check=False)
-        plugin.cluster.kubectl("delete", "nodetopology", plugin.name, "--ignore-not-found", check=False)
+        if names:
+            cluster.kubectl(
+                "delete",
+                "pod",
+                "-n",
+                NAMESPACE,
+                *names,
+                "--ignore-not-found",
+                "--grace-period=1",
+                "--timeout=60s",
+                check=False,
+            )
+        cluster.kubectl("delete", "nodetopology", plugin.name, "--ignore-not-found", check=False)
+        after = node_labels(cluster, plugin.name)
+        restore = {k: before.get(k) for k in {*before, *after} if before.get(k) != after.get(k)}
+        if restore:
+            cluster.request(
+                "PATCH",
+                f"/api/v1/nodes/{plugin.name}",
+                body={"metadata": {"labels": restore}},
+                content_type="application/merge-patch+json",
+            )
+
+
+def node_labels(cluster: LocalCluster, node: str) -> dict[str, str]:
+    """The Node's nodetopo.io/ labels."""
+    status, body = cluster.request("GET", f"/api/v1/nodes/{node}")
+    assert status == 200, body
+    labels: dict[str, str] = body["metadata"].get("labels", {})
+    return {k: v for k, v in labels.items() if k.startswith("nodetopo.io/")}
 
 
 def test_probe_passes_a_pod_given_one_islands_gpus(
@@ -342,6 +373,23 @@ def holders(status: dict[str, Any]) -> dict[int, list[str]]:
     return {g["index"]: [h["name"] for h in g.get("heldBy") or []] for g in status["gpus"]}
 
 
+def retry_until_bound(cluster: LocalCluster, name: str, timeout: float = 60) -> None:
+    """Wait until the pending pod is bound, touching it every few seconds. The scheduler retries a pod
+    the extender refused on the next cluster event, here the deletion of the pod that held a GPU; it
+    may see that deletion before the extender's pod watch does and be refused again, and then waits
+    for the next event (or minutes). A change to the pod itself is such an event."""
+    deadline = time.monotonic() + timeout
+    touched = 0
+    while time.monotonic() < deadline:
+        pod = json.loads(cluster.kubectl("get", "pod", "-n", NAMESPACE, name, "-o", "json").stdout)
+        if pod["spec"].get("nodeName"):
+            return
+        touched += 1
+        cluster.kubectl("label", "pod", "-n", NAMESPACE, name, f"retry={touched}", "--overwrite")
+        time.sleep(3)
+    raise AssertionError(f"pod {name} not bound after {timeout}s: {json.dumps(pod.get('status'))[:2000]}")
+
+
 def test_heldby_shows_the_kubelets_choice_and_the_extender_places_by_it(
     plugin: LocalNode, probe_pods: list[str], node_image: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -374,8 +422,9 @@ def test_heldby_shows_the_kubelets_choice_and_the_extender_places_by_it(
             # The kubelet packs from now on; deleting the pod on GPU 2 frees island 1 whole: the
             # waiting pod is placed there and the kubelet gives it GPUs 2 and 3.
             start_plugin(node, TWO_ISLANDS)
-            cluster.kubectl("delete", "pod", "-n", NAMESPACE, second, "--grace-period=1", "--wait=true")
+            cluster.kubectl("delete", "pod", "-n", NAMESPACE, second, "--grace-period=1", "--timeout=60s")
             try:
+                retry_until_bound(cluster, third)
                 wait_phase(cluster, third, ("Running",), timeout=90)
             except AssertionError as e:
                 tails = "".join(
@@ -413,6 +462,7 @@ def test_probe_checks_the_container_against_the_gpus_heldby_names(
             statuses = current["status"].get("initContainerStatuses") or []
             if statuses and "running" in statuses[0].get("state", {}):
                 break
+            assert current["status"].get("phase") == "Pending", json.dumps(current["status"])[:2000]
             time.sleep(0.3)
         else:
             raise AssertionError(f"the probe did not start: {json.dumps(current['status'])[:2000]}")

@@ -33,6 +33,9 @@ RUN apt-get update \
 COPY --from=wheels /out/ /
 COPY nodetopo /usr/local/lib/python3.11/dist-packages/nodetopo
 COPY image/nodetopo /usr/local/bin/nodetopo
+# Bytecode checked by source hash (not file times): the root filesystem is read-only and
+# PYTHONDONTWRITEBYTECODE is set, so without it every start would compile nodetopo from source.
+RUN python3 -m compileall -q --invalidation-mode checked-hash /usr/local/lib/python3.11/dist-packages/nodetopo
 
 LABEL org.opencontainers.image.title="nodetopo" \
       org.opencontainers.image.description="GPU node topology agent: NodeTopology resource and nodetopo.io/ node labels" \

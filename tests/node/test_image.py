@@ -157,3 +157,27 @@ def test_every_dockerfile_copy_source_exists_and_is_in_the_build_context() -> No
     for source in sources:
         assert (REPO / source).exists(), source
         assert source.rstrip("/") in allowed, f"{source} is excluded by .dockerignore"
+
+
+def test_the_project_layer_carries_checked_hash_bytecode(image_archive: dict[str, Any]) -> None:
+    """Every module of nodetopo has bytecode that the image's read-only root can use: hash-based and
+    checked (flags 0b11), for the shipped source's hash, naming the file's path in the image."""
+    import importlib.util
+    import marshal
+
+    builder = load_image_builder()
+    _, layers = read_layers(Path(image_archive["archive"]))
+    project = layers[2]
+    members = {m.name.lstrip("./"): m for m in project.getmembers() if m.isfile()}
+    sources = [n for n in members if n.endswith(".py") and n.startswith(f"{builder.SITE_PACKAGES}/nodetopo/")]
+    assert len(sources) > 50
+    for name in sources:
+        directory, _, filename = name.rpartition("/")
+        cached = f"{directory}/__pycache__/{filename[:-3]}.cpython-311.pyc"
+        assert cached in members, f"no bytecode for {name}"
+        source = project.extractfile(members[name]).read()  # type: ignore[union-attr]
+        pyc = project.extractfile(members[cached]).read()  # type: ignore[union-attr]
+        assert pyc[:4] == importlib.util.MAGIC_NUMBER, name
+        assert int.from_bytes(pyc[4:8], "little") == 0b11, name  # hash-based, checked
+        assert pyc[8:16] == importlib.util.source_hash(source), name
+        assert marshal.loads(pyc[16:]).co_filename == "/" + name

@@ -361,6 +361,7 @@ class LocalNode:
         islands: list[list[str]],
         *,
         across_islands: bool = False,
+        misreport: bool = False,
         resource: str = "nvidia.com/gpu",
         timeout: float = 60.0,
     ) -> None:
@@ -368,7 +369,8 @@ class LocalNode:
         advertising ``devices`` as ``resource``, preferring one of ``islands`` per request (or, with
         ``across_islands``, different islands) and giving each container NVIDIA_VISIBLE_DEVICES and
         a ``/dev/nvidia<index>`` per device (backed by /dev/null: there is no GPU); wait until the
-        Node's allocatable shows them all.
+        Node's allocatable shows them all. ``misreport``: the container is told other devices than
+        the kubelet chose (a broken plugin).
         Its log is ``log("deviceplugin")``."""
         self.stop_device_plugin()
         try:
@@ -391,9 +393,9 @@ class LocalNode:
             f"--plugin-dir={DEVICE_PLUGIN_DIR}",
             "--dev-nvidia-host-path=/dev/null",  # /dev/nvidia<index> in the container, as on a GPU node
         ]
-        process = self._spawn(
-            "deviceplugin", [*argv, *(["--allocate-across-islands"] if across_islands else [])]
-        )
+        argv += ["--allocate-across-islands"] if across_islands else []
+        argv += ["--misreport-devices"] if misreport else []
+        process = self._spawn("deviceplugin", argv)
         deadline = time.monotonic() + timeout
         last = "not registered"
         while time.monotonic() < deadline:

@@ -11,6 +11,8 @@ the real ``kubectl describe pod`` output.
 Allocation truth: ``nodetopo publish --pod-resources-socket`` (the agent's PodResources reader, once)
 publishes which pod holds each GPU (``status.gpus[].heldBy``), and ``nodetopo extender`` behind a real
 kube-scheduler places by it: an island free by count but split by the kubelet's choice is refused.
+The probe compares the GPUs its container sees with the ones heldBy gives its pod: the same pass; a
+plugin told to misreport (the container told other devices than the kubelet chose) is ResourceNotReal.
 
 Device plugin logs: ``<node workdir>/deviceplugin.log`` (printed when a case fails).
 """
@@ -86,11 +88,11 @@ def plugin(node: LocalNode) -> Iterator[LocalNode]:
 
 
 def start_plugin(
-    node: LocalNode, bundle: Path, *, across_islands: bool = False
+    node: LocalNode, bundle: Path, *, across_islands: bool = False, misreport: bool = False
 ) -> tuple[list[str], list[list[str]]]:
     devices, islands = bundle_gpus(bundle)
     try:
-        node.start_device_plugin(devices, islands, across_islands=across_islands)
+        node.start_device_plugin(devices, islands, across_islands=across_islands, misreport=misreport)
     except NodeError as e:
         pytest.fail(f"the test device plugin did not register: {e}", pytrace=False)
     return devices, islands
@@ -440,19 +442,24 @@ def test_heldby_shows_the_kubelets_choice_and_the_extender_places_by_it(
     assert holders(status) == {0: [first], 1: [], 2: [third], 3: [third]}, (status["gpus"], plugin_log(node))
 
 
-def test_probe_checks_the_container_against_the_gpus_heldby_names(
-    plugin: LocalNode, probe_pods: list[str], node_image: dict[str, Any]
-) -> None:
-    """The kubelet allocates a pod's devices when it admits it: while the probe (init container)
-    waits, the pod's main container is listed by the PodResources API, published as heldBy, and the
-    probe finds the GPUs it sees are exactly those."""
-    node, cluster = plugin, plugin.cluster
-    start_plugin(node, TWO_ISLANDS)
+def probe_with_heldby(
+    node: LocalNode, image: str, names: list[str], annotations: dict[str, str]
+) -> tuple[dict[str, Any], list[int], dict[str, Any], str]:
+    """A probe pod asking for 2 GPUs whose init container waits 10 s before probing. The kubelet
+    allocates a pod's devices when it admits it, so meanwhile the main container is listed by the
+    PodResources API: published as heldBy (``nodetopo publish --pod-resources-socket``) before the
+    probe reads the NodeTopology. Returns the pod when done, the GPUs heldBy gives it, the probe's
+    checks by name, and what to print on failure."""
+    cluster = node.cluster
     publish_bundle(cluster, node, TWO_ISLANDS)
     sa = create_reader(cluster)
     name = f"probe-held-{uuid.uuid4().hex[:6]}"
-    probe_pods.append(name)
-    pod = probe_gpu_pod(name, node_image["name"], node, sa, 2)
+    names.append(name)
+    pod = probe_pod(name, image, node, sa, annotations)
+    for container in [*pod["spec"]["initContainers"], *pod["spec"]["containers"]]:
+        container["resources"] = {"limits": {GPU: "2"}}
+    pod["spec"]["volumes"].append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}})
+    pod["spec"]["initContainers"][0]["volumeMounts"].append({"name": "dshm", "mountPath": "/dev/shm"})
     pod["spec"]["initContainers"][0]["command"] = ["/bin/sh", "-c", 'sleep 10; exec nodetopo "$@"', "sh"]
     try:
         cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
@@ -467,19 +474,59 @@ def test_probe_checks_the_container_against_the_gpus_heldby_names(
         else:
             raise AssertionError(f"the probe did not start: {json.dumps(current['status'])[:2000]}")
         held = holders(publish_allocation(node))
-        pod_gpus = sorted(i for i, names in held.items() if name in names)
-        assert pod_gpus in ([0, 1], [2, 3]), (held, plugin_log(node))
+        pod_gpus = sorted(i for i, holding in held.items() if name in holding)
         done = wait_done(cluster, name)
     finally:
         delete_reader(cluster, sa)
     term = init_terminated(done)
     report = cluster.kubectl("logs", "-n", NAMESPACE, name, "-c", "topology-probe", check=False).stdout
-    why = f"{term}\n{report[-4000:]}{plugin_log(node)}"
+    why = f"{held}\n{term}\n{report[-4000:]}{plugin_log(node)}"
+    try:
+        checks = {c["name"]: c for c in json.loads(report)["checks"]}
+    except (ValueError, KeyError) as e:
+        raise AssertionError(f"no probe report: {e}\n{why}") from e
+    return done, pod_gpus, checks, why
+
+
+def test_probe_checks_the_container_against_the_gpus_heldby_names(
+    plugin: LocalNode, probe_pods: list[str], node_image: dict[str, Any]
+) -> None:
+    """heldBy names the GPUs the kubelet chose; the container sees exactly those: the probe says so."""
+    start_plugin(plugin, TWO_ISLANDS)
+    done, pod_gpus, checks, why = probe_with_heldby(plugin, node_image["name"], probe_pods, ONE_ISLAND)
+    assert pod_gpus in ([0, 1], [2, 3]), why
+    term = init_terminated(done)
     assert done["status"]["phase"] == "Succeeded" and term.get("exitCode") == 0, why
-    checks = {c["name"]: c for c in json.loads(report)["checks"]}
     expected = f"GPU(s) {','.join(map(str, pod_gpus))}: handed to this pod by the kubelet and visible"
     assert checks["kubelet-allocation"] == {
         "name": "kubelet-allocation",
         "status": "pass",
         "reason": expected,
     }, why
+
+
+def test_probe_fails_a_container_that_sees_other_gpus_than_heldby_resource_not_real(
+    plugin: LocalNode, probe_pods: list[str], node_image: dict[str, Any]
+) -> None:
+    """A broken plugin tells the container the next GPU after each one the kubelet chose: the GPUs are
+    real and published, but not the ones this pod holds: ResourceNotReal, naming both."""
+    start_plugin(plugin, TWO_ISLANDS, misreport=True)
+    done, pod_gpus, checks, why = probe_with_heldby(plugin, node_image["name"], probe_pods, {})
+    assert pod_gpus in ([0, 1], [2, 3]), why
+    term = init_terminated(done)
+    assert done["status"]["phase"] == "Failed" and term.get("exitCode") == 1, why
+    seen = ",".join(str(i) for i in sorted((i + 1) % 4 for i in pod_gpus))  # the next GPU of each
+    held = ",".join(map(str, pod_gpus))
+    expected = (
+        f"the kubelet handed GPU(s) {held} to this pod, the container sees {seen} (NVIDIA_VISIBLE_DEVICES)"
+    )
+    check = checks["kubelet-allocation"]
+    assert check == {
+        "name": "kubelet-allocation",
+        "status": "fail",
+        "reason": expected,
+        "attribution": "ResourceNotReal",
+    }, why
+    assert term.get("message", "").startswith(f"ResourceNotReal: kubelet-allocation: {expected}"), why
+    failed = event_messages(plugin.cluster, probe_pods[-1], "TopologyProbeFailed")
+    assert failed == [term["message"].strip()], (failed, why)

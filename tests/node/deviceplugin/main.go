@@ -10,6 +10,10 @@
 // IDs); --allocate-across-islands turns that around and spreads it over different islands, so that a
 // start-up probe has a misplaced pod to catch.
 //
+// --misreport-devices is a broken plugin or runtime: the container is told (and given device nodes
+// for) the next device in the list after each device the kubelet chose, so what the container sees
+// is not what the kubelet recorded.
+//
 // It re-serves its socket and registers again when the kubelet restarts (kubelet.sock recreated, or
 // the kubelet removed this plugin's socket).
 //
@@ -17,7 +21,7 @@
 //
 //	nodetopo-test-deviceplugin --config devices.json [--resource nvidia.com/gpu]
 //	    [--plugin-dir /var/lib/kubelet/device-plugins] [--socket nodetopo-test.sock]
-//	    [--allocate-across-islands] [--dev-nvidia-host-path /dev/null]
+//	    [--allocate-across-islands] [--dev-nvidia-host-path /dev/null] [--misreport-devices]
 //
 // devices.json: {"devices": ["GPU-...", ...], "islands": [["GPU-...", "GPU-..."], ...]}
 package main
@@ -84,10 +88,11 @@ func loadConfig(path string) (Config, error) {
 
 type plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
-	config  Config
-	across  bool
-	devNode string
-	stop    chan struct{}
+	config    Config
+	across    bool
+	devNode   string
+	misreport bool
+	stop      chan struct{}
 }
 
 func (p *plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
@@ -138,18 +143,27 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 				return nil, fmt.Errorf("unknown device %q", id)
 			}
 		}
+		told := ids
+		if p.misreport {
+			told = nil
+			for _, id := range ids {
+				told = append(told, p.config.Devices[(indexOf(p.config.Devices, id)+1)%len(p.config.Devices)])
+			}
+			log.Printf("Allocate (misreporting): the kubelet chose %s, the container is told %s",
+				strings.Join(ids, ","), strings.Join(told, ","))
+		}
 		var nodes []*pluginapi.DeviceSpec
 		var paths []string
 		if p.devNode != "" {
-			for _, id := range ids {
+			for _, id := range told {
 				path := fmt.Sprintf("/dev/nvidia%d", indexOf(p.config.Devices, id))
 				nodes = append(nodes, &pluginapi.DeviceSpec{ContainerPath: path, HostPath: p.devNode, Permissions: "rw"})
 				paths = append(paths, path)
 			}
 		}
-		log.Printf("Allocate: NVIDIA_VISIBLE_DEVICES=%s, device nodes [%s]", strings.Join(ids, ","), strings.Join(paths, ","))
+		log.Printf("Allocate: NVIDIA_VISIBLE_DEVICES=%s, device nodes [%s]", strings.Join(told, ","), strings.Join(paths, ","))
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
-			Envs:    map[string]string{"NVIDIA_VISIBLE_DEVICES": strings.Join(ids, ",")},
+			Envs:    map[string]string{"NVIDIA_VISIBLE_DEVICES": strings.Join(told, ",")},
 			Devices: nodes,
 		})
 	}
@@ -343,6 +357,7 @@ func main() {
 	dir := flag.String("plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory")
 	socketName := flag.String("socket", "nodetopo-test.sock", "this plugin's socket name in --plugin-dir")
 	across := flag.Bool("allocate-across-islands", false, "prefer devices from different islands (test switch)")
+	misreport := flag.Bool("misreport-devices", false, "tell the container the next device after each one chosen (test switch)")
 	devNode := flag.String("dev-nvidia-host-path", "", "give each container /dev/nvidia<index> backed by this host device")
 	flag.Parse()
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
@@ -383,7 +398,7 @@ func main() {
 				log.Printf("the kubelet restarted (or removed %s): serving and registering again", socket)
 				stop()
 			}
-			p = &plugin{config: config, across: *across, devNode: *devNode, stop: make(chan struct{})}
+			p = &plugin{config: config, across: *across, devNode: *devNode, misreport: *misreport, stop: make(chan struct{})}
 			s, err := serve(p, *dir, *socketName, *resource)
 			if err != nil {
 				log.Printf("%v (retrying)", err)

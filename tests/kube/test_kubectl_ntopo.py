@@ -31,9 +31,14 @@ MACHINES = ("dgx-h100", "pcie-4x-nvbridge", "pcie-8x-2socket", "gpu-no-driver")
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """This checkout installed by pip into a fresh prefix (the real console scripts); the env that
-    runs them: that prefix's bin first on PATH, its site-packages the only nodetopo on sys.path."""
-    prefix = tmp_path_factory.mktemp("prefix")
+    """This checkout installed by pip into a fresh directory (the real console scripts); the env that
+    runs them: that directory's bin first on PATH, the directory the only nodetopo on sys.path.
+
+    ``--target``, not ``--prefix``: pip installing with ``--prefix`` first uninstalls the nodetopo of
+    the environment running the tests (the developer's ``pip install -e .``), which took the
+    ``nodetopo`` command away from whoever ran ``make test``."""
+    target = tmp_path_factory.mktemp("target")
+    before = _installed_here()
     done = subprocess.run(
         [
             sys.executable,
@@ -44,8 +49,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             "--no-deps",
             "--no-build-isolation",
             "--disable-pip-version-check",
-            "--prefix",
-            str(prefix),
+            "--target",
+            str(target),
             str(ROOT),
         ],
         capture_output=True,
@@ -54,12 +59,28 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         check=False,
     )
     assert done.returncode == 0, f"pip install of this checkout failed:\n{done.stderr}"
-    site = next(prefix.glob("lib/python*/site-packages"))
-    assert (prefix / "bin" / "kubectl-ntopo").exists(), "pyproject.toml declares no kubectl-ntopo script"
+    assert _installed_here() == before, "installing the plugin changed the test environment's nodetopo"
+    assert (target / "bin" / "kubectl-ntopo").exists(), "pyproject.toml declares no kubectl-ntopo script"
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "NODETOPO_KUBE_CONTEXT")}
-    env.update(PATH=f"{prefix / 'bin'}{os.pathsep}{env.get('PATH', '')}", PYTHONPATH=str(site), COLUMNS="200")
-    env["HOME"] = str(prefix)  # no ~/.kube/config of whoever runs the tests
+    env.update(
+        PATH=f"{target / 'bin'}{os.pathsep}{env.get('PATH', '')}", PYTHONPATH=str(target), COLUMNS="200"
+    )
+    env["HOME"] = str(target)  # no ~/.kube/config of whoever runs the tests
     return env
+
+
+def _installed_here() -> str | None:
+    """The nodetopo distribution of the environment running the tests, as a fresh process sees it."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import importlib.metadata as m; print(m.version('nodetopo'))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd="/",
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    return done.stdout.strip() if done.returncode == 0 else None
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,9 @@ Ready and publish its node's NodeTopology and nodetopo.io/ labels under the rele
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -135,3 +138,40 @@ def test_helm_install_runs_the_agent_and_it_publishes(node: LocalNode, release: 
     assert [(r["name"], r["status"]) for r in json.loads(listed.stdout)] == [(RELEASE, "deployed")]
     policy = cluster.kubectl("get", "validatingadmissionpolicybinding", f"{AGENT}-own-node", "-o", "json")
     assert json.loads(policy.stdout)["spec"]["policyName"] == f"{AGENT}-own-node"
+
+
+def test_kubectl_ntopo_shows_the_node_the_chart_published(node: LocalNode, release: str) -> None:
+    """The newcomer's path to the end: after `helm install`, `kubectl ntopo get <node>` (the real
+    kubectl finding the plugin on PATH) shows what the agent published for this node."""
+    cluster = node.cluster
+    deadline = time.monotonic() + 120
+    while True:
+        status, topology = cluster.request("GET", f"/apis/nodetopo.io/v1alpha1/nodetopologies/{node.name}")
+        if status == 200 and topology.get("status", {}).get("conditions"):
+            break
+        assert time.monotonic() < deadline, (status, topology)
+        time.sleep(1)
+    scripts = Path(sys.executable).parent  # where `pip install` put the kubectl-ntopo console script
+    assert (scripts / "kubectl-ntopo").exists(), f"no kubectl-ntopo next to {sys.executable}"
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env.update(PATH=f"{scripts}{os.pathsep}{env.get('PATH', '')}", COLUMNS="200")
+    done = subprocess.run(
+        [
+            str(cluster.binary("kubectl")),
+            "ntopo",
+            "get",
+            node.name,
+            "--kubeconfig",
+            str(cluster.kubeconfig_for("admin")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    print(f"\n$ kubectl ntopo get {node.name}\n{done.stdout}")
+    assert node.name in done.stdout
+    numa = len(topology["status"]["numaNodes"])
+    assert f"NUMA nodes: {numa}" in done.stdout, done.stdout

@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
         "matrix",
         help="one node's table with its GPU×GPU and GPU×NIC matrix (as `nvidia-smi topo -m`)",
         description="The table with the GPU×GPU + GPU×NIC matrix, as `nodetopo discover --matrix` prints "
-        "it. The object keeps NVLink islands, not per-pair links: a cell NV#+ means at least # links, "
+        "it, from the object's per-pair links (status.gpuLinks). An object without them (a node of more "
+        "than 64 GPUs, an older agent) keeps only NVLink islands: a cell NV#+ means at least # links, "
         "and GPU pairs under one PCIe root (PIX/PXB/PHB) show '-'; run `nodetopo discover --matrix` on "
         "the node for every pair.",
     )

@@ -29,6 +29,7 @@ checks (each pass, fail, warn or skip, with its reason):
   declared            the nodetopo.io/ annotations are present and valid (none: Undeclared warning)
   nodetopology        the node's NodeTopology could be read
   gpus                the container sees the GPUs it requested (--gpus) and NodeTopology lists them
+  kubelet-allocation  the container's GPUs are the ones the kubelet handed the pod (NodeTopology heldBy)
   gpus-in-one-island  (declared) the container's GPUs are in one NVLink island
   p2p-nvlink          (declared one-island, or --require-p2p) NVML P2P status and NVLink link state
   rdma                (declared rdma / max-nic-distance) the promised RDMA NICs are visible in

@@ -43,6 +43,7 @@ from .test_probe_node import (
     create_reader,
     delete_reader,
     init_terminated,
+    node_state_kept,
     probe_pod,
     publish_bundle,
     wait_done,
@@ -252,44 +253,25 @@ def run_probe_pod(node: LocalNode, image: str, names: list[str], *, across_islan
 @pytest.fixture
 def probe_pods(plugin: LocalNode) -> Iterator[list[str]]:
     """Names of the pods a test creates. Afterwards they are deleted (and gone: their GPUs are free
-    for the next test), the node's NodeTopology too, and the Node's nodetopo.io/ labels are as before
-    (``nodetopo publish`` labelled it after the bundle; the agent tests after these expect the host's)."""
+    for the next test), and the node's NodeTopology and labels are as before (``node_state_kept``)."""
     cluster = plugin.cluster
-    before = node_labels(cluster, plugin.name)
     names: list[str] = []
-    try:
-        yield names
-    finally:
-        if names:
-            cluster.kubectl(
-                "delete",
-                "pod",
-                "-n",
-                NAMESPACE,
-                *names,
-                "--ignore-not-found",
-                "--grace-period=1",
-                "--timeout=60s",
-                check=False,
-            )
-        cluster.kubectl("delete", "nodetopology", plugin.name, "--ignore-not-found", check=False)
-        after = node_labels(cluster, plugin.name)
-        restore = {k: before.get(k) for k in {*before, *after} if before.get(k) != after.get(k)}
-        if restore:
-            cluster.request(
-                "PATCH",
-                f"/api/v1/nodes/{plugin.name}",
-                body={"metadata": {"labels": restore}},
-                content_type="application/merge-patch+json",
-            )
-
-
-def node_labels(cluster: LocalCluster, node: str) -> dict[str, str]:
-    """The Node's nodetopo.io/ labels."""
-    status, body = cluster.request("GET", f"/api/v1/nodes/{node}")
-    assert status == 200, body
-    labels: dict[str, str] = body["metadata"].get("labels", {})
-    return {k: v for k, v in labels.items() if k.startswith("nodetopo.io/")}
+    with node_state_kept(cluster, plugin):
+        try:
+            yield names
+        finally:
+            if names:
+                cluster.kubectl(
+                    "delete",
+                    "pod",
+                    "-n",
+                    NAMESPACE,
+                    *names,
+                    "--ignore-not-found",
+                    "--grace-period=1",
+                    "--timeout=60s",
+                    check=False,
+                )
 
 
 def test_probe_passes_a_pod_given_one_islands_gpus(

@@ -117,13 +117,12 @@ def node_labels(cluster: LocalCluster, node: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def bundle_published(cluster: LocalCluster, node: LocalNode, bundle: Path, *extra: str) -> Iterator[None]:
-    """``publish_bundle`` for the block; afterwards the node's NodeTopology is deleted and its
-    nodetopo.io/ labels are as before (``nodetopo publish`` labelled the Node after the bundle; the
-    agent tests expect the host's, and an agent removes a key only after two clean scans)."""
+def node_state_kept(cluster: LocalCluster, node: LocalNode) -> Iterator[None]:
+    """Afterwards the node's NodeTopology is deleted and its nodetopo.io/ labels are as before the
+    block (``nodetopo publish`` of a bundle labels the Node after the bundle; the agent tests expect
+    the host's, and an agent removes a key only after two clean scans)."""
     before = node_labels(cluster, node.name)
     try:
-        publish_bundle(cluster, node, bundle, *extra)
         yield
     finally:
         cluster.kubectl("delete", "nodetopology", node.name, "--ignore-not-found", check=False)
@@ -136,6 +135,14 @@ def bundle_published(cluster: LocalCluster, node: LocalNode, bundle: Path, *extr
                 body={"metadata": {"labels": restore}},
                 content_type="application/merge-patch+json",
             )
+
+
+@contextlib.contextmanager
+def bundle_published(cluster: LocalCluster, node: LocalNode, bundle: Path, *extra: str) -> Iterator[None]:
+    """``publish_bundle`` for the block, the node's state kept (``node_state_kept``)."""
+    with node_state_kept(cluster, node):
+        publish_bundle(cluster, node, bundle, *extra)
+        yield
 
 
 def publish_bundle(cluster: LocalCluster, node: LocalNode, bundle: Path, *extra: str) -> None:

@@ -74,6 +74,12 @@ _NUMERIC: tuple[tuple[str, str, type, str], ...] = (
         float,
         "ask the kubelet which pod holds which GPU this often; publish when it changes (default 5)",
     ),
+    (
+        "--allocation-grace-seconds",
+        "allocation_grace_seconds",
+        float,
+        "keep the kubelet's last answer this long when it stops answering, e.g. a restart (default 60)",
+    ),
 )
 
 

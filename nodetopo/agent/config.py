@@ -63,6 +63,8 @@ class AgentConfig:
     #: the kubelet's PodResources socket (which pod holds which GPU); ``""`` = do not ask
     pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
     allocation_interval_seconds: float = 5.0  #: ask the kubelet this often between scans
+    #: a kubelet that stops answering keeps its last answer published this long (a restart)
+    allocation_grace_seconds: float = 60.0
     once: bool = False
     dry_run: bool = False
     log_level: str = "info"
@@ -106,6 +108,7 @@ NUMERIC_RANGES: dict[str, tuple[float, bool, float]] = {
     "backoff_max_seconds": (0.0, False, 86400.0),
     "once_attempts": (1, True, 1000),
     "allocation_interval_seconds": (0.0, False, WEEK),
+    "allocation_grace_seconds": (0.0, True, WEEK),
 }
 
 

@@ -128,6 +128,8 @@ class Agent:
         #: asks the kubelet which container holds which device (a str: why it could not); None: never
         self._read_allocation = allocation
         self._observed: KubeletAllocation | str | None = None  #: the last answer (or reason)
+        self._last_good_allocation: KubeletAllocation | None = None
+        self._allocation_failing_since: float | None = None  #: start of the current run of failures
         self._topology: Topology | None = None  #: the last scan's topology, for allocation changes
         self._next_allocation_at = clock()
         self.publisher = publisher
@@ -214,17 +216,43 @@ class Agent:
         )
 
     def _allocation(self, topology: Topology) -> GpuAllocation | None:
-        """Ask the kubelet (when configured) and join its answer to ``topology``'s GPUs."""
+        """Ask the kubelet (when configured) and join its answer to ``topology``'s GPUs.
+
+        A failure right after good answers (a kubelet restart takes seconds, and its device
+        assignments survive it in its checkpoint) keeps the last good answer for up to
+        ``allocation_grace_seconds``, so a restart neither writes the NodeTopology twice nor sends the
+        extender back to estimating; a failure that lasts longer makes the allocation Unknown."""
         if self._read_allocation is None:
             return None
         before = self._observed
-        self._observed = self._read_allocation()
-        self._next_allocation_at = self._clock() + self.config.allocation_interval_seconds
-        if isinstance(self._observed, str):
-            allocation = unknown_allocation(self._observed)
+        answer = self._read_allocation()
+        now = self._clock()
+        self._next_allocation_at = now + self.config.allocation_interval_seconds
+        failed = isinstance(answer, str)
+        if isinstance(answer, str):
+            if self._allocation_failing_since is None:
+                self._allocation_failing_since = now
+            waited = now - self._allocation_failing_since
+            if self._last_good_allocation is not None and waited < self.config.allocation_grace_seconds:
+                if waited == 0:
+                    log.warning(
+                        "kubelet PodResources: %s; keeping its last answer for up to %.0fs",
+                        answer,
+                        self.config.allocation_grace_seconds,
+                    )
+                answer = self._last_good_allocation
         else:
-            allocation = gpu_allocation(topology, self._observed)
-        self.stats.record_allocation(allocation, changed=before is not None and self._observed != before)
+            if self._allocation_failing_since is not None:
+                log.info("kubelet PodResources answers again")
+            self._allocation_failing_since = None
+            self._last_good_allocation = answer
+        self._observed = answer
+        if isinstance(answer, str):
+            allocation = unknown_allocation(answer)
+        else:
+            allocation = gpu_allocation(topology, answer)
+        changed = before is not None and answer != before
+        self.stats.record_allocation(allocation, changed=changed, failed=failed)
         return allocation
 
     def check_allocation(self) -> CycleOutcome | None:

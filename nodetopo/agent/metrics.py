@@ -143,13 +143,14 @@ class AgentStats:
             state.islands = len(topology.nvlink_islands)
             state.rdma_nics = sum(1 for n in topology.nics if n.rdma)
 
-    def record_allocation(self, allocation: GpuAllocation, *, changed: bool) -> None:
-        """One answer (or failure) of the kubelet's PodResources API."""
+    def record_allocation(self, allocation: GpuAllocation, *, changed: bool, failed: bool = False) -> None:
+        """One answer (or failure) of the kubelet's PodResources API; ``allocation`` is what is
+        published (a failure within the grace keeps the last answer)."""
         with self._lock:
             state = self._state
             state.allocation_known = 1 if allocation.known else 0
             state.gpus_held = len(allocation.gpu_holders) if allocation.known else None
-            result = "failed" if not allocation.known else "changed" if changed else "unchanged"
+            result = "failed" if failed or not allocation.known else "changed" if changed else "unchanged"
             state.allocation_checks[result] = state.allocation_checks.get(result, 0) + 1
 
     def record_write(self, obj: str) -> None:

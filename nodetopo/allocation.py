@@ -32,6 +32,11 @@ def unknown_allocation(message: str) -> GpuAllocation:
     return GpuAllocation(known=False, message=message)
 
 
+def allocation_of(topology: Topology, answer: KubeletAllocation | str) -> GpuAllocation:
+    """The allocation for what the kubelet answered, or for why it could not be asked (a str)."""
+    return unknown_allocation(answer) if isinstance(answer, str) else gpu_allocation(topology, answer)
+
+
 def gpu_allocation(topology: Topology, observed: KubeletAllocation) -> GpuAllocation:
     """Per GPU and MIG device of ``topology``, the containers the kubelet handed it to."""
     by_uuid = {g.uuid: g.index for g in topology.gpus if g.uuid}

@@ -418,15 +418,13 @@ def cmd_publish(args: argparse.Namespace) -> int:
     result = scan(_context(args))
     allocation = None
     if args.pod_resources_socket:
-        from nodetopo.allocation import gpu_allocation, unknown_allocation
-        from nodetopo.errors import ParseError
-        from nodetopo.sources.podresources import PodResourcesError, read_allocation
+        from nodetopo.allocation import allocation_of
+        from nodetopo.sources.podresources import ask_kubelet
 
-        try:
-            allocation = gpu_allocation(result.topology, read_allocation(args.pod_resources_socket))
-        except (PodResourcesError, ParseError) as e:
-            print(f"nodetopo: the GPU allocation is unknown: {strip_control(str(e))}", file=sys.stderr)
-            allocation = unknown_allocation(str(e))
+        answer = ask_kubelet(args.pod_resources_socket)
+        if isinstance(answer, str):
+            print(f"nodetopo: the GPU allocation is unknown: {strip_control(answer)}", file=sys.stderr)
+        allocation = allocation_of(result.topology, answer)
     body = to_nodetopology(result.topology, args.node_name, allocation)
     labels = to_labels(result.topology, args.node_name)
     run_publish(

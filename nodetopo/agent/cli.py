@@ -9,6 +9,7 @@ the config file can still supply them.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import socket
@@ -26,7 +27,6 @@ from nodetopo.agent.throttle import RateLimitedSession, TokenBucket
 from nodetopo.agent.udev import EventSource, NoEvents, UdevEventSource
 from nodetopo.kubeflags import HELP as KUBECONFIG_HELP
 from nodetopo.logs import configure_logging
-from nodetopo.model import KubeletAllocation
 from nodetopo.signals import StopSignals
 
 log = logging.getLogger(__name__)
@@ -183,26 +183,11 @@ def build_agent(
         events = UdevEventSource(config.udev_source) if config.udev else NoEvents()
     allocation = None
     if config.pod_resources_socket and not config.bundle:
-        allocation = kubelet_allocation_reader(
-            config.pod_resources_socket, timeout_s=config.command_timeout_seconds
-        )
+        from nodetopo.sources.podresources import ask_kubelet
+
+        timeout = min(config.command_timeout_seconds, 5.0)
+        allocation = functools.partial(ask_kubelet, config.pod_resources_socket, timeout_s=timeout)
     return Agent(config, scan=lambda: scan(ctx), publisher=publisher, events=events, allocation=allocation)
-
-
-def kubelet_allocation_reader(socket_path: str, *, timeout_s: float) -> Callable[[], KubeletAllocation | str]:
-    """Asks the kubelet's PodResources API; a failure is its reason (the allocation is then unknown)."""
-    from nodetopo.errors import ParseError
-    from nodetopo.sources.podresources import PodResourcesError, read_allocation
-
-    timeout = min(timeout_s, 5.0)
-
-    def read() -> KubeletAllocation | str:
-        try:
-            return read_allocation(socket_path, timeout_s=timeout)
-        except (PodResourcesError, ParseError) as e:
-            return str(e)
-
-    return read
 
 
 def cmd_agent(args: argparse.Namespace) -> int:

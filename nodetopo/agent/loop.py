@@ -41,7 +41,7 @@ from nodetopo.agent.publisher import AgentPublisher, failed_object
 from nodetopo.agent.staleness import StaleKeeper
 from nodetopo.agent.throttle import Backoff
 from nodetopo.agent.udev import EventSource, NoEvents
-from nodetopo.allocation import gpu_allocation, unknown_allocation
+from nodetopo.allocation import allocation_of
 from nodetopo.crd import to_nodetopology
 from nodetopo.discover import Scan
 from nodetopo.errors import ForbiddenError, PublishError
@@ -215,15 +215,16 @@ class Agent:
             and now >= self._next_allocation_at
         )
 
-    def _allocation(self, topology: Topology) -> GpuAllocation | None:
-        """Ask the kubelet (when configured) and join its answer to ``topology``'s GPUs.
+    def _allocation(self, topology: Topology) -> tuple[GpuAllocation | None, bool]:
+        """Ask the kubelet (when configured) and join its answer to ``topology``'s GPUs; the
+        allocation (None: not asked) and whether the answer differs from the last one.
 
         A failure right after good answers (a kubelet restart takes seconds, and its device
         assignments survive it in its checkpoint) keeps the last good answer for up to
         ``allocation_grace_seconds``, so a restart neither writes the NodeTopology twice nor sends the
         extender back to estimating; a failure that lasts longer makes the allocation Unknown."""
         if self._read_allocation is None:
-            return None
+            return None, False
         before = self._observed
         answer = self._read_allocation()
         now = self._clock()
@@ -247,23 +248,19 @@ class Agent:
             self._allocation_failing_since = None
             self._last_good_allocation = answer
         self._observed = answer
-        if isinstance(answer, str):
-            allocation = unknown_allocation(answer)
-        else:
-            allocation = gpu_allocation(topology, answer)
-        changed = before is not None and answer != before
-        self.stats.record_allocation(allocation, changed=changed, failed=failed)
-        return allocation
+        allocation = allocation_of(topology, answer)
+        changed = answer != before
+        self.stats.record_allocation(allocation, changed=changed and before is not None, failed=failed)
+        return allocation, changed
 
     def check_allocation(self) -> CycleOutcome | None:
         """Ask the kubelet again; when its answer changed, publish the NodeTopology (not the labels:
         they depend on the topology only). Never raises. None when nothing changed."""
         if self._read_allocation is None or self._topology is None:
             return None
-        before = self._observed
         try:
-            allocation = self._allocation(self._topology)
-            if self._observed == before:
+            allocation, changed = self._allocation(self._topology)
+            if not changed or allocation is None:
                 return None
             body = to_nodetopology(self._topology, self.config.node_name, allocation)
             log.info(
@@ -272,8 +269,8 @@ class Agent:
                     f"GPU {i}: {', '.join(f'{h.namespace}/{h.name}' for h in hs)}"
                     for i, hs in allocation.gpu_holders
                 )
-                if allocation is not None and allocation.known
-                else (allocation.message if allocation is not None else ""),
+                if allocation.known
+                else allocation.message,
                 extra={"node": self.config.node_name, "trigger": "allocation"},
             )
             outcome = self._publish("allocation", body, None, ())
@@ -341,7 +338,7 @@ class Agent:
         topology = scan.topology
         self.stats.record_scan(trigger, scan.results, topology, self.keeper.stale_sources)
         self._topology = topology
-        body = to_nodetopology(topology, self.config.node_name, self._allocation(topology))
+        body = to_nodetopology(topology, self.config.node_name, self._allocation(topology)[0])
         labels = to_labels(topology, self.config.node_name)
         uncertain = uncertain_keys(topology)
         rdma_nics = sum(1 for n in topology.nics if n.rdma)
@@ -378,7 +375,7 @@ class Agent:
         """Publish ``body`` and ``labels`` (None: the NodeTopology only)."""
         try:
             if labels is None:
-                done = self.publisher.publish_topology(body)
+                topology_only = self.publisher.publish_topology(body)
                 result = None
             else:
                 result = self.publisher.publish(body, labels, uncertain_keys=uncertain)
@@ -408,10 +405,10 @@ class Agent:
         self.backoff.reset()
         self._failing_since = None
         if result is None:
-            if done.written:
+            if topology_only.written:
                 self.stats.record_write("nodetopology")
             return CycleOutcome(
-                trigger=trigger, published=True, written=("nodetopology",) if done.written else ()
+                trigger=trigger, published=True, written=("nodetopology",) if topology_only.written else ()
             )
         written = tuple(
             name

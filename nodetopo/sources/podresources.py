@@ -320,3 +320,12 @@ def read_allocation(path: str = DEFAULT_SOCKET, *, timeout_s: float = 5.0) -> Ku
     except Unimplemented:
         allocatable = None
     return KubeletAllocation(assignments=assignments, allocatable=allocatable)
+
+
+def ask_kubelet(path: str = DEFAULT_SOCKET, *, timeout_s: float = 5.0) -> KubeletAllocation | str:
+    """``read_allocation``, with a failure (``PodResourcesError``, ``ParseError``) as its reason: what
+    the agent and ``nodetopo publish`` publish as an unknown allocation."""
+    try:
+        return read_allocation(path, timeout_s=timeout_s)
+    except (PodResourcesError, ParseError) as e:
+        return str(e)

@@ -27,7 +27,6 @@ from nodetopo.extender.fit import (
     NodeShape,
     Verdict,
     evaluate,
-    free_after,
     free_with_holders,
     node_holders,
     node_shape,
@@ -135,7 +134,7 @@ class ClusterState:
         unless the object says who holds each GPU (``status.allocation.state`` Known)."""
         status = obj.get("status") or {}
         shape = node_shape(status)
-        holders = node_holders(status) if shape.gpus and isinstance(status, Mapping) else None
+        holders = node_holders(status) if shape.gpus else None
         return str(obj["metadata"]["name"]), shape, holders
 
     def replace_topologies(
@@ -250,10 +249,7 @@ class ClusterState:
         fresh: list[tuple[str, int, Allocation]] = []
         for i, shape, version, pods, holders in stale:
             ordered = sorted(pods, key=lambda b: b.order)
-            if holders is None:  # who holds what is unknown: model it
-                free = free_after(shape, tuple(b.request for b in ordered))
-            else:
-                free = free_with_holders(shape, holders, [(b.order[1], b.request) for b in ordered])
+            free = free_with_holders(shape, holders, [(b.order[1], b.request) for b in ordered])
             allocation = self._intern(Allocation(shape, free))
             allocations[i] = allocation
             fresh.append((nodes[i], version, allocation))

@@ -377,16 +377,17 @@ def node_holders(status: Any) -> Holders | None:
 
 
 def free_with_holders(
-    shape: NodeShape, held: Holders, bound: Sequence[tuple[str, PodRequest]]
+    shape: NodeShape, held: Holders | None, bound: Sequence[tuple[str, PodRequest]]
 ) -> frozenset[int]:
-    """The GPUs left free when the kubelet's holders are known: a GPU held by a pod still bound to the
-    node is taken (a GPU whose holder has finished or gone is free); pods bound but not yet in the
-    holders (the agent publishes a new pod's GPUs seconds after it starts) are placed by the model
-    among the rest, oldest first. ``bound``: (``namespace/name``, request), oldest first."""
+    """The GPUs left free by the pods ``bound`` to the node ((``namespace/name``, request), oldest
+    first). Where the kubelet's holders are known, a GPU held by a pod still bound to the node is
+    taken (a GPU whose holder has finished or gone is free) and pods bound but not yet in the holders
+    (the agent publishes a new pod's GPUs seconds after it starts) are placed by the model among the
+    rest; where they are not (``held`` None), every bound pod is placed by the model (``free_after``)."""
     free = shape.whole_gpus
     unlisted: list[PodRequest] = []
     for pod, request in bound:
-        gpus = held.get(pod)
+        gpus = held.get(pod) if held is not None else None
         if gpus is None:
             unlisted.append(request)
         else:

@@ -196,9 +196,7 @@ def parse_nodetopology(obj: Any) -> Promised:
         nics=nics_out,
         islands=islands,
         allocation_known=allocation.get("state") == "Known",
-        allocation_why=str(allocation.get("message") or "")
-        if isinstance(allocation.get("message"), str)
-        else "",
+        allocation_why=why if isinstance(why := allocation.get("message"), str) else "",
     )
 
 
@@ -352,6 +350,11 @@ def check_gpus(seen: Seen, promised: Promised | None, t: Thresholds) -> Check:
     return passed(name, f"GPU(s) {_list(g.index for g in found)} visible ({seen.gpu_ids_from}) and published")
 
 
+#: ``Seen.gpu_ids_from`` when the container's own view could not be read and the GPUs are the ones
+#: the kubelet handed the pod (``heldBy``)
+KUBELET_ALLOCATION = "the kubelet's allocation (NodeTopology heldBy)"
+
+
 def check_allocation(seen: Seen, promised: Promised | None, pod: tuple[str, str] | None) -> Check:
     """The GPUs the container sees against the GPUs the kubelet handed this pod (``heldBy``)."""
     name = "kubelet-allocation"
@@ -385,11 +388,6 @@ def check_allocation(seen: Seen, promised: Promised | None, pod: tuple[str, str]
             Attribution.RESOURCE_NOT_REAL,
         )
     return passed(name, f"GPU(s) {_list(held_indices)}: handed to this pod by the kubelet and visible")
-
-
-#: ``Seen.gpu_ids_from`` when the container's own view could not be read and the GPUs are the ones
-#: the kubelet handed the pod (``heldBy``)
-KUBELET_ALLOCATION = "the kubelet's allocation (NodeTopology heldBy)"
 
 
 def with_allocation(seen: Seen, promised: Promised | None, pod: tuple[str, str] | None) -> Seen:

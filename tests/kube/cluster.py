@@ -28,6 +28,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -320,6 +321,15 @@ class LocalCluster:
 
     def binary(self, name: str) -> Path:
         return self.bin_dir / name
+
+    def publish_bundle(
+        self, bundle: Path, node: str, *extra: str, user: str = "publisher"
+    ) -> subprocess.CompletedProcess[str]:
+        """``nodetopo publish --from BUNDLE --node-name NODE`` as one of the static users (``extra``:
+        more flags), in a process of this interpreter; the caller asserts on the result."""
+        argv = [sys.executable, "-m", "nodetopo", "publish", "--from", str(bundle), "--node-name", node]
+        argv += ["--kubeconfig", str(self.kubeconfig_for(user)), *extra]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
 
     # ---- lifecycle --------------------------------------------------------------------------
 

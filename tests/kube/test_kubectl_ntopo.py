@@ -102,24 +102,7 @@ def _publish(cluster: LocalCluster, machine: str, node: str) -> None:
     body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
     status, answer = cluster.request("POST", "/api/v1/nodes", body=body)
     assert status == 201, answer
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nodetopo",
-            "publish",
-            "--from",
-            str(BUNDLES / machine),
-            "--node-name",
-            node,
-            "--kubeconfig",
-            str(cluster.kubeconfig_for("publisher")),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = cluster.publish_bundle(BUNDLES / machine, node)
     assert done.returncode == 0, done.stderr
 
 

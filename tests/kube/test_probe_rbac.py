@@ -94,24 +94,7 @@ def test_reader_role_is_enough_and_no_more(
         ]
         assert report["event"] == "posted", report["event"]
 
-        published = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "nodetopo",
-                "publish",
-                "--from",
-                str(BUNDLE),
-                "--node-name",
-                node,
-                "--kubeconfig",
-                str(cluster.kubeconfig_for("publisher")),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        published = cluster.publish_bundle(BUNDLE, node)
         assert published.returncode == 0, published.stderr
         code, report, term = _probe(
             bound.kubeconfig, tmp_path, *env_args, "--annotation", "nodetopo.io/rdma=required"

@@ -7,7 +7,6 @@ It also produces the README's `kubectl get ntopo` example: run with ``-s`` to se
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,24 +30,7 @@ MACHINES = (
 
 
 def _publish(cluster: LocalCluster, bundle: str, node: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nodetopo",
-            "publish",
-            "--from",
-            str(BUNDLES / bundle),
-            "--node-name",
-            node,
-            "--kubeconfig",
-            str(cluster.kubeconfig_for("publisher")),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return cluster.publish_bundle(BUNDLES / bundle, node)
 
 
 def test_publish_fixture_machines(

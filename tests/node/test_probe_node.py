@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -148,25 +146,7 @@ def bundle_published(cluster: LocalCluster, node: LocalNode, bundle: Path, *extr
 def publish_bundle(cluster: LocalCluster, node: LocalNode, bundle: Path, *extra: str) -> None:
     """``nodetopo publish --from BUNDLE`` as ``node``'s NodeTopology (created afresh)."""
     cluster.kubectl("delete", "nodetopology", node.name, "--ignore-not-found")
-    published = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nodetopo",
-            "publish",
-            "--from",
-            str(bundle),
-            "--node-name",
-            node.name,
-            "--kubeconfig",
-            str(cluster.kubeconfig),
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    published = cluster.publish_bundle(bundle, node.name, *extra, user="admin")
     assert published.returncode == 0, published.stderr
 
 

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -195,11 +196,20 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=10)
 
 
-def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
+def wait_ready(
+    url: str,
+    process: subprocess.Popen[bytes],
+    log: Path,
+    timeout: float = 60,
+    context: ssl.SSLContext | None = None,
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert process.poll() is None, f"exited {process.returncode}:\n{log.read_text()[-4000:]}"
-        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as response:
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(url, timeout=2, context=context) as response,
+        ):
             if response.status == 200:
                 return
         time.sleep(0.2)
@@ -207,19 +217,55 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout: f
 
 
 @contextlib.contextmanager
-def running_extender(cluster: LocalCluster, tmp: Path, *args: str) -> Iterator[str]:
-    """``nodetopo extender`` on loopback as its own service account (deploy/extender/rbac.yaml);
-    yields its URL."""
+def running_extender(
+    cluster: LocalCluster, tmp: Path, *args: str, tls: dict[str, Path] | None = None
+) -> Iterator[str]:
+    """``nodetopo extender`` on loopback as its own service account (deploy/extender/rbac.yaml),
+    logging to ``tmp/extender.log``; yields its URL. With ``tls`` (``certificates``) it serves HTTPS
+    and requires a client certificate signed by the CA (``/readyz`` needs none)."""
     port = free_port()
     log = tmp / "extender.log"
     kubeconfig = cluster.write_kubeconfig(tmp / "extender.kubeconfig", token=extender_token(cluster))
     argv = [sys.executable, "-m", "nodetopo", "extender", f"--kubeconfig={kubeconfig}"]
-    process = start([*argv, f"--listen=127.0.0.1:{port}", "--log-level=info", *args], log)
+    argv += [f"--listen=127.0.0.1:{port}", "--log-level=info", *args]
+    context = None
+    if tls is not None:
+        argv += [f"--tls-cert-file={tls['tls.crt']}", f"--tls-private-key-file={tls['tls.key']}"]
+        argv += [f"--tls-client-ca-file={tls['ca.crt']}"]
+        context = ssl.create_default_context(cafile=str(tls["ca.crt"]))
+    url = f"{'https' if tls is not None else 'http'}://127.0.0.1:{port}"
+    process = start(argv, log)
     try:
-        wait_ready(f"http://127.0.0.1:{port}/readyz", process, log)
-        yield f"http://127.0.0.1:{port}"
+        wait_ready(f"{url}/readyz", process, log, context=context)
+        yield url
     finally:
         stop(process)
+
+
+def openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def certificates(tmp: Path) -> dict[str, Path]:
+    """A CA, a serving certificate for 127.0.0.1 and a client certificate, all signed by the CA."""
+    files = {
+        name: tmp / name for name in ("ca.crt", "ca.key", "tls.crt", "tls.key", "client.crt", "client.key")
+    }
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes")
+    openssl("req", "-x509", *ec, "-keyout", str(files["ca.key"]), "-out", str(files["ca.crt"]),
+            "-days", "1", "-subj", "/CN=nodetopo-test-ca")  # fmt: skip
+    for name, subject, extension in (
+        ("tls", "/CN=nodetopo-extender", "subjectAltName=IP:127.0.0.1"),
+        ("client", "/CN=kube-scheduler", "extendedKeyUsage=clientAuth"),
+    ):
+        csr = tmp / f"{name}.csr"
+        openssl("req", "-new", *ec, "-keyout", str(files[f"{name}.key"]), "-out", str(csr), "-subj", subject)
+        ext = tmp / f"{name}.ext"
+        ext.write_text(extension + "\n")
+        ca = ("-CA", str(files["ca.crt"]), "-CAkey", str(files["ca.key"]), "-CAcreateserial")
+        openssl("x509", "-req", "-in", str(csr), *ca, "-out", str(files[f"{name}.crt"]), "-days", "1",
+                "-extfile", str(ext))  # fmt: skip
+    return files
 
 
 def start_scheduler(

@@ -9,11 +9,10 @@ pod stays pending.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 import subprocess
-import sys
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -24,39 +23,13 @@ import pytest
 import yaml
 
 from . import scheduler_support as s
-from .cluster import REPO, LocalCluster, free_port
+from .cluster import REPO, LocalCluster
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
 RUN = uuid.uuid4().hex[:6]
 NAMESPACE = f"nodetopo-tls-{RUN}"
 ISLAND_OF_FOUR = {"nodetopo.io/gpus-in-one-island": "true"}
-
-
-def openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
-def certificates(tmp: Path) -> dict[str, Path]:
-    """A CA, a serving certificate for 127.0.0.1 and a client certificate, all signed by the CA."""
-    files = {
-        name: tmp / name for name in ("ca.crt", "ca.key", "tls.crt", "tls.key", "client.crt", "client.key")
-    }
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes")
-    openssl("req", "-x509", *ec, "-keyout", str(files["ca.key"]), "-out", str(files["ca.crt"]),
-            "-days", "1", "-subj", "/CN=nodetopo-test-ca")  # fmt: skip
-    for name, subject, extension in (
-        ("tls", "/CN=nodetopo-extender", "subjectAltName=IP:127.0.0.1"),
-        ("client", "/CN=kube-scheduler", "extendedKeyUsage=clientAuth"),
-    ):
-        csr = tmp / f"{name}.csr"
-        openssl("req", "-new", *ec, "-keyout", str(files[f"{name}.key"]), "-out", str(csr), "-subj", subject)
-        ext = tmp / f"{name}.ext"
-        ext.write_text(extension + "\n")
-        ca = ("-CA", str(files["ca.crt"]), "-CAkey", str(files["ca.key"]), "-CAcreateserial")
-        openssl("x509", "-req", "-in", str(csr), *ca, "-out", str(files[f"{name}.crt"]), "-days", "1",
-                "-extfile", str(ext))  # fmt: skip
-    return files
 
 
 def scheduler_config(cluster: LocalCluster, name: str, url: str, tls: dict[str, str]) -> dict[str, Any]:
@@ -118,35 +91,12 @@ def tls_pool(cluster: LocalCluster) -> Iterator[dict[str, str]]:
 def test_kube_scheduler_calls_the_extender_over_https_with_a_client_certificate(
     cluster: LocalCluster, tls_pool: dict[str, str], tmp_path: Path
 ) -> None:
-    files = certificates(tmp_path)
-    port = free_port()
-    log = tmp_path / "extender.log"
-    kubeconfig = cluster.write_kubeconfig(tmp_path / "extender.kubeconfig", token=s.extender_token(cluster))
-    extender = s.start(
-        [
-            sys.executable, "-m", "nodetopo", "extender", f"--kubeconfig={kubeconfig}",
-            f"--listen=127.0.0.1:{port}", "--log-level=info",
-            f"--tls-cert-file={files['tls.crt']}", f"--tls-private-key-file={files['tls.key']}",
-            f"--tls-client-ca-file={files['ca.crt']}",
-        ],
-        log,
-    )  # fmt: skip
+    files = s.certificates(tmp_path)
+    log = tmp_path / "extender.log"  # running_extender's
     schedulers: list[subprocess.Popen[bytes]] = []
+    extender = contextlib.ExitStack()
     try:
-        context = ssl.create_default_context(cafile=str(files["ca.crt"]))
-        deadline = time.monotonic() + 60
-        while True:  # /readyz needs no client certificate (the kubelet's probes have none)
-            try:
-                with urllib.request.urlopen(
-                    f"https://127.0.0.1:{port}/readyz", timeout=2, context=context
-                ) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert extender.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
-            time.sleep(0.2)
-        url = f"https://127.0.0.1:{port}"
+        url = extender.enter_context(s.running_extender(cluster, tmp_path, tls=files))
         trusted = {
             "caFile": str(files["ca.crt"]),
             "certFile": str(files["client.crt"]),
@@ -178,5 +128,5 @@ def test_kube_scheduler_calls_the_extender_over_https_with_a_client_certificate(
     finally:
         for process in schedulers:
             s.stop(process)
-        s.stop(extender)
+        extender.close()
         print(json.dumps({"extender_log_tail": log.read_text()[-1500:]}) if log.exists() else "")

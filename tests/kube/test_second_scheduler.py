@@ -16,10 +16,9 @@ dry run (there is no kubelet to run it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
-import ssl
-import sys
 import time
 import urllib.request
 import uuid
@@ -317,8 +316,6 @@ def test_the_tls_component_calls_the_extender_over_https(
     """deploy/scheduler/tls: the same config but for urlPrefix and tlsConfig, the client certificate
     mounted where tlsConfig reads it, and the real kube-scheduler with that config reaching an
     extender that requires a client certificate."""
-    from .test_extender_tls_e2e import certificates
-
     shutil.copytree(REPO / "deploy", tmp_path / "deploy")
     overlay = tmp_path / "overlay"
     overlay.mkdir()
@@ -346,29 +343,18 @@ def test_the_tls_component_calls_the_extender_over_https(
     assert {Path(p).parent for p in tls.values()} == {Path(mounts["extender-tls"])}
     assert {Path(p).name for p in tls.values()} == {"ca.crt", "tls.crt", "tls.key"}  # kubernetes.io/tls keys
 
-    files = certificates(tmp_path)
-    port = free_port()
-    log = tmp_path / "extender.log"
-    kubeconfig = cluster.write_kubeconfig(tmp_path / "extender.kubeconfig", token=s.extender_token(cluster))
-    extender_process = s.start(
-        [
-            sys.executable, "-m", "nodetopo", "extender", f"--kubeconfig={kubeconfig}",
-            f"--listen=127.0.0.1:{port}", "--log-level=info",
-            f"--tls-cert-file={files['tls.crt']}", f"--tls-private-key-file={files['tls.key']}",
-            f"--tls-client-ca-file={files['ca.crt']}",
-        ],
-        log,
-    )  # fmt: skip
+    files = s.certificates(tmp_path)
     scheduler = None
+    extender = contextlib.ExitStack()
     try:
-        _wait_ready_https(port, files["ca.crt"], extender_process, log)
+        url = extender.enter_context(s.running_extender(cluster, tmp_path, tls=files))
         own = cluster.write_kubeconfig(
             tmp_path / "scheduler.kubeconfig", token=s.service_account_token(cluster, "nodetopo", NAME)
         )
         config["clientConnection"] = {"kubeconfig": str(own)}
         config["leaderElection"] = {"leaderElect": False}  # the Lease is the fixture scheduler's
         config["profiles"] = [{"schedulerName": "nodetopo-scheduler-tls"}]  # not to race it for pods
-        config["extenders"][0]["urlPrefix"] = f"https://127.0.0.1:{port}"
+        config["extenders"][0]["urlPrefix"] = url
         config["extenders"][0]["tlsConfig"] = {
             "caFile": str(files["ca.crt"]),
             "certFile": str(files["client.crt"]),
@@ -393,21 +379,7 @@ def test_the_tls_component_calls_the_extender_over_https(
     finally:
         if scheduler is not None:
             s.stop(scheduler)
-        s.stop(extender_process)
-
-
-def _wait_ready_https(port: int, ca: Path, process: Any, log: Path) -> None:
-    context = ssl.create_default_context(cafile=str(ca))
-    deadline = time.monotonic() + 60
-    while True:  # /readyz needs no client certificate
-        try:
-            with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", timeout=2, context=context) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
-        time.sleep(0.2)
+        extender.close()
 
 
 def test_the_chart_scheduler_runs_under_a_release_name(

@@ -40,6 +40,8 @@ SMALL_FILE_LIMIT = 4 * 1024
 
 _PROC_FD = "/proc/self/fd"
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+#: a directory that is not itself a link, opened for ``*at`` calls only (opens nothing)
+_LINK_DIRECTORY_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Refused(Exception):
@@ -130,6 +132,38 @@ class HostRoot:
         if resolved != root and not resolved.startswith(root.rstrip("/") + "/"):
             raise ValueError(f"{path} resolves outside the host root {root}: {resolved}")
         return Path(resolved)
+
+    def open_link_directory(self, link: str) -> tuple[int, str] | None:
+        """An ``O_PATH`` descriptor and the real path of the directory the symlink ``link`` points
+        to, when that is provably what ``resolve`` gives; None in every other case, and the caller
+        then asks ``resolve`` for its answer or its error.
+
+        The kernel resolves the link in one open when it is a sysfs-style link: a relative target
+        (an absolute one is re-rooted by ``resolve``, never followed to this machine's own files)
+        naming a directory that is not itself a link (``O_NOFOLLOW``: a chain of links, one of which
+        may be absolute, goes to ``resolve``). ``resolve`` then does the same: one hop, and the
+        kernel resolves the rest of the path. ``/proc`` names what was opened, and it must lie
+        inside the root. A plain directory, a dangling link, a loop, a file: None. The descriptor
+        serves ``*at`` calls for the directory's files; the caller closes it.
+        """
+        try:
+            target = os.readlink(link)
+        except OSError:  # absent, or not a link
+            return None
+        if target.startswith("/"):
+            return None
+        try:
+            fd = os.open(os.path.join(os.path.dirname(link), target), _LINK_DIRECTORY_FLAGS)
+        except OSError:
+            return None
+        try:
+            real = os.readlink(f"{_PROC_FD}/{fd}")
+        except OSError:
+            real = ""
+        if not real.startswith("/") or not self.contains(real):
+            os.close(fd)
+            return None
+        return fd, real
 
     def relative(self, path: str | os.PathLike[str]) -> str:
         """``path`` as the host would name it (``/sys/...``), for messages."""

@@ -164,9 +164,10 @@ def read_pci_devices(root: HostRoot) -> tuple[tuple[PciDevice, ...], tuple[Condi
     devices: list[PciDevice] = []
     conditions: list[Condition] = []
     root_real = os.fspath(root.real_path)
+    base_dir = os.fspath(base)
     cpu_sets = _sysfs.CpuSets(NAME)
     for name in _sysfs.list_directory(base, root=root):
-        device = _read_device(root, root_real, base / name, conditions, cpu_sets)
+        device = _read_device(root, root_real, base_dir, name, conditions, cpu_sets)
         if device is not None:
             devices.append(device)
     devices.sort(key=lambda d: d.address)
@@ -174,28 +175,47 @@ def read_pci_devices(root: HostRoot) -> tuple[tuple[PciDevice, ...], tuple[Condi
 
 
 def _read_device(
-    root: HostRoot, root_real: str, entry: Path, conditions: list[Condition], cpu_sets: _sysfs.CpuSets
+    root: HostRoot,
+    root_real: str,
+    base_dir: str,
+    name: str,
+    conditions: list[Condition],
+    cpu_sets: _sysfs.CpuSets,
 ) -> PciDevice | None:
-    host_path = root.relative(entry)
+    # Strings, not Path objects: pathlib costs more than the reads (10 attributes per function).
+    entry_dir = f"{base_dir}/{name}"
+    host_path = root.relative(entry_dir)
     try:
-        address = PciAddress.parse(entry.name)
+        address = PciAddress.parse(name)
     except ValueError:
         conditions.append(_sysfs.parse_error(NAME, f"{host_path}: expected a PCI address as the entry name"))
         return None
-    try:
-        real = root.resolve(entry)
-    except FileNotFoundError:
-        target = excerpt(os.readlink(entry)) if entry.is_symlink() else "?"
-        conditions.append(_sysfs.unavailable(NAME, f"{host_path}: dangling symlink to {target}: left out"))
-        return None
-    except (ValueError, OSError, RuntimeError) as e:  # RuntimeError: a symlink loop (Python 3.11)
-        conditions.append(_sysfs.unavailable(NAME, f"{host_path}: cannot resolve: {clip(str(e))}: left out"))
-        return None
-    # Strings from here on: pathlib costs more than the reads (10 attributes per function).
-    real_dir, entry_dir = os.fspath(real), os.fspath(entry)
-    if not os.path.isdir(real_dir):
-        conditions.append(_sysfs.unavailable(NAME, f"{host_path}: not a device directory: left out"))
-        return None
+    # The kernel resolves a sysfs-style link in one open, and the descriptor serves the attribute
+    # reads; anything else (an absolute link in a capture, re-rooted; a plain directory, a dangling
+    # link, a loop) goes through resolve(), with its answer or error.
+    opened = root.open_link_directory(entry_dir)
+    if opened is not None:
+        dir_fd: int | None
+        dir_fd, real_dir = opened
+    else:
+        entry = Path(entry_dir)
+        try:
+            real_dir = os.fspath(root.resolve(entry))
+        except FileNotFoundError:
+            target = excerpt(os.readlink(entry)) if entry.is_symlink() else "?"
+            conditions.append(
+                _sysfs.unavailable(NAME, f"{host_path}: dangling symlink to {target}: left out")
+            )
+            return None
+        except (ValueError, OSError, RuntimeError) as e:  # RuntimeError: a symlink loop (Python 3.11)
+            conditions.append(
+                _sysfs.unavailable(NAME, f"{host_path}: cannot resolve: {clip(str(e))}: left out")
+            )
+            return None
+        if not os.path.isdir(real_dir):
+            conditions.append(_sysfs.unavailable(NAME, f"{host_path}: not a device directory: left out"))
+            return None
+        dir_fd = _sysfs.open_checked_directory(root, real_dir)  # checked once, not per attribute
 
     # resolve() keeps real_dir inside the root: what follows the root are its components
     pcie_root, upstream = parse_device_location(real_dir[len(root_real) :].strip("/").split("/"))
@@ -207,18 +227,17 @@ def _read_device(
         )
 
     texts: dict[str, str | None] = {}
-    dir_fd = _sysfs.open_checked_directory(root, real_dir)  # checked once, not per attribute
     try:
-        for name in ATTRIBUTES:
+        for attribute in ATTRIBUTES:
             try:
                 # through the resolved directory: an absolute link in a capture is re-rooted, not
                 # followed to this machine's own /sys
-                texts[name] = _sysfs.read_attribute_at(
-                    root, dir_fd, name, f"{real_dir}/{name}", shown_as=f"{entry_dir}/{name}"
+                texts[attribute] = _sysfs.read_attribute_at(
+                    root, dir_fd, attribute, f"{real_dir}/{attribute}", shown_as=f"{entry_dir}/{attribute}"
                 )
             except _sysfs.Unreadable as e:
                 conditions.append(_sysfs.unavailable(NAME, str(e)))
-                texts[name] = None
+                texts[attribute] = None
     finally:
         if dir_fd is not None:
             os.close(dir_fd)

@@ -1,0 +1,123 @@
+"""``HostRoot.open_link_directory``: the kernel-resolved fast path of a PCI entry gives exactly what
+``HostRoot.resolve`` gives, and declines (None) every case where it could not; the PCI source then
+takes ``resolve`` with its answers and errors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from sysfs_trees import Link, pci_function, write_tree
+
+from nodetopo.host import HostRoot
+from nodetopo.model import ConditionReason
+from nodetopo.sources import pci
+
+ENTRY = "sys/bus/pci/devices/0000:3b:00.0"
+DEVICE = "sys/devices/pci0000:00/0000:3b:00.0"
+
+
+def _opened(root: HostRoot, link: Path) -> str | None:
+    """The real path the fast path opened (its descriptor closed), None when it declined."""
+    opened = root.open_link_directory(os.fspath(link))
+    if opened is None:
+        return None
+    fd, real = opened
+    try:
+        assert os.path.samestat(os.fstat(fd), os.stat(real))
+    finally:
+        os.close(fd)
+    return real
+
+
+def test_a_sysfs_link_is_opened_where_resolve_goes(tmp_path: Path) -> None:
+    root = write_tree(tmp_path / "root", pci_function("0000:3b:00.0"))
+    entry = root.path / ENTRY
+    assert _opened(root, entry) == os.fspath(root.resolve(entry))
+
+
+def test_a_root_reached_through_a_symlink_still_gives_real_paths(tmp_path: Path) -> None:
+    write_tree(tmp_path / "real-root", pci_function("0000:3b:00.0"))
+    (tmp_path / "alias").symlink_to("real-root")
+    root = HostRoot(tmp_path / "alias")
+    entry = root.path / ENTRY
+    assert (
+        _opened(root, entry) == os.fspath(root.resolve(entry)) == os.fspath(tmp_path / "real-root" / DEVICE)
+    )
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "absolute link",  # resolve re-roots it under the root: never followed by the kernel
+        "relative link to an absolute link",  # a chain: one hop at a time in resolve
+        "relative link to a relative link",
+        "dangling link",
+        "link loop",
+        "plain directory",
+        "link to a file",
+        "link out of the root",
+        "absent",
+    ],
+)
+def test_declines_what_only_resolve_answers(tmp_path: Path, how: str) -> None:
+    entries = pci_function("0000:3b:00.0")
+    (tmp_path / "outside" / "0000:3b:00.0").mkdir(parents=True)
+    # an absolute target the kernel would find inside the root, where resolve re-roots it elsewhere
+    absolute = os.fspath(tmp_path / "root" / DEVICE)
+    if how == "absolute link":
+        entries[ENTRY] = Link(absolute)
+    elif how == "relative link to an absolute link":
+        entries[ENTRY] = Link("hop")
+        entries["sys/bus/pci/devices/hop"] = Link(absolute)
+    elif how == "relative link to a relative link":
+        entries[ENTRY] = Link("hop")
+        entries["sys/bus/pci/devices/hop"] = Link(f"../../../{DEVICE}")
+    elif how == "dangling link":
+        entries[ENTRY] = Link("../../../devices/pci0000:00/nowhere")
+    elif how == "link loop":
+        entries[ENTRY] = Link("0000:3b:00.0")
+    elif how == "plain directory":
+        del entries[ENTRY]
+        entries[f"{ENTRY}/vendor"] = "0x15b3\n"
+    elif how == "link to a file":
+        entries[ENTRY] = Link(f"../../../{DEVICE}/vendor")
+    elif how == "link out of the root":
+        entries[ENTRY] = Link("../../../../../outside/0000:3b:00.0")
+    elif how == "absent":
+        del entries[ENTRY]
+    root = write_tree(tmp_path / "root", entries)
+    assert _opened(root, root.path / ENTRY) is None
+
+
+def test_an_absolute_link_behind_a_relative_one_is_read_inside_the_capture(tmp_path: Path) -> None:
+    """The kernel would follow the second hop to this machine's own /sys: the fast path declines and
+    resolve re-roots it, so the attributes come from the capture."""
+    entries = pci_function("0000:3b:00.0")
+    entries[ENTRY] = Link("hop")
+    entries["sys/bus/pci/devices/hop"] = Link(f"/{DEVICE}")
+    root = write_tree(tmp_path, entries)
+    devices, conditions = pci.read_pci_devices(root)
+    assert [c.message for c in conditions if "0000:3b:00.0" in c.message] == []
+    assert (devices[0].vendor, devices[0].root) == (0x15B3, "pci0000:00")
+
+
+@pytest.mark.parametrize(
+    ("link", "why"),
+    [
+        (Link("../../../devices/pci0000:00/nowhere"), "dangling symlink"),
+        (Link("0000:3b:00.0"), "cannot resolve"),
+        (Link("../../../../../outside/0000:3b:00.0"), "outside the host root"),
+        (Link("../../../devices/pci0000:00/0000:3c:00.0/vendor"), "not a device directory"),
+    ],
+)
+def test_declined_entries_keep_resolves_conditions(tmp_path: Path, link: Link, why: str) -> None:
+    (tmp_path / "outside" / "0000:3b:00.0").mkdir(parents=True)
+    entries = pci_function("0000:3c:00.0")
+    entries[ENTRY] = link
+    root = write_tree(tmp_path / "root", entries)
+    devices, conditions = pci.read_pci_devices(root)
+    assert [str(d.address) for d in devices] == ["0000:3c:00.0"]
+    assert [c.reason for c in conditions] == [ConditionReason.UNAVAILABLE]
+    assert why in conditions[0].message and "0000:3b:00.0" in conditions[0].message

@@ -26,6 +26,7 @@ from nodetopo import model
 from nodetopo.errors import ParseError, clip, excerpt
 from nodetopo.host import CommandNotFound, CommandOutputRefused, CommandRunner, CommandTimeout
 from nodetopo.model import Condition, ConditionReason, Facts, LinkClass, SourceStatus
+from nodetopo.reuse import ReuseLast, reuse_last
 from nodetopo.sources.base import Context, SourceResult, condition, guarded
 
 log = logging.getLogger(__name__)
@@ -771,15 +772,14 @@ class _Outcome(Generic[_T]):
     status: SourceStatus
     conditions: tuple[Condition, ...] = ()
     failure: tuple[ConditionReason, str] | None = None  #: (reason, message) when value is None
+    partly: str | None = None  #: what was not readable in an output that was read (logged)
 
 
 def _first_line(text: str) -> str:
     return clip(next((line.strip() for line in text.splitlines() if line.strip()), ""))
 
 
-def _failed(command: str, reason: ConditionReason, message: str) -> _Outcome[_T]:
-    level = logging.INFO if reason is ConditionReason.UNAVAILABLE else logging.WARNING
-    log.log(level, "%s: %s: %s", command, reason.value, message, extra={"source": NAME, "path": command})
+def _failure(command: str, reason: ConditionReason, message: str) -> _Outcome[_T]:
     return _Outcome(
         None,
         SourceStatus(name=command, ok=False, message=f"{reason.value}: {message}"),
@@ -788,64 +788,104 @@ def _failed(command: str, reason: ConditionReason, message: str) -> _Outcome[_T]
     )
 
 
-def _run(
-    runner: CommandRunner,
-    argv: Sequence[str],
-    timeout: float,
-    read: Callable[[str, str], tuple[_T, list[str]]],
-) -> _Outcome[_T]:
-    """Run one command and read its output; every way it can go wrong becomes a condition."""
-    command = " ".join(argv)
-    try:
-        result = runner.run(argv, timeout=timeout)
-    except CommandNotFound as e:
-        return _failed(command, ConditionReason.UNAVAILABLE, str(e))
-    except CommandTimeout:
-        return _failed(
-            command, ConditionReason.TIMEOUT, f"no answer within {timeout:g}s (a hung GPU or driver?)"
-        )
-    except CommandOutputRefused as e:
-        return _failed(command, ConditionReason.PARSE_ERROR, f"output not read: {e}")
+def _logged(command: str, outcome: _Outcome[_T]) -> _Outcome[_T]:
+    """``outcome``, with its failure or its partly readable output logged."""
+    extra = {"source": NAME, "path": command}
+    if outcome.failure is not None:
+        reason, message = outcome.failure
+        level = logging.INFO if reason is ConditionReason.UNAVAILABLE else logging.WARNING
+        log.log(level, "%s: %s: %s", command, reason.value, message, extra=extra)
+    elif outcome.partly is not None:
+        log.warning("%s: partly readable: %s", command, outcome.partly, extra=extra)
+    return outcome
 
-    for line in f"{result.stdout}\n{result.stderr}".splitlines():
+
+def _outcome(
+    command: str,
+    stdout: str,
+    stderr: str,
+    returncode: int,
+    read: Callable[[str, str], tuple[_T, Sequence[str]]],
+) -> _Outcome[_T]:
+    """What one command's output says (pure: logs nothing); every way it can be wrong is a condition."""
+    for line in f"{stdout}\n{stderr}".splitlines():
         line = line.strip()
         if _NO_DEVICES.search(line):
-            return _failed(
+            return _failure(
                 command, ConditionReason.UNAVAILABLE, f"no GPUs visible to the driver ({clip(line)})"
             )
         if _NO_DRIVER.fullmatch(line):
-            return _failed(command, ConditionReason.UNAVAILABLE, f"{clip(line)} (exit {result.returncode})")
-    if result.returncode != 0 and not result.stdout.strip():
-        detail = _first_line(result.stderr) or "no output"
-        return _failed(command, ConditionReason.UNAVAILABLE, f"exited {result.returncode}: {detail}")
+            return _failure(command, ConditionReason.UNAVAILABLE, f"{clip(line)} (exit {returncode})")
+    if returncode != 0 and not stdout.strip():
+        detail = _first_line(stderr) or "no output"
+        return _failure(command, ConditionReason.UNAVAILABLE, f"exited {returncode}: {detail}")
 
     try:
-        value, problems = read(result.stdout, command)
+        value, problems = read(stdout, command)
     except ParseError as e:
-        exit_note = f" (exit {result.returncode})" if result.returncode != 0 else ""
-        return _failed(command, ConditionReason.PARSE_ERROR, f"{e}{exit_note}")
+        exit_note = f" (exit {returncode})" if returncode != 0 else ""
+        return _failure(command, ConditionReason.PARSE_ERROR, f"{e}{exit_note}")
 
     notes = list(problems)
-    if result.returncode != 0:
-        notes.append(f"exited {result.returncode}: {_first_line(result.stderr) or 'no message'}")
+    if returncode != 0:
+        notes.append(f"exited {returncode}: {_first_line(stderr) or 'no message'}")
     if not notes:
         return _Outcome(value, SourceStatus(name=command, ok=True))
     message = "; ".join(clip(note) for note in notes[:5])
     message += f"; and {len(notes) - 5} more" if len(notes) > 5 else ""
-    log.warning("%s: partly readable: %s", command, message, extra={"source": NAME, "path": command})
     return _Outcome(
         value,
         SourceStatus(name=command, ok=True, message=f"Degraded: {message}"),
         (condition(NAME, ConditionReason.DEGRADED, f"{command}: {message}"),),
+        partly=message,
     )
+
+
+def _outcome_of(
+    read: Callable[[str, str], tuple[_T, Sequence[str]]],
+) -> ReuseLast[[str, str, str, int], _Outcome[_T]]:
+    """``_outcome`` with one command's reader, giving back its last outcome when the command printed
+    the same output as last time (an unchanged node, every scan); any other output is read afresh
+    (nodetopo.reuse)."""
+
+    def outcome(command: str, stdout: str, stderr: str, returncode: int) -> _Outcome[_T]:
+        return _outcome(command, stdout, stderr, returncode, read)
+
+    return reuse_last(outcome)
+
+
+def _run(
+    runner: CommandRunner,
+    argv: Sequence[str],
+    timeout: float,
+    outcome: Callable[[str, str, str, int], _Outcome[_T]],
+) -> _Outcome[_T]:
+    """Run one command and read its output with ``outcome`` (``_outcome_of`` a reader)."""
+    command = " ".join(argv)
+    try:
+        result = runner.run(argv, timeout=timeout)
+    except CommandNotFound as e:
+        return _logged(command, _failure(command, ConditionReason.UNAVAILABLE, str(e)))
+    except CommandTimeout:
+        message = f"no answer within {timeout:g}s (a hung GPU or driver?)"
+        return _logged(command, _failure(command, ConditionReason.TIMEOUT, message))
+    except CommandOutputRefused as e:
+        return _logged(command, _failure(command, ConditionReason.PARSE_ERROR, f"output not read: {e}"))
+    return _logged(command, outcome(command, result.stdout, result.stderr, result.returncode))
+
+
+_TOPO = _outcome_of(_read_topo_matrix)
+_LIST = _outcome_of(_read_smi_list)
+_QUERY_XML = _outcome_of(_read_smi_query_xml)
+_NVLINK = _outcome_of(_read_nvlink_status)
 
 
 def read_facts(runner: CommandRunner, *, timeout: float) -> Facts:
     """Run the four nvidia-smi commands, each on its own: one failing keeps the others' facts."""
-    topo = _run(runner, TOPO_ARGV, timeout, _read_topo_matrix)
-    listed = _run(runner, LIST_ARGV, timeout, _read_smi_list)
-    queried = _run(runner, QUERY_XML_ARGV, timeout, _read_smi_query_xml)
-    nvlink = _run(runner, NVLINK_ARGV, timeout, _read_nvlink_status)
+    topo = _run(runner, TOPO_ARGV, timeout, _TOPO)
+    listed = _run(runner, LIST_ARGV, timeout, _LIST)
+    queried = _run(runner, QUERY_XML_ARGV, timeout, _QUERY_XML)
+    nvlink = _run(runner, NVLINK_ARGV, timeout, _NVLINK)
     statuses = (topo.status, listed.status, queried.status, nvlink.status)
     conditions = (*topo.conditions, *listed.conditions, *queried.conditions, *nvlink.conditions)
 

@@ -1,0 +1,136 @@
+"""Exact reuse of the last result (nodetopo.reuse): the parsers and ``derive_topology`` on an input
+equal to the last scan's give back the very same object; any change, one byte deep inside the
+input included, is read afresh and seen at the next scan."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from nodetopo.discover import bundle_context
+from nodetopo.errors import ParseError
+from nodetopo.host import Replay, ReplayRunner
+from nodetopo.reuse import reuse_last
+from nodetopo.sources import nvidia_smi
+
+BUNDLES = Path(__file__).resolve().parent / "fixtures" / "bundles"
+DGX1 = BUNDLES / "dgx1-v100"
+DGX_H100 = BUNDLES / "dgx-h100"
+
+
+def copy(text: str) -> str:
+    """An equal string that is another object: reuse must hold for equal input, not only the same one."""
+    return "".join(list(text))
+
+
+def changed_deep_inside(text: str, old: str, new: str) -> str:
+    """``text`` with its LAST ``old`` replaced by ``new`` (a byte or so, well past the start)."""
+    assert old != new
+    at = text.rindex(old)
+    assert at > len(text) // 3
+    return text[:at] + new + text[at + len(old) :]
+
+
+# ---- the helper -------------------------------------------------------------------------------------
+
+
+def test_equal_input_gives_back_the_same_object_and_a_changed_byte_reads_afresh() -> None:
+    calls: list[str] = []
+
+    def parse(text: str) -> tuple[str, ...]:
+        calls.append(text)
+        return tuple(text.split())
+
+    reused = reuse_last(parse)
+    text = "alpha beta " * 1000 + "gamma"
+    first = reused(text)
+    assert reused(copy(text)) is first
+    assert len(calls) == 1
+    changed = changed_deep_inside(text, "beta", "bet4")
+    second = reused(changed)
+    assert second is not first and second == parse(changed) and second != first
+    assert len(calls) == 3  # the changed text, plus the direct call just above
+
+
+def test_only_the_last_pair_is_kept_and_an_exception_is_never_remembered() -> None:
+    calls: list[str] = []
+
+    def parse(text: str) -> int:
+        calls.append(text)
+        if text == "bad":
+            raise ValueError(text)
+        return len(text)
+
+    reused = reuse_last(parse)
+    assert reused("a") == 1 and reused("bb") == 2 and reused("a") == 1
+    assert calls == ["a", "bb", "a"]
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            reused("bad")
+    assert calls[-2:] == ["bad", "bad"]
+    assert reused("a") == 1 and calls[-1] == "bad"  # a failure did not replace the last pair
+
+
+def test_keyword_arguments_are_part_of_the_input() -> None:
+    reused = reuse_last(lambda text, *, path: (text, path))
+    first = reused("x", path="a")
+    assert reused("x", path="a") is first
+    assert reused("x", path="b") == ("x", "b")
+
+
+# ---- the parsers, through their sources -------------------------------------------------------------
+
+
+def bundle_answers(bundle: Path) -> dict[tuple[str, ...], Replay | str | Path]:
+    runner = bundle_context(bundle).runner
+    assert isinstance(runner, ReplayRunner)
+    return dict(runner.answers)
+
+
+def with_stdout(
+    answers: dict[tuple[str, ...], Replay | str | Path], argv: tuple[str, ...], stdout: str
+) -> ReplayRunner:
+    return ReplayRunner({**answers, argv: Replay(stdout=stdout)})
+
+
+def test_nvidia_smi_reuses_equal_outputs_and_reads_a_changed_cell() -> None:
+    answers = bundle_answers(DGX1)
+    topo = (DGX1 / "cmd" / "nvidia-smi-topo-m.txt").read_text()
+    first = nvidia_smi.read_facts(with_stdout(answers, nvidia_smi.TOPO_ARGV, topo), timeout=5)
+    again = nvidia_smi.read_facts(with_stdout(answers, nvidia_smi.TOPO_ARGV, copy(topo)), timeout=5)
+    assert first.topo_matrix is not None
+    assert again.topo_matrix is first.topo_matrix
+    assert again.listed_gpus is first.listed_gpus and again.queried_gpus is first.queried_gpus
+    assert again == first
+
+    # GPU7's CPU affinity, one digit in the last GPU row
+    changed = changed_deep_inside(topo, "20-39,60-79", "20-39,60-78")
+    after = nvidia_smi.read_facts(with_stdout(answers, nvidia_smi.TOPO_ARGV, changed), timeout=5)
+    assert after.topo_matrix is not None and after.topo_matrix != first.topo_matrix
+    assert after.topo_matrix == nvidia_smi.parse_topo_matrix(changed)
+    gpu7 = [g for g in after.topo_matrix.gpus if g.index == 7]
+    assert gpu7 and gpu7[0].cpu_affinity == frozenset(range(20, 40)) | frozenset(range(60, 79))
+    assert after.listed_gpus is first.listed_gpus  # the other commands printed the same
+
+
+def test_nvidia_smi_logs_a_partly_readable_output_at_every_scan(caplog: pytest.LogCaptureFixture) -> None:
+    answers = bundle_answers(DGX1)
+    topo = (DGX1 / "cmd" / "nvidia-smi-topo-m.txt").read_text()
+    damaged = changed_deep_inside(topo, "\tNV2\t X ", "\tERR!\t X ")
+    caplog.set_level(logging.WARNING, logger="nodetopo.sources.nvidia_smi")
+    for _ in range(2):
+        facts = nvidia_smi.read_facts(with_stdout(answers, nvidia_smi.TOPO_ARGV, copy(damaged)), timeout=5)
+        assert any("ERR!" in c.message for c in facts.conditions)
+    partly = [r for r in caplog.records if "partly readable" in r.getMessage()]
+    assert len(partly) == 2
+
+
+def test_a_parse_error_is_read_again_every_time() -> None:
+    broken = "GPU0\tGPU0\n"
+    for _ in range(2):
+        with pytest.raises(ParseError):
+            nvidia_smi.parse_topo_matrix(broken)
+        facts = nvidia_smi.read_facts(ReplayRunner({nvidia_smi.TOPO_ARGV: broken}), timeout=5)
+        assert facts.topo_matrix is None and facts.conditions

@@ -13,7 +13,7 @@ from nodetopo.discover import bundle_context
 from nodetopo.errors import ParseError
 from nodetopo.host import Replay, ReplayRunner
 from nodetopo.reuse import reuse_last
-from nodetopo.sources import nvidia_smi
+from nodetopo.sources import ibstat, nvidia_smi
 
 BUNDLES = Path(__file__).resolve().parent / "fixtures" / "bundles"
 DGX1 = BUNDLES / "dgx1-v100"
@@ -125,6 +125,19 @@ def test_nvidia_smi_logs_a_partly_readable_output_at_every_scan(caplog: pytest.L
         assert any("ERR!" in c.message for c in facts.conditions)
     partly = [r for r in caplog.records if "partly readable" in r.getMessage()]
     assert len(partly) == 2
+
+
+def test_ibstat_reuses_equal_output_and_reads_a_changed_rate() -> None:
+    text = (DGX_H100 / "cmd" / "ibstat.txt").read_text()
+    first = ibstat.read_facts(ReplayRunner({ibstat.IBSTAT_ARGV: text}), timeout=5)
+    again = ibstat.read_facts(ReplayRunner({ibstat.IBSTAT_ARGV: copy(text)}), timeout=5)
+    assert first.ibstat and again.ibstat is first.ibstat
+    changed = changed_deep_inside(text, "Rate: 400", "Rate: 200")
+    after = ibstat.read_facts(ReplayRunner({ibstat.IBSTAT_ARGV: changed}), timeout=5)
+    assert after.ibstat != first.ibstat
+    assert [p.rate_gbps for ca in after.ibstat for p in ca.ports].count(200.0) == (
+        [p.rate_gbps for ca in first.ibstat for p in ca.ports].count(200.0) + 1
+    )
 
 
 def test_a_parse_error_is_read_again_every_time() -> None:

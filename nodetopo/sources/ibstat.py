@@ -20,6 +20,7 @@ from nodetopo import model
 from nodetopo.errors import ParseError, clip, excerpt
 from nodetopo.host import CommandNotFound, CommandOutputRefused, CommandRunner, CommandTimeout
 from nodetopo.model import ConditionReason, Facts, SourceStatus
+from nodetopo.reuse import reuse_last
 from nodetopo.sources.base import Context, SourceResult, condition, guarded
 
 log = logging.getLogger(__name__)
@@ -252,7 +253,7 @@ def _run(
     runner: CommandRunner,
     argv: Sequence[str],
     timeout: float,
-    read: Callable[[str, str], tuple[tuple[model.IbstatCa, ...], list[str]]],
+    read: Callable[[str, str], tuple[tuple[model.IbstatCa, ...], Sequence[str]]],
     absent: list[str],
 ) -> Facts | None:
     """Facts from one command, or None when the command is not there (said in ``absent``)."""
@@ -276,11 +277,11 @@ def _run(
     except CommandOutputRefused as e:
         return failed(ConditionReason.PARSE_ERROR, f"output not read: {e}")
     try:
-        adapters, problems = read(result.stdout, command)
+        adapters, found = read(result.stdout, command)
     except ParseError as e:
         return failed(ConditionReason.PARSE_ERROR, str(e))
-    problems = [clip(problem) for problem in problems[:5]] + (
-        [f"and {len(problems) - 5} more"] if len(problems) > 5 else []
+    problems = [clip(problem) for problem in found[:5]] + (
+        [f"and {len(found) - 5} more"] if len(found) > 5 else []
     )
     problems += [clip(line.strip()) for line in result.stderr.splitlines() if line.strip()][:3]
     if result.returncode != 0 and not problems:
@@ -298,12 +299,18 @@ def _run(
     )
 
 
+#: the readers ``read_facts`` uses: each gives back its last result when the command printed the
+#: same text as last time (an unchanged node, every scan); any other text is read afresh (nodetopo.reuse)
+_READ_IBSTAT = reuse_last(_read_ibstat)
+_READ_IBV_DEVINFO = reuse_last(_read_ibv_devinfo)
+
+
 def read_facts(runner: CommandRunner, *, timeout: float) -> Facts:
     """``ibstat``, or ``ibv_devinfo`` where only rdma-core is installed; neither -> Unavailable."""
     absent: list[str] = []
-    facts = _run(runner, IBSTAT_ARGV, timeout, _read_ibstat, absent)
+    facts = _run(runner, IBSTAT_ARGV, timeout, _READ_IBSTAT, absent)
     if facts is None:
-        facts = _run(runner, IBV_DEVINFO_ARGV, timeout, _read_ibv_devinfo, absent)
+        facts = _run(runner, IBV_DEVINFO_ARGV, timeout, _READ_IBV_DEVINFO, absent)
     if facts is None:
         message = "; ".join(absent) + " (normal on nodes without InfiniBand/RDMA tools)"
         log.info("%s: %s", NAME, message, extra={"source": NAME})

@@ -5,6 +5,7 @@ input included, is read afresh and seen at the next scan."""
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from nodetopo.discover import bundle_context
 from nodetopo.errors import ParseError
 from nodetopo.host import Replay, ReplayRunner
 from nodetopo.reuse import reuse_last
-from nodetopo.sources import ibstat, nvidia_smi
+from nodetopo.sources import ibstat, nvidia_smi, nvml
 
 BUNDLES = Path(__file__).resolve().parent / "fixtures" / "bundles"
 DGX1 = BUNDLES / "dgx1-v100"
@@ -138,6 +139,34 @@ def test_ibstat_reuses_equal_output_and_reads_a_changed_rate() -> None:
     assert [p.rate_gbps for ca in after.ibstat for p in ca.ports].count(200.0) == (
         [p.rate_gbps for ca in first.ibstat for p in ca.ports].count(200.0) + 1
     )
+
+
+def test_nvml_replay_reuses_equal_bytes_and_reads_a_changed_byte(tmp_path: Path) -> None:
+    bundle = tmp_path / "b"
+    shutil.copytree(DGX_H100, bundle, symlinks=True)
+    first = nvml.collect(bundle_context(bundle)).facts
+    again = nvml.collect(bundle_context(bundle)).facts
+    assert first.nvml is not None and again.nvml is first.nvml and again is first
+
+    dump = bundle / "nvml.json"
+    dump.write_text(
+        changed_deep_inside(dump.read_text(), '"memoryTotal": 85520809984', '"memoryTotal": 85520809985')
+    )
+    after = nvml.collect(bundle_context(bundle)).facts
+    assert after.nvml is not None and after.nvml != first.nvml
+    assert [g.memory_bytes for g in after.nvml.gpus][-1] == 85520809985
+    assert [g.memory_bytes for g in after.nvml.gpus][:-1] == [g.memory_bytes for g in first.nvml.gpus][:-1]
+
+
+def test_nvml_replay_never_remembers_a_dump_it_could_not_read(tmp_path: Path) -> None:
+    bundle = tmp_path / "b"
+    shutil.copytree(DGX_H100, bundle, symlinks=True)
+    good = nvml.collect(bundle_context(bundle)).facts
+    (bundle / "nvml.json").write_text("{ not json")
+    broken = nvml.collect(bundle_context(bundle)).facts
+    assert broken.nvml is None and any("not JSON" in c.message for c in broken.conditions)
+    shutil.copy(DGX_H100 / "nvml.json", bundle / "nvml.json")
+    assert nvml.collect(bundle_context(bundle)).facts == good
 
 
 def test_a_parse_error_is_read_again_every_time() -> None:

@@ -80,6 +80,11 @@ def failed(name: str, reason: ConditionReason, message: str) -> Facts:
     # say it at info level; anything else is worth a warning.
     level = logging.INFO if reason is ConditionReason.UNAVAILABLE else logging.WARNING
     log.log(level, "source %s: %s: %s", name, reason.value, message, extra={"source": name})
+    return unobserved(name, reason, message)
+
+
+def unobserved(name: str, reason: ConditionReason, message: str) -> Facts:
+    """``failed``'s facts without its log line (for a caller that logs them itself)."""
     return Facts(
         sources=(SourceStatus(name=name, ok=False, message=f"{reason.value}: {message}"),),
         conditions=(condition(name, reason, message),),

@@ -227,16 +227,14 @@ class RecordedNvml:
 
         Raises ``ParseError`` naming the file when it is not a dump at all (module docstring).
         """
-        where = str(path)
-        try:
-            if root is not None:
-                raw = root.read_bytes(Path(path), limit=NVML_DUMP_LIMIT)
-            else:
-                raw = read_regular_file(path, limit=NVML_DUMP_LIMIT)
-        except Refused as e:
-            raise ParseError(NAME, where, f"not read: {e.why}") from None
-        except OSError as e:
-            raise ParseError(NAME, where, f"cannot read the NVML dump: {e.strerror or e}") from None
+        return cls.from_bytes(read_dump(path, root=root), where=str(path))
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, *, where: str = "<nvml dump>") -> RecordedNvml:
+        """A dump from the bytes of ``nvml.json`` (``where`` names it in messages).
+
+        Raises ``ParseError`` when they are not a dump at all (module docstring).
+        """
         text = raw.decode("utf-8", errors="replace")
         flattened: list[int] = []
         try:
@@ -356,6 +354,19 @@ class RecordedNvml:
         pair = self._pair(call, a, b)
         value = pair.read if capability is P2pCapability.READ else pair.nvlink
         return _answer(call, capability.value, value, pair.errors)
+
+
+def read_dump(path: str | os.PathLike[str], *, root: HostRoot | None = None) -> bytes:
+    """The bytes of an NVML dump (inside ``root`` when given); ``ParseError`` naming the file when
+    it cannot be read, or is not a regular file of at most ``NVML_DUMP_LIMIT`` bytes."""
+    try:
+        if root is not None:
+            return root.read_bytes(Path(path), limit=NVML_DUMP_LIMIT)
+        return read_regular_file(path, limit=NVML_DUMP_LIMIT)
+    except Refused as e:
+        raise ParseError(NAME, str(path), f"not read: {e.why}") from None
+    except OSError as e:
+        raise ParseError(NAME, str(path), f"cannot read the NVML dump: {e.strerror or e}") from None
 
 
 class _DumpReader:

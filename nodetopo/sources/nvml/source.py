@@ -22,7 +22,8 @@ from nodetopo.model import (
     RemoteDeviceType,
     SourceStatus,
 )
-from nodetopo.sources.base import Context, SourceResult, condition, failed, guarded
+from nodetopo.reuse import reuse_last
+from nodetopo.sources.base import Context, SourceResult, condition, failed, guarded, unobserved
 from nodetopo.sources.nvml.protocol import (
     FUNCTION_NOT_FOUND,
     INVALID_ARGUMENT,
@@ -35,7 +36,7 @@ from nodetopo.sources.nvml.protocol import (
     NvmlCallError,
     sorted_migs,
 )
-from nodetopo.sources.nvml.replay import SHOWN_PROBLEMS, RecordedNvml
+from nodetopo.sources.nvml.replay import SHOWN_PROBLEMS, RecordedNvml, read_dump
 
 log = logging.getLogger(__name__)
 
@@ -208,15 +209,28 @@ def _dump_problems(api: RecordedNvml) -> Condition:
 
 
 def _facts(api: NvmlApi) -> Facts:
+    return _logged(_observed(api))
+
+
+def _logged(facts: Facts) -> Facts:
+    """``facts``, with each condition logged (Unavailable at info level, as ``failed`` does)."""
+    for problem in facts.conditions:
+        if problem.reason is ConditionReason.UNAVAILABLE:
+            log.info("source %s: %s: %s", NAME, problem.reason.value, problem.message, extra={"source": NAME})
+        else:
+            log.warning("source %s: %s", NAME, problem.message, extra={"source": NAME})
+    return facts
+
+
+def _observed(api: NvmlApi) -> Facts:
+    """What NVML says through ``api`` as facts; logs nothing (``_logged`` does)."""
     try:
         snapshot, read_conditions = read_nvml(api)
     except NvmlCallError as e:
-        return failed(NAME, ConditionReason.UNAVAILABLE, str(e))
+        return unobserved(NAME, ConditionReason.UNAVAILABLE, str(e))
     conditions = read_conditions
     if isinstance(api, RecordedNvml) and api.problems:
         conditions = (_dump_problems(api), *conditions)
-    for problem in conditions:
-        log.warning("source %s: %s", NAME, problem.message, extra={"source": NAME})
     summary = f"{len(snapshot.gpus)} GPUs, driver {snapshot.driver_version or 'unknown'}"
     status = SourceStatus(
         name=NAME,
@@ -226,12 +240,20 @@ def _facts(api: NvmlApi) -> Facts:
     return Facts(nvml=snapshot, sources=(status,), conditions=conditions)
 
 
+@reuse_last
+def _replayed(raw: bytes, where: str) -> Facts:
+    """The facts of a dump's bytes (``where`` names it): read every scan, and when they are the
+    same bytes as last scan's, last scan's facts are given back (nodetopo.reuse)."""
+    return _observed(RecordedNvml.from_bytes(raw, where=where))
+
+
 def _collect(ctx: Context) -> Facts:
     given = ctx.nvml
     if isinstance(given, str | os.PathLike):
         # a bundle's own nvml.json is read inside the bundle: a link out of it is refused
         inside = os.path.abspath(given).startswith(os.path.abspath(ctx.root.path) + os.sep)
-        given = RecordedNvml.from_json(given, root=ctx.root if inside else None)
+        raw = read_dump(given, root=ctx.root if inside else None)
+        return _logged(_replayed(raw, str(given)))
     if given is not None:
         if not isinstance(given, NvmlApi):
             raise TypeError(f"Context.nvml must be an NvmlApi or a dump path, not {type(given).__name__}")

@@ -13,6 +13,7 @@ from nodetopo.bundle import open_bundle
 from nodetopo.derive import derive_topology
 from nodetopo.host import CommandRunner, HostRoot, SubprocessRunner
 from nodetopo.model import Facts, Topology
+from nodetopo.reuse import reuse_last
 from nodetopo.sources.base import Context, Source, SourceResult, check_essential
 
 log = logging.getLogger(__name__)
@@ -42,10 +43,15 @@ def collect(ctx: Context, selected: Sequence[Source] | None = None) -> tuple[Fac
     return facts, tuple(results)
 
 
+#: ``derive_topology`` for ``scan``: facts equal to the last scan's give back its topology (an
+#: unchanged node re-discovered every interval); any other facts are derived afresh (nodetopo.reuse)
+_derive = reuse_last(derive_topology)
+
+
 def scan(ctx: Context, selected: Sequence[Source] | None = None) -> Scan:
     start = time.monotonic()
     facts, results = collect(ctx, selected)
-    topology = derive_topology(facts)
+    topology = _derive(facts)
     return Scan(facts=facts, results=results, topology=topology, duration_s=time.monotonic() - start)
 
 

@@ -9,8 +9,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from agent.support import FakeClock, FakePublisher, SwitchableScan, config
 
-from nodetopo.discover import bundle_context
+from nodetopo.agent.loop import Agent
+from nodetopo.discover import bundle_context, scan
 from nodetopo.errors import ParseError
 from nodetopo.host import Replay, ReplayRunner
 from nodetopo.reuse import reuse_last
@@ -176,3 +178,53 @@ def test_a_parse_error_is_read_again_every_time() -> None:
             nvidia_smi.parse_topo_matrix(broken)
         facts = nvidia_smi.read_facts(ReplayRunner({nvidia_smi.TOPO_ARGV: broken}), timeout=5)
         assert facts.topo_matrix is None and facts.conditions
+
+
+# ---- derive_topology, through scan ------------------------------------------------------------------
+
+
+def test_scan_reuses_the_topology_only_for_equal_facts(tmp_path: Path) -> None:
+    bundle = tmp_path / "b"
+    shutil.copytree(DGX_H100, bundle, symlinks=True)
+    first = scan(bundle_context(bundle))
+    again = scan(bundle_context(bundle))
+    # the sysfs sources read afresh build equal, not identical, facts: equality is the key
+    assert again.facts == first.facts and again.topology is first.topology
+
+    dump = bundle / "nvml.json"
+    text = dump.read_text()
+    dump.write_text(changed_deep_inside(text, '"memoryTotal": 85520809984', '"memoryTotal": 85520809985'))
+    changed = scan(bundle_context(bundle))
+    assert changed.facts != first.facts
+    assert changed.topology is not first.topology and changed.topology != first.topology
+    assert changed.topology.gpus[-1].memory_bytes == 85520809985
+
+    dump.write_text(text)
+    back = scan(bundle_context(bundle))
+    assert back.topology == first.topology and back.topology is not changed.topology
+
+
+def test_the_agent_publishes_a_change_at_the_next_scan(tmp_path: Path) -> None:
+    bundle = tmp_path / "b"
+    shutil.copytree(DGX_H100, bundle, symlinks=True)
+    clock, publisher = FakeClock(), FakePublisher()
+    agent = Agent(
+        config(),
+        scan=SwitchableScan(bundle_context(bundle)),
+        publisher=publisher,
+        clock=clock,
+        wall_clock=lambda: 1_700_000_000.0 + clock.now,
+        sleep=clock.sleep,
+        random=lambda: 0.5,
+    )
+    assert agent.run_cycle("start").written == ("nodetopology", "labels")
+    assert agent.run_cycle("interval").written == ()
+
+    dump = bundle / "nvml.json"
+    dump.write_text(
+        changed_deep_inside(dump.read_text(), '"memoryTotal": 85520809984', '"memoryTotal": 85520809985')
+    )
+    assert agent.run_cycle("interval").written == ("nodetopology",)
+    gpus = publisher.calls[-1]["body"]["status"]["gpus"]
+    assert gpus[-1]["memoryBytes"] == 85520809985
+    assert agent.run_cycle("interval").written == ()

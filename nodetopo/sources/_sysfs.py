@@ -85,6 +85,9 @@ def read_attribute(
 
 
 _AT_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | os.O_NOFOLLOW
+#: a read of a regular file that returns fewer bytes than this is at the file's end (the smallest
+#: page: sysfs's binary attributes answer a page per read)
+_SHORT_READ = 4096
 
 
 def open_checked_directory(root: HostRoot, real_dir: str) -> int | None:
@@ -115,6 +118,12 @@ def read_attribute_at(
     full path per attribute. Anything else (absent, a link, not a regular file, an error, over the
     limit) goes through ``read_attribute``, which gives the same answer or error as always; an
     absent attribute is None at once.
+
+    One read, not a second one to see the end of the file: a read of a regular file returns fewer
+    bytes than asked only at its end (the page cache and sysfs's text attributes fill the buffer up
+    to the end). sysfs's binary attributes answer a page per read, so a read that returns a page or
+    more is followed by a second read to make sure; more than ``SYSFS_ATTRIBUTE_LIMIT`` bytes is
+    refused through ``read_attribute``.
     """
     if dir_fd is not None and "/" not in name:
         try:
@@ -130,7 +139,7 @@ def read_attribute_at(
             try:
                 if stat.S_ISREG(os.fstat(fd).st_mode):
                     data = os.read(fd, SYSFS_ATTRIBUTE_LIMIT + 1)
-                    if len(data) <= SYSFS_ATTRIBUTE_LIMIT and (not data or not os.read(fd, 1)):
+                    if len(data) < _SHORT_READ or (len(data) <= SYSFS_ATTRIBUTE_LIMIT and not os.read(fd, 1)):
                         return data.decode("utf-8", errors="replace")
             except OSError:
                 pass

@@ -55,3 +55,26 @@ def test_a_directory_outside_the_root_is_not_opened(tmp_path: Path) -> None:
     root, _, outside = _tree(tmp_path)
     assert _sysfs.open_checked_directory(root, str(outside.parent)) is None
     assert _sysfs.open_checked_directory(root, str(tmp_path / "root" / "no-such-dir")) is None
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 5000, 64 * 1024])
+def test_a_file_that_answers_a_page_per_read_is_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    """sysfs's binary attributes answer at most a page per read: a read that returns a whole page is
+    not taken for the end of the file (one that returns less is: files answer up to their end)."""
+    root, device, _ = _tree(tmp_path)
+    content = bytes(ord("a") + i % 26 for i in range(size))
+    (Path(device) / "binary").write_bytes(content)
+    real_read = os.read
+
+    def page_at_a_time(fd: int, count: int) -> bytes:
+        return real_read(fd, min(count, 4096))
+
+    monkeypatch.setattr(os, "read", page_at_a_time)
+    fd = _sysfs.open_checked_directory(root, device)
+    assert fd is not None
+    try:
+        assert _sysfs.read_attribute_at(root, fd, "binary", f"{device}/binary") == content.decode()
+    finally:
+        os.close(fd)

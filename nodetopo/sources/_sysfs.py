@@ -97,6 +97,12 @@ def open_checked_directory(root: HostRoot, real_dir: str) -> int | None:
         fd = os.open(real_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
+    return checked_directory(root, fd)
+
+
+def checked_directory(root: HostRoot, fd: int) -> int | None:
+    """``fd`` (a directory opened ``O_PATH``) when ``/proc`` names a place inside the root; else None,
+    with ``fd`` closed."""
     try:
         real = os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
@@ -114,10 +120,11 @@ def read_attribute_at(
     comes from ``open_checked_directory(root, <dir>)``.
 
     The common case, a regular file directly in the checked directory (``O_NOFOLLOW``: never a
-    link), is one open + fstat + read relative to the descriptor, instead of a confined open of the
-    full path per attribute. Anything else (absent, a link, not a regular file, an error, over the
-    limit) goes through ``read_attribute``, which gives the same answer or error as always; an
-    absent attribute is None at once.
+    link; ``name`` may also be ``<subdirectory>/<file>``, see ``_read_below``), is one open + fstat
+    + read relative to the descriptor, instead of a confined open of the full path per attribute.
+    Anything else (absent, a link, not a regular file, an error, over the limit) goes through
+    ``read_attribute``, which gives the same answer or error as always; an absent attribute is None
+    at once.
 
     One read, not a second one to see the end of the file: a read of a regular file returns fewer
     bytes than asked only at its end (the page cache and sysfs's text attributes fill the buffer up
@@ -125,7 +132,9 @@ def read_attribute_at(
     more is followed by a second read to make sure; more than ``SYSFS_ATTRIBUTE_LIMIT`` bytes is
     refused through ``read_attribute``.
     """
-    if dir_fd is not None and "/" not in name:
+    if dir_fd is not None:
+        if "/" in name:
+            return _read_below(root, dir_fd, name, path, shown_as)
         try:
             fd = os.open(name, _AT_FLAGS, dir_fd=dir_fd)
         except FileNotFoundError:
@@ -146,6 +155,28 @@ def read_attribute_at(
             finally:
                 os.close(fd)
     return read_attribute(root, path, shown_as=shown_as)
+
+
+_SUBDIRECTORY_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _read_below(root: HostRoot, dir_fd: int, name: str, path: str, shown_as: str | None) -> str | None:
+    """``read_attribute_at`` of ``<subdirectory>/<file>`` (``gids/0``): through the subdirectory when
+    it is a plain directory of the checked one (not a link: ``O_NOFOLLOW``), so inside the root too.
+    An absent subdirectory is an absent attribute; anything else takes ``read_attribute``."""
+    subdirectory, _, leaf = name.partition("/")
+    if subdirectory in ("", ".", "..") or not leaf or "/" in leaf:
+        return read_attribute(root, path, shown_as=shown_as)
+    try:
+        sub_fd = os.open(subdirectory, _SUBDIRECTORY_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError:  # a link, not a directory, ...
+        return read_attribute(root, path, shown_as=shown_as)
+    try:
+        return read_attribute_at(root, sub_fd, leaf, path, shown_as=shown_as)
+    finally:
+        os.close(sub_fd)
 
 
 def _shown(root: HostRoot, path: str | os.PathLike[str], shown_as: str | os.PathLike[str] | None) -> str:

@@ -20,11 +20,10 @@ A missing ``class/infiniband`` is a machine without an RDMA stack: no devices, n
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -148,30 +147,28 @@ def parse_dev_port(text: str, path: str, *, hex_value: bool = False) -> int:
 
 
 class _Reader:
-    """Reads attributes under one root, turning problems into conditions."""
+    """Reads attributes under one root, turning problems into conditions.
+
+    Paths are strings, not ``Path`` objects: building paths cost more than the reads. ``fd``
+    arguments are ``directory()`` descriptors of the directory an attribute is in (None: the
+    attribute is read by its path alone): the same answers and errors, fewer system calls.
+    """
 
     def __init__(self, root: HostRoot) -> None:
         self.root = root
         self.conditions: list[Condition] = []
 
-    @contextlib.contextmanager
-    def directory(self, path: Path) -> Iterator[int | None]:
-        """A descriptor of ``path`` (links followed), checked once to lie inside the root, for
-        ``text``/``value``'s ``dir_fd`` (None when it cannot be: they then read path by path)."""
-        fd = _sysfs.open_checked_directory(self.root, os.fspath(path))
-        try:
-            yield fd
-        finally:
-            if fd is not None:
-                os.close(fd)
+    def directory(self, path: str) -> int | None:
+        """A descriptor of ``path`` (links followed), checked once to lie inside the root; None when
+        it cannot be. The caller closes it."""
+        return _sysfs.open_checked_directory(self.root, path)
 
-    def text(self, path: Path, *, no_value_is_absent: bool = False, dir_fd: int | None = None) -> str | None:
-        """``path``'s text; ``dir_fd``: a ``directory()`` descriptor of ``path.parent`` (the same
-        answers and errors, with fewer system calls per attribute)."""
+    def text(
+        self, directory: str, name: str, fd: int | None, *, no_value_is_absent: bool = False
+    ) -> str | None:
+        """The text of ``<directory>/<name>``, None (and a condition) when it cannot be read."""
         try:
-            if dir_fd is not None:
-                return _sysfs.read_attribute_at(self.root, dir_fd, path.name, os.fspath(path))
-            return _sysfs.read_attribute(self.root, path)
+            return _sysfs.read_attribute_at(self.root, fd, name, f"{directory}/{name}")
         except _sysfs.Unreadable as e:
             if not (no_value_is_absent and e.no_value):
                 self.conditions.append(_sysfs.unavailable(NAME, str(e)))
@@ -179,101 +176,147 @@ class _Reader:
 
     def value(
         self,
-        path: Path,
+        directory: str,
+        name: str,
+        fd: int | None,
         parser: Callable[[str, str], _T],
         *,
         no_value_is_absent: bool = False,
-        dir_fd: int | None = None,
     ) -> _T | None:
-        text = self.text(path, no_value_is_absent=no_value_is_absent, dir_fd=dir_fd)
+        text = self.text(directory, name, fd, no_value_is_absent=no_value_is_absent)
         if text is None:
             return None
         try:
-            return parser(text, self.root.relative(path))
+            return parser(text, self.root.relative(f"{directory}/{name}"))
         except ParseError as e:
             self.conditions.append(_sysfs.from_parse_error(e))
             return None
 
-    def pci_function(self, link: Path) -> PciAddress | None:
+    def pci_function(self, link: str) -> PciAddress | None:
         """The PCI address a ``device`` link resolves to (virtio: its parent), None if not PCI."""
-        if not link.is_symlink() and not link.exists():
-            return None
-        try:
-            real = self.root.resolve(link)
-        except FileNotFoundError:
-            self.conditions.append(_sysfs.unavailable(NAME, f"{self.root.relative(link)}: dangling symlink"))
-            return None
-        except (ValueError, OSError, RuntimeError) as e:  # RuntimeError: a symlink loop (Python 3.11)
-            self.conditions.append(_sysfs.unavailable(NAME, f"{self.root.relative(link)}: {e}"))
-            return None
-        for candidate in (real.name, real.parent.name):
-            if _PCI_FUNCTION.match(candidate):
-                return PciAddress.parse(candidate)
-        return None
+        opened = self.root.open_link_directory(link)  # the kernel resolves a sysfs-style link
+        if opened is not None:
+            os.close(opened[0])
+            real = opened[1]
+        else:
+            path = Path(link)
+            if not path.is_symlink() and not path.exists():
+                return None
+            try:
+                real = os.fspath(self.root.resolve(path))
+            except FileNotFoundError:
+                self.conditions.append(
+                    _sysfs.unavailable(NAME, f"{self.root.relative(link)}: dangling symlink")
+                )
+                return None
+            except (ValueError, OSError, RuntimeError) as e:  # RuntimeError: a symlink loop (Python 3.11)
+                self.conditions.append(_sysfs.unavailable(NAME, f"{self.root.relative(link)}: {e}"))
+                return None
+        return _address_of(real)
+
+
+def _address_of(real: str) -> PciAddress | None:
+    """The PCI function a resolved ``device`` link names: its last component, or the one before it
+    (a virtio device's parent); None when neither is a PCI address."""
+    for candidate in (os.path.basename(real), os.path.basename(os.path.dirname(real))):
+        if _PCI_FUNCTION.match(candidate):
+            return PciAddress.parse(candidate)
+    return None
+
+
+def _open_entry(reader: _Reader, entry: str) -> tuple[bool, int | None]:
+    """Whether ``entry`` (a ``class/*`` entry) is a directory, with a checked descriptor of it.
+
+    One open where it is a directory; otherwise the questions ``Path`` asks (a dangling link gives a
+    condition). ``(False, None)``: leave the entry out."""
+    try:
+        fd = os.open(entry, _ENTRY_FLAGS)
+    except OSError:
+        path = Path(entry)
+        if _sysfs.is_dangling(path):
+            reader.conditions.append(
+                _sysfs.unavailable(NAME, f"{reader.root.relative(entry)}: dangling symlink: left out")
+            )
+            return False, None
+        if not path.is_dir():
+            return False, None
+        return True, reader.directory(entry)
+    return True, _sysfs.checked_directory(reader.root, fd)
+
+
+_ENTRY_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 def read_rdma_devices(root: HostRoot) -> tuple[tuple[RdmaDevice, ...], tuple[Condition, ...]]:
     """Every ``class/infiniband`` device, sorted by name, plus per-file problems as conditions."""
     reader = _Reader(root)
     base = root.sys(INFINIBAND_DIR)
+    base_dir = os.fspath(base)
     devices: list[RdmaDevice] = []
     for name in _sysfs.list_directory(base, root=root):
-        entry = base / name
-        if _sysfs.is_dangling(entry):
-            reader.conditions.append(
-                _sysfs.unavailable(NAME, f"{root.relative(entry)}: dangling symlink: left out")
-            )
+        entry = f"{base_dir}/{name}"
+        is_directory, fd = _open_entry(reader, entry)
+        if not is_directory:
             continue
-        if not entry.is_dir():
-            continue
-        devices.append(_read_rdma_device(reader, entry))
+        try:
+            devices.append(_read_rdma_device(reader, name, entry, fd))
+        finally:
+            if fd is not None:
+                os.close(fd)
     return tuple(devices), tuple(reader.conditions)
 
 
-def _read_rdma_device(reader: _Reader, entry: Path) -> RdmaDevice:
-    address = reader.pci_function(entry / "device")
-    ports_dir = entry / "ports"
-    port_numbers = [number for number, _ in _sysfs.numbered_entries(ports_dir, "", root=reader.root)]
-    netdevs = _port_netdevs(reader, entry / "device" / "net", port_numbers) if address else {}
+def _read_rdma_device(reader: _Reader, name: str, entry: str, fd: int | None) -> RdmaDevice:
+    address = reader.pci_function(f"{entry}/device")
+    ports_dir = f"{entry}/ports"
+    port_numbers = [number for number, _ in _sysfs.numbered_entries(Path(ports_dir), "", root=reader.root)]
+    netdevs = _port_netdevs(reader, f"{entry}/device/net", port_numbers) if address else {}
     ports = tuple(
-        _read_port(reader, ports_dir / str(number), number, tuple(sorted(netdevs.get(number, ()))))
+        _read_port(reader, f"{ports_dir}/{number}", number, tuple(sorted(netdevs.get(number, ()))))
         for number in port_numbers
     )
-    with reader.directory(entry) as fd:
-        return RdmaDevice(
-            name=entry.name,
-            address=address,
-            hca_type=_value_or_none(reader.text(entry / "hca_type", dir_fd=fd)),
-            firmware=_value_or_none(reader.text(entry / "fw_ver", dir_fd=fd)),
-            board_id=_value_or_none(reader.text(entry / "board_id", dir_fd=fd)),
-            node_guid=reader.value(entry / "node_guid", parse_guid, dir_fd=fd),
-            ports=ports,
-        )
+    return RdmaDevice(
+        name=name,
+        address=address,
+        hca_type=_value_or_none(reader.text(entry, "hca_type", fd)),
+        firmware=_value_or_none(reader.text(entry, "fw_ver", fd)),
+        board_id=_value_or_none(reader.text(entry, "board_id", fd)),
+        node_guid=reader.value(entry, "node_guid", fd, parse_guid),
+        ports=ports,
+    )
 
 
-def _read_port(reader: _Reader, directory: Path, number: int, netdevs: tuple[str, ...]) -> RdmaPort:
-    with reader.directory(directory) as fd:
+def _read_port(reader: _Reader, directory: str, number: int, netdevs: tuple[str, ...]) -> RdmaPort:
+    fd = reader.directory(directory)
+    try:
         return RdmaPort(
             number=number,
-            state=reader.value(directory / "state", parse_port_state, dir_fd=fd),
-            phys_state=reader.value(directory / "phys_state", parse_phys_state, dir_fd=fd),
-            rate_gbps=reader.value(directory / "rate", parse_rate, no_value_is_absent=True, dir_fd=fd),
-            link_layer=_value_or_none(reader.text(directory / "link_layer", dir_fd=fd)),
+            state=reader.value(directory, "state", fd, parse_port_state),
+            phys_state=reader.value(directory, "phys_state", fd, parse_phys_state),
+            rate_gbps=reader.value(directory, "rate", fd, parse_rate, no_value_is_absent=True),
+            link_layer=_value_or_none(reader.text(directory, "link_layer", fd)),
             netdevs=netdevs,
-            lid=reader.value(directory / "lid", parse_lid, dir_fd=fd),
-            port_guid=reader.value(directory / "gids" / "0", parse_port_guid, no_value_is_absent=True),
+            lid=reader.value(directory, "lid", fd, parse_lid),
+            port_guid=reader.value(directory, "gids/0", fd, parse_port_guid, no_value_is_absent=True),
         )
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
-def _port_netdevs(reader: _Reader, net_dir: Path, port_numbers: list[int]) -> dict[int, list[str]]:
+def _port_netdevs(reader: _Reader, net_dir: str, port_numbers: list[int]) -> dict[int, list[str]]:
     """Network interfaces of an RDMA device's PCI function, by the port number they sit on."""
     by_port: dict[int, list[str]] = {}
-    for name in _sysfs.list_directory(net_dir, root=reader.root):
-        directory = net_dir / name
-        with reader.directory(directory) as fd:
-            index = reader.value(directory / "dev_port", parse_dev_port, dir_fd=fd)
+    for name in _sysfs.list_directory(Path(net_dir), root=reader.root):
+        directory = f"{net_dir}/{name}"
+        fd = reader.directory(directory)
+        try:
+            index = reader.value(directory, "dev_port", fd, parse_dev_port)
             if index is None:
-                index = reader.value(directory / "dev_id", _parse_dev_id, dir_fd=fd)
+                index = reader.value(directory, "dev_id", fd, _parse_dev_id)
+        finally:
+            if fd is not None:
+                os.close(fd)
         if index is not None and index + 1 in port_numbers:
             port = index + 1
         elif len(port_numbers) == 1:
@@ -299,31 +342,42 @@ def read_net_devices(root: HostRoot) -> tuple[tuple[NetDevice, ...], tuple[Condi
     base = root.sys(NET_DIR)
     if not base.is_dir():
         return (), (_sysfs.unavailable(NAME, f"{root.relative(base)}: missing: network interfaces unknown"),)
+    base_dir = os.fspath(base)
     devices: list[NetDevice] = []
     for name in _sysfs.list_directory(base, root=root):
-        entry = base / name
-        if _sysfs.is_dangling(entry):
-            if "/devices/virtual/" not in "/" + os.readlink(entry):
-                reader.conditions.append(
-                    _sysfs.unavailable(NAME, f"{root.relative(entry)}: dangling symlink: left out")
-                )
-            continue
-        link = entry / "device"
-        if not link.is_symlink() and not link.exists():
-            continue  # virtual: lo, veth, bridges, bonds
-        address = reader.pci_function(link)
+        entry = f"{base_dir}/{name}"
+        link = f"{entry}/device"
+        opened = root.open_link_directory(link)  # a PCI interface: the kernel resolves its link
+        if opened is not None:
+            os.close(opened[0])
+            address = _address_of(opened[1])
+        else:
+            path = Path(entry)
+            if _sysfs.is_dangling(path):
+                if "/devices/virtual/" not in "/" + os.readlink(entry):
+                    reader.conditions.append(
+                        _sysfs.unavailable(NAME, f"{root.relative(entry)}: dangling symlink: left out")
+                    )
+                continue
+            if not Path(link).is_symlink() and not Path(link).exists():
+                continue  # virtual: lo, veth, bridges, bonds
+            address = reader.pci_function(link)
         if address is None:
             continue
-        with reader.directory(entry) as fd:
+        fd = reader.directory(entry)
+        try:
             devices.append(
                 NetDevice(
                     name=name,
                     address=address,
-                    operstate=_value_or_none(reader.text(entry / "operstate", dir_fd=fd)),
-                    speed_mbps=reader.value(entry / "speed", parse_speed, no_value_is_absent=True, dir_fd=fd),
-                    mac=_value_or_none(reader.text(entry / "address", dir_fd=fd)),
+                    operstate=_value_or_none(reader.text(entry, "operstate", fd)),
+                    speed_mbps=reader.value(entry, "speed", fd, parse_speed, no_value_is_absent=True),
+                    mac=_value_or_none(reader.text(entry, "address", fd)),
                 )
             )
+        finally:
+            if fd is not None:
+                os.close(fd)
     return tuple(devices), tuple(reader.conditions)
 
 

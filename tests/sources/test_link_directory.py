@@ -12,7 +12,7 @@ from sysfs_trees import Link, pci_function, write_tree
 
 from nodetopo.host import HostRoot
 from nodetopo.model import ConditionReason
-from nodetopo.sources import pci
+from nodetopo.sources import pci, rdma
 
 ENTRY = "sys/bus/pci/devices/0000:3b:00.0"
 DEVICE = "sys/devices/pci0000:00/0000:3b:00.0"
@@ -121,3 +121,52 @@ def test_declined_entries_keep_resolves_conditions(tmp_path: Path, link: Link, w
     assert [str(d.address) for d in devices] == ["0000:3c:00.0"]
     assert [c.reason for c in conditions] == [ConditionReason.UNAVAILABLE]
     assert why in conditions[0].message and "0000:3b:00.0" in conditions[0].message
+
+
+# --- the RDMA source's device links take the same fast path ----------------------------------------
+
+HCA = "sys/devices/pci0000:00/0000:3b:00.0/infiniband/mlx5_0"
+NETDEV = "sys/devices/pci0000:00/0000:3b:00.0/net/ibp59s0"
+
+
+def _hca_tree(tmp_path: Path, device_link: str, net_device_link: str) -> HostRoot:
+    return write_tree(
+        tmp_path / "root",
+        {
+            "sys/class/infiniband/mlx5_0": Link("../../devices/pci0000:00/0000:3b:00.0/infiniband/mlx5_0"),
+            f"{HCA}/device": Link(device_link),
+            f"{HCA}/hca_type": "MT4129\n",
+            f"{HCA}/ports/1/link_layer": "InfiniBand\n",
+            f"{HCA}/ports/1/gids/0": "fe80:0000:0000:0000:a088:c203:0012:3457\n",
+            "sys/class/net/ibp59s0": Link("../../devices/pci0000:00/0000:3b:00.0/net/ibp59s0"),
+            f"{NETDEV}/device": Link(net_device_link),
+            f"{NETDEV}/operstate": "up\n",
+            "sys/devices/pci0000:00/0000:3b:00.0/vendor": "0x15b3\n",
+        },
+    )
+
+
+def test_rdma_relative_and_absolute_device_links_give_the_same_address(tmp_path: Path) -> None:
+    """Relative links are resolved by the kernel; absolute ones are re-rooted under the capture."""
+    relative = _hca_tree(tmp_path / "relative", "../../../0000:3b:00.0", "../../../0000:3b:00.0")
+    absolute = _hca_tree(
+        tmp_path / "absolute", "/sys/devices/pci0000:00/0000:3b:00.0", "/sys/devices/pci0000:00/0000:3b:00.0"
+    )
+    for root in (relative, absolute):
+        devices, conditions = rdma.read_rdma_devices(root)
+        nets, net_conditions = rdma.read_net_devices(root)
+        assert conditions == net_conditions == ()
+        assert str(devices[0].address) == str(nets[0].address) == "0000:3b:00.0"
+        assert devices[0].ports[0].port_guid == "0xa088c20300123457"
+        assert (devices[0].hca_type, nets[0].operstate) == ("MT4129", "up")
+
+
+def test_rdma_device_links_out_of_the_root_or_dangling_keep_their_conditions(tmp_path: Path) -> None:
+    (tmp_path / "outside" / "0000:3b:00.0").mkdir(parents=True)
+    root = _hca_tree(tmp_path, "../../../../../../../outside/0000:3b:00.0", "../../../0000:99:00.0")
+    devices, conditions = rdma.read_rdma_devices(root)
+    nets, net_conditions = rdma.read_net_devices(root)
+    assert devices[0].address is None and nets == ()
+    assert [c.reason for c in (*conditions, *net_conditions)] == [ConditionReason.UNAVAILABLE] * 2
+    assert "outside the host root" in conditions[0].message
+    assert net_conditions[0].message == "/sys/class/net/ibp59s0/device: dangling symlink"

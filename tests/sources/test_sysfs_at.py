@@ -25,10 +25,22 @@ def _tree(tmp_path: Path) -> tuple[HostRoot, str, Path]:
     (device / "escape").symlink_to(outside)
     (device / "inside").symlink_to("vendor")
     (device / "dangling").symlink_to("nowhere")
+    (device / "sub" / "value").write_text("7\n")
+    (device / "sub" / "escape").symlink_to(outside)
+    (device / "linked-sub").symlink_to("sub")
+    (device / "escaping-sub").symlink_to(outside.parent)
     return HostRoot(root), str(device), outside
 
 
-@pytest.mark.parametrize("name", ["vendor", "empty", "big", "sub", "escape", "inside", "dangling", "absent"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        *("vendor", "empty", "big", "sub", "escape", "inside", "dangling", "absent"),
+        # <subdirectory>/<file> (gids/0)
+        *("sub/value", "sub/absent", "sub/escape", "absent/value", "vendor/value"),
+        *("linked-sub/value", "escaping-sub/secret", "../0000:00:01.0/vendor", "./vendor", "sub/"),
+    ],
+)
 def test_same_answer_or_error_as_read_attribute(tmp_path: Path, name: str) -> None:
     root, device, _ = _tree(tmp_path)
     fd = _sysfs.open_checked_directory(root, device)
@@ -45,7 +57,7 @@ def test_same_answer_or_error_as_read_attribute(tmp_path: Path, name: str) -> No
         fast = outcome(lambda: _sysfs.read_attribute_at(root, fd, name, path))
         slow = outcome(lambda: _sysfs.read_attribute(root, path))
         assert fast == slow
-        if name == "escape":
+        if name in ("escape", "sub/escape", "escaping-sub/secret"):
             assert fast[0] == "error" and "outside the root" in str(fast[1])
     finally:
         os.close(fd)

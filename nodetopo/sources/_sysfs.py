@@ -231,6 +231,8 @@ class CpuSets:
         self.source = source
         self.budget = budget
         self._known: dict[tuple[object, str], frozenset[int]] = {}
+        #: how many texts were refused for want of budget (a result that depends on the budget)
+        self.refused = 0
 
     def parse(self, parser: Callable[[str, str], frozenset[int]], text: str, path: str) -> frozenset[int]:
         key = (parser, text)
@@ -238,11 +240,29 @@ class CpuSets:
         if known is not None:
             return known
         if self.budget <= 0:
+            self.refused += 1
             raise ParseError(self.source, path, "more distinct CPU sets than any machine has: not read")
         cpus = parser(text, path)
         self.budget -= max(len(cpus), 1)
         self._known[key] = cpus
         return cpus
+
+    def replay(
+        self, parser: Callable[[str, str], frozenset[int]], text: str, cpus: frozenset[int] | None
+    ) -> bool:
+        """Account for ``parse(parser, text, ...)`` whose outcome is already known (``cpus``; None: the
+        parser raised a ParseError), as that call would: the same budget spent, the same set shared
+        with later texts. False, and nothing changed, where the budget would make that call refuse
+        the text instead (the known outcome does not hold: parse it again)."""
+        key = (parser, text)
+        if key in self._known:
+            return True
+        if self.budget <= 0:
+            return False
+        if cpus is not None:
+            self.budget -= max(len(cpus), 1)
+            self._known[key] = cpus
+        return True
 
     def parser(self, parser: Callable[[str, str], frozenset[int]]) -> Callable[[str, str], frozenset[int]]:
         """``parser`` through this cache (for readers that take a parser)."""

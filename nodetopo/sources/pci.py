@@ -19,10 +19,16 @@ that field, as hwloc does, and a condition says so. ``subsystem_vendor``, ``subs
 to the ``local_cpus`` hex mask) and the ``driver`` link are optional: absent gives None silently,
 unreadable or garbage gives None plus a condition. When ``local_cpulist`` and ``local_cpus`` both exist
 and disagree (seen in a real capture), ``local_cpulist`` wins and an ``Inconsistent`` condition says so.
+
+Every read reads every file above again. A device's parse is a pure function of what was read for
+it (its host path, real directory, attribute texts, driver link, which required attributes are
+absent) and of the read's CPU-set budget: a device whose inputs all equal those of the last read is
+given back as parsed then (the same frozen value), with the budget spent as its parse would spend it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -166,10 +172,13 @@ def read_pci_devices(root: HostRoot) -> tuple[tuple[PciDevice, ...], tuple[Condi
     root_real = os.fspath(root.real_path)
     base_dir = os.fspath(base)
     cpu_sets = _sysfs.CpuSets(NAME)
-    for name in _sysfs.list_directory(base, root=root):
-        device = _read_device(root, root_real, base_dir, name, conditions, cpu_sets)
-        if device is not None:
-            devices.append(device)
+    try:
+        for name in _sysfs.list_directory(base, root=root):
+            device = _read_device(root, root_real, base_dir, name, conditions, cpu_sets, _MEMO)
+            if device is not None:
+                devices.append(device)
+    finally:
+        _MEMO.done()
     devices.sort(key=lambda d: d.address)
     return tuple(devices), tuple(conditions)
 
@@ -181,6 +190,7 @@ def _read_device(
     name: str,
     conditions: list[Condition],
     cpu_sets: _sysfs.CpuSets,
+    memo: _Memo,
 ) -> PciDevice | None:
     # Strings, not Path objects: pathlib costs more than the reads (10 attributes per function).
     entry_dir = f"{base_dir}/{name}"
@@ -217,63 +227,157 @@ def _read_device(
             return None
         dir_fd = _sysfs.open_checked_directory(root, real_dir)  # checked once, not per attribute
 
-    # resolve() keeps real_dir inside the root: what follows the root are its components
-    pcie_root, upstream = parse_device_location(real_dir[len(root_real) :].strip("/").split("/"))
-    if pcie_root is None:
-        conditions.append(
-            _sysfs.unavailable(
-                NAME, f"{host_path}: not a link into /sys/devices/pci*: PCIe root and bridges unknown"
-            )
-        )
-
-    texts: dict[str, str | None] = {}
+    texts: list[str | None] = []
+    problems: list[Condition] = []
     try:
         for attribute in ATTRIBUTES:
             try:
                 # through the resolved directory: an absolute link in a capture is re-rooted, not
                 # followed to this machine's own /sys
-                texts[attribute] = _sysfs.read_attribute_at(
-                    root, dir_fd, attribute, f"{real_dir}/{attribute}", shown_as=f"{entry_dir}/{attribute}"
+                texts.append(
+                    _sysfs.read_attribute_at(
+                        root,
+                        dir_fd,
+                        attribute,
+                        f"{real_dir}/{attribute}",
+                        shown_as=f"{entry_dir}/{attribute}",
+                    )
                 )
             except _sysfs.Unreadable as e:
-                conditions.append(_sysfs.unavailable(NAME, str(e)))
-                texts[attribute] = None
+                problems.append(_sysfs.unavailable(NAME, str(e)))
+                texts.append(None)
     finally:
         if dir_fd is not None:
             os.close(dir_fd)
+    # a required attribute that could not be read is "missing" only when there is no such entry
+    missing = tuple(
+        text is None and not _exists(f"{entry_dir}/{attribute}")
+        for attribute, text in zip(ATTRIBUTES[:3], texts, strict=False)
+    )
+    driver = _driver(entry_dir)
+
+    # Everything the device is made of has been read: its parse is a pure function of it (and of the
+    # CPU-set budget of this read, which CpuSets.replay accounts for), reused from the last read.
+    key = (host_path, root_real, real_dir, driver, missing, *texts)
+    parsed = memo.last.get(key)
+    if parsed is not None and parsed.replay(cpu_sets, texts[6], texts[7]):
+        memo.keep(key, parsed)
+    else:
+        refused = cpu_sets.refused
+        parsed = _parse_device(address, host_path, root_real, real_dir, driver, missing, texts, cpu_sets)
+        # kept unless the budget refused a CPU set (the outcome then depends on more than the texts)
+        if cpu_sets.refused == refused and sum(len(t) for t in texts if t is not None) <= _MEMO_TEXT_LIMIT:
+            memo.keep(key, parsed)
+    conditions.extend(parsed.located)
+    conditions.extend(problems)
+    conditions.extend(parsed.conditions)
+    return parsed.device
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Parsed:
+    """A device parsed from what was read for it, with the conditions of its values."""
+
+    device: PciDevice
+    located: tuple[Condition, ...]  #: about its place in the tree (before the read problems)
+    conditions: tuple[Condition, ...]  #: about its values (after the read problems)
+    cpulist: frozenset[int] | None  #: ``local_cpulist`` parsed (None: absent or a ParseError)
+    cpumask: frozenset[int] | None  #: ``local_cpus`` parsed
+
+    def replay(self, cpu_sets: _sysfs.CpuSets, cpulist_text: str | None, cpumask_text: str | None) -> bool:
+        """Whether this parse holds in this read's CPU-set budget (spending it as the parse would)."""
+        return (cpulist_text is None or cpu_sets.replay(parse_cpulist_text, cpulist_text, self.cpulist)) and (
+            cpumask_text is None or cpu_sets.replay(parse_cpumask, cpumask_text, self.cpumask)
+        )
+
+
+#: a device whose attribute texts are longer than this in all is parsed every read, not kept
+_MEMO_TEXT_LIMIT = 8 * 1024
+#: the most devices kept from one read (a big machine has a few thousand PCI functions)
+_MEMO_DEVICES = 16 * 1024
+
+
+class _Memo:
+    """The devices parsed in the last read (``last``) and in this one, by everything read for them.
+
+    Only the last read's devices are kept: an unchanged machine finds each of its devices there, and
+    what is held is one read's worth of small values, bounded in count and size.
+    """
+
+    def __init__(self) -> None:
+        self.last: dict[tuple[object, ...], _Parsed] = {}
+        self._now: dict[tuple[object, ...], _Parsed] = {}
+
+    def keep(self, key: tuple[object, ...], parsed: _Parsed) -> None:
+        if len(self._now) < _MEMO_DEVICES:
+            self._now[key] = parsed
+
+    def done(self) -> None:
+        """End of a read: its devices become ``last``."""
+        self.last, self._now = self._now, {}
+
+
+#: the devices of the last read_pci_devices, whatever its root (the key holds the paths)
+_MEMO = _Memo()
+
+
+def _parse_device(
+    address: PciAddress,
+    host_path: str,
+    root_real: str,
+    real_dir: str,
+    driver: str | None,
+    missing: tuple[bool, ...],
+    texts: list[str | None],
+    cpu_sets: _sysfs.CpuSets,
+) -> _Parsed:
+    """The device from what was read for it: ``texts`` in ``ATTRIBUTES`` order, ``missing`` for the
+    required ones (absent, not merely unreadable)."""
+    located: list[Condition] = []
+    conditions: list[Condition] = []
+    # resolve() keeps real_dir inside the root: what follows the root are its components
+    pcie_root, upstream = parse_device_location(real_dir[len(root_real) :].strip("/").split("/"))
+    if pcie_root is None:
+        located.append(
+            _sysfs.unavailable(
+                NAME, f"{host_path}: not a link into /sys/devices/pci*: PCIe root and bridges unknown"
+            )
+        )
+    text = dict(zip(ATTRIBUTES, texts, strict=True))
 
     required: dict[str, int] = {}
-    for name, bits in _REQUIRED.items():
-        value = _optional(texts[name], _hex_parser(bits), f"{host_path}/{name}", conditions)
-        if value is None and texts[name] is None and not _exists(f"{entry_dir}/{name}"):
+    for (name, bits), absent in zip(_REQUIRED.items(), missing, strict=True):
+        value = _optional(text[name], _hex_parser(bits), f"{host_path}/{name}", conditions)
+        if absent:
             conditions.append(_sysfs.unavailable(NAME, f"{host_path}/{name}: missing: reported as 0"))
         required[name] = value if value is not None else 0
 
     optional: dict[str, int | None] = {}
     for name, bits in _OPTIONAL_IDS.items():
-        optional[name] = _optional(texts[name], _hex_parser(bits), f"{host_path}/{name}", conditions)
-    numa_node = _optional(texts["numa_node"], parse_numa_node, f"{host_path}/numa_node", conditions)
-    local_cpus = _optional(
-        texts["local_cpulist"], cpu_sets.parser(parse_cpulist_text), f"{host_path}/local_cpulist", conditions
+        optional[name] = _optional(text[name], _hex_parser(bits), f"{host_path}/{name}", conditions)
+    numa_node = _optional(text["numa_node"], parse_numa_node, f"{host_path}/numa_node", conditions)
+    cpulist = _optional(
+        text["local_cpulist"], cpu_sets.parser(parse_cpulist_text), f"{host_path}/local_cpulist", conditions
     )
-    mask_cpus = _optional(
-        texts["local_cpus"], cpu_sets.parser(parse_cpumask), f"{host_path}/local_cpus", conditions
+    cpumask = _optional(
+        text["local_cpus"], cpu_sets.parser(parse_cpumask), f"{host_path}/local_cpus", conditions
     )
+    local_cpus = cpulist
     if local_cpus is None:
-        local_cpus = mask_cpus
-    elif mask_cpus is not None and mask_cpus != local_cpus:
+        local_cpus = cpumask
+    elif cpumask is not None and cpumask != local_cpus:
         conditions.append(
             Condition(
                 source=NAME,
                 reason=ConditionReason.INCONSISTENT,
                 message=(
                     f"{host_path}: local_cpulist says {format_cpulist(local_cpus)} but local_cpus says "
-                    f"{format_cpulist(mask_cpus)}: using local_cpulist (hwloc uses local_cpus)"
+                    f"{format_cpulist(cpumask)}: using local_cpulist (hwloc uses local_cpus)"
                 ),
             )
         )
 
-    return PciDevice(
+    device = PciDevice(
         address=address,
         vendor=required["vendor"],
         device=required["device"],
@@ -282,10 +386,11 @@ def _read_device(
         upstream=upstream,
         numa_node=numa_node,
         local_cpus=local_cpus,
-        driver=_driver(entry_dir),
+        driver=driver,
         subsystem_vendor=optional["subsystem_vendor"],
         subsystem_device=optional["subsystem_device"],
     )
+    return _Parsed(device, tuple(located), tuple(conditions), cpulist, cpumask)
 
 
 def _hex_parser(bits: int) -> Callable[[str, str], int]:

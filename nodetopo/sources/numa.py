@@ -24,6 +24,7 @@ field.
 from __future__ import annotations
 
 import logging
+import os
 import re
 
 from nodetopo.errors import ParseError, excerpt
@@ -145,47 +146,70 @@ def read_numa_nodes(root: HostRoot) -> tuple[tuple[NumaNode, ...], tuple[Conditi
     nodes: list[NumaNode] = []
     cpu_sets = _sysfs.CpuSets(NAME)
     for node_id, directory in entries:
-        cpulist_path = root.relative(directory / "cpulist")
+        # the node's files through one descriptor of its directory, checked against the root once
+        path = os.fspath(directory)
+        fd = _sysfs.open_checked_directory(root, path)
         try:
-            cpulist_text = _sysfs.read_attribute(root, directory / "cpulist")
-        except _sysfs.Unreadable as e:
-            conditions.append(_sysfs.unavailable(NAME, f"{e}: node {node_id} left out"))
-            continue
-        if cpulist_text is None:
-            conditions.append(_sysfs.unavailable(NAME, f"{cpulist_path}: missing: node {node_id} left out"))
-            continue
-        try:
-            cpus = cpu_sets.parse(parse_cpulist_text, cpulist_text, cpulist_path)
-        except ParseError as e:
-            conditions.append(_sysfs.from_parse_error(e))
-            continue
-        texts: dict[str, str | None] = {}
-        for name in ("meminfo", "distance"):
-            try:
-                texts[name] = _sysfs.read_attribute(root, directory / name)
-            except _sysfs.Unreadable as e:
-                conditions.append(_sysfs.unavailable(NAME, str(e)))
-                texts[name] = None
-        memory_bytes: int | None = None
-        if texts["meminfo"] is not None:
-            try:
-                memory_bytes = parse_meminfo_total(
-                    texts["meminfo"], root.relative(directory / "meminfo"), node_id
-                )
-            except ParseError as e:
-                conditions.append(_sysfs.from_parse_error(e))
-        distances: tuple[tuple[int, int], ...] = ()
-        if texts["distance"] is not None:
-            distance_path = root.relative(directory / "distance")
-            try:
-                distances = pair_distances(
-                    distance_ids, parse_distance(texts["distance"], distance_path), distance_path
-                )
-            except ParseError as e:
-                conditions.append(_sysfs.from_parse_error(e))
-        nodes.append(NumaNode(id=node_id, cpus=cpus, memory_bytes=memory_bytes, distances=distances))
+            node = _read_node(root, node_id, path, fd, distance_ids, cpu_sets, conditions)
+        finally:
+            if fd is not None:
+                os.close(fd)
+        if node is not None:
+            nodes.append(node)
     conditions.extend(_overlaps(nodes))
     return tuple(nodes), tuple(conditions)
+
+
+def _read_node(
+    root: HostRoot,
+    node_id: int,
+    node_dir: str,
+    fd: int | None,
+    distance_ids: tuple[int, ...],
+    cpu_sets: _sysfs.CpuSets,
+    conditions: list[Condition],
+) -> NumaNode | None:
+    """One ``nodeN`` directory (``fd``: its checked descriptor, None to read by path); None, with a
+    condition, when its CPU list cannot be had."""
+    cpulist_path = root.relative(f"{node_dir}/cpulist")
+    try:
+        cpulist_text = _sysfs.read_attribute_at(root, fd, "cpulist", f"{node_dir}/cpulist")
+    except _sysfs.Unreadable as e:
+        conditions.append(_sysfs.unavailable(NAME, f"{e}: node {node_id} left out"))
+        return None
+    if cpulist_text is None:
+        conditions.append(_sysfs.unavailable(NAME, f"{cpulist_path}: missing: node {node_id} left out"))
+        return None
+    try:
+        cpus = cpu_sets.parse(parse_cpulist_text, cpulist_text, cpulist_path)
+    except ParseError as e:
+        conditions.append(_sysfs.from_parse_error(e))
+        return None
+    texts: dict[str, str | None] = {}
+    for name in ("meminfo", "distance"):
+        try:
+            texts[name] = _sysfs.read_attribute_at(root, fd, name, f"{node_dir}/{name}")
+        except _sysfs.Unreadable as e:
+            conditions.append(_sysfs.unavailable(NAME, str(e)))
+            texts[name] = None
+    memory_bytes: int | None = None
+    if texts["meminfo"] is not None:
+        try:
+            memory_bytes = parse_meminfo_total(
+                texts["meminfo"], root.relative(f"{node_dir}/meminfo"), node_id
+            )
+        except ParseError as e:
+            conditions.append(_sysfs.from_parse_error(e))
+    distances: tuple[tuple[int, int], ...] = ()
+    if texts["distance"] is not None:
+        distance_path = root.relative(f"{node_dir}/distance")
+        try:
+            distances = pair_distances(
+                distance_ids, parse_distance(texts["distance"], distance_path), distance_path
+            )
+        except ParseError as e:
+            conditions.append(_sysfs.from_parse_error(e))
+    return NumaNode(id=node_id, cpus=cpus, memory_bytes=memory_bytes, distances=distances)
 
 
 def _distance_order(

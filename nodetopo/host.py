@@ -238,7 +238,7 @@ class HostRoot:
         """``read_bytes`` decoded as UTF-8, undecodable bytes replaced."""
         return self.read_bytes(path, limit=limit).decode("utf-8", errors="replace")
 
-    def list_directory(self, path: Path) -> list[str]:
+    def list_directory(self, path: str | os.PathLike[str]) -> list[str]:
         """The entry names of a directory under the root; ``Refused`` when it resolves outside.
 
         Raises ``OSError`` as ``os.listdir`` does (absent, not a directory, no permission).

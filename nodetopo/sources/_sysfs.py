@@ -190,16 +190,23 @@ def numbered_entries(directory: Path, prefix: str, *, root: HostRoot | None = No
     Numeric, not lexical: ``node8`` comes before ``node250``. A directory that cannot be listed, or
     lies outside the root, gives no entries (the caller has already checked that it exists).
     """
-    found: list[tuple[int, Path]] = []
+    return [(number, directory / name) for number, name in numbered_names(directory, prefix, root=root)]
+
+
+def numbered_names(
+    directory: str | os.PathLike[str], prefix: str, *, root: HostRoot | None = None
+) -> list[tuple[int, str]]:
+    """``numbered_entries`` as ``(number, entry name)``, without building paths."""
+    found: list[tuple[int, str]] = []
     for name in list_directory(directory, root=root):
         match = _NUMBERED.match(name)
         if match is not None and match["prefix"] == prefix and len(match["number"]) <= _MAX_DIGITS:
-            found.append((int(match["number"]), directory / name))
+            found.append((int(match["number"]), name))
     found.sort()
     return found
 
 
-def list_directory(directory: Path, *, root: HostRoot | None = None) -> list[str]:
+def list_directory(directory: str | os.PathLike[str], *, root: HostRoot | None = None) -> list[str]:
     """Sorted entry names of a directory; empty when it is absent, outside ``root`` or unlistable."""
     try:
         return sorted(root.list_directory(directory) if root is not None else os.listdir(directory))

@@ -269,7 +269,7 @@ def read_rdma_devices(root: HostRoot) -> tuple[tuple[RdmaDevice, ...], tuple[Con
 def _read_rdma_device(reader: _Reader, name: str, entry: str, fd: int | None) -> RdmaDevice:
     address = reader.pci_function(f"{entry}/device")
     ports_dir = f"{entry}/ports"
-    port_numbers = [number for number, _ in _sysfs.numbered_entries(Path(ports_dir), "", root=reader.root)]
+    port_numbers = [number for number, _ in _sysfs.numbered_names(ports_dir, "", root=reader.root)]
     netdevs = _port_netdevs(reader, f"{entry}/device/net", port_numbers) if address else {}
     ports = tuple(
         _read_port(reader, f"{ports_dir}/{number}", number, tuple(sorted(netdevs.get(number, ()))))
@@ -307,7 +307,7 @@ def _read_port(reader: _Reader, directory: str, number: int, netdevs: tuple[str,
 def _port_netdevs(reader: _Reader, net_dir: str, port_numbers: list[int]) -> dict[int, list[str]]:
     """Network interfaces of an RDMA device's PCI function, by the port number they sit on."""
     by_port: dict[int, list[str]] = {}
-    for name in _sysfs.list_directory(Path(net_dir), root=reader.root):
+    for name in _sysfs.list_directory(net_dir, root=reader.root):
         directory = f"{net_dir}/{name}"
         fd = reader.directory(directory)
         try:

@@ -857,13 +857,15 @@ def read_host_ports(root: HostRoot) -> tuple[tuple[HostPort, ...], list[str]]:
     LID, GID 0): four small files a port, nothing else, so that a node without InfiniBand pays one
     directory listing. Unreadable ports are returned as problems."""
     base = root.sys("class", "infiniband")
+    base_dir = os.fspath(base)
     ports: list[HostPort] = []
     problems: list[str] = []
     for device in _sysfs.list_directory(base, root=root):
-        for number, directory in _sysfs.numbered_entries(base / device / "ports", "", root=root):
+        ports_dir = f"{base_dir}/{device}/ports"
+        for number, name in _sysfs.numbered_names(ports_dir, "", root=root):
             # the port's files through one descriptor checked against the root (same answers as
-            # read_attribute, fewer system calls; gids/0 is below it and takes the confined path)
-            path = os.fspath(directory)
+            # read_attribute, fewer system calls; gids/0 through its subdirectory)
+            path = f"{ports_dir}/{name}"
             fd = _sysfs.open_checked_directory(root, path)
             try:
                 layer = _sysfs.read_attribute_at(root, fd, "link_layer", f"{path}/link_layer")
@@ -871,8 +873,8 @@ def read_host_ports(root: HostRoot) -> tuple[tuple[HostPort, ...], list[str]]:
                     continue
                 state = _sysfs.read_attribute_at(root, fd, "state", f"{path}/state")
                 lid = _sysfs.read_attribute_at(root, fd, "lid", f"{path}/lid")
-                gid = _sysfs.read_attribute(root, directory / "gids" / "0")
-                where = root.relative(directory)
+                gid = _sysfs.read_attribute_at(root, fd, "gids/0", f"{path}/gids/0")
+                where = root.relative(path)
                 guid_text_value = parse_port_guid(gid, where) if gid else None
                 ports.append(
                     HostPort(

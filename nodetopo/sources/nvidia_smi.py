@@ -876,7 +876,17 @@ def _run(
 
 _TOPO = _outcome_of(_read_topo_matrix)
 _LIST = _outcome_of(_read_smi_list)
-_QUERY_XML = _outcome_of(_read_smi_query_xml)
+
+
+def _query_xml_outcome(
+    command: str, stdout: str, stderr: str, returncode: int
+) -> _Outcome[tuple[str | None, tuple[model.QueriedGpu, ...]]]:
+    """``-q -x`` is read afresh every scan: a live driver's answer carries a timestamp and sensor
+    readings (temperature, power, clocks) that differ at every call, so an equal output would only
+    ever come from a capture, and remembering the last one would hold its text for nothing."""
+    return _outcome(command, stdout, stderr, returncode, _read_smi_query_xml)
+
+
 _NVLINK = _outcome_of(_read_nvlink_status)
 
 
@@ -884,7 +894,7 @@ def read_facts(runner: CommandRunner, *, timeout: float) -> Facts:
     """Run the four nvidia-smi commands, each on its own: one failing keeps the others' facts."""
     topo = _run(runner, TOPO_ARGV, timeout, _TOPO)
     listed = _run(runner, LIST_ARGV, timeout, _LIST)
-    queried = _run(runner, QUERY_XML_ARGV, timeout, _QUERY_XML)
+    queried = _run(runner, QUERY_XML_ARGV, timeout, _query_xml_outcome)
     nvlink = _run(runner, NVLINK_ARGV, timeout, _NVLINK)
     statuses = (topo.status, listed.status, queried.status, nvlink.status)
     conditions = (*topo.conditions, *listed.conditions, *queried.conditions, *nvlink.conditions)

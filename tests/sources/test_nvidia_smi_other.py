@@ -323,6 +323,25 @@ def test_collect_no_devices() -> None:
     assert cond.reason is ConditionReason.UNAVAILABLE and "no GPUs visible to the driver" in cond.message
 
 
+@pytest.mark.parametrize(
+    ("stdout", "reason_text"),
+    [
+        # after a long answer, in another case
+        ("Product Name : Tesla V100\n" * 2000 + "NO DEVICES WERE FOUND\n", "no GPUs visible to the driver"),
+        ("ok\n" * 500 + "nvidia-smi HAS FAILED because it couldn't talk\n", "nvidia-smi HAS FAILED"),
+        # characters outside ASCII that IGNORECASE matches to ASCII letters (long s as s, the Kelvin
+        # sign as k): the line scan still sees them
+        ("NVIDIA-SMI haſ failed because it couldn't communicate\n", "NVIDIA-SMI haſ failed"),
+        ("\u212a\nNo devices were found\n", "no GPUs visible to the driver"),
+        ("No deviceſ found\n", "no GPUs visible to the driver"),
+    ],
+)
+def test_collect_finds_a_failure_line_anywhere_in_any_case(stdout: str, reason_text: str) -> None:
+    facts = nvidia_smi.collect(context(all_commands(Replay(stdout=stdout, returncode=9)))).facts
+    (cond,) = facts.conditions
+    assert cond.reason is ConditionReason.UNAVAILABLE and reason_text in cond.message
+
+
 def test_collect_hang_is_a_timeout() -> None:
     facts = nvidia_smi.collect(context(all_commands(Replay(hang=True)))).facts
     (cond,) = facts.conditions

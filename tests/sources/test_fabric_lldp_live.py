@@ -43,16 +43,19 @@ def run(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True, timeout=30)
 
 
-def configure(socket: Path, *words: str) -> None:
-    """``lldpcli configure ...``, retried while the daemon finishes starting (its socket comes first)."""
+def wait_configured(socket: Path) -> None:
+    """Wait until the daemon answers on its socket with its -O file applied (tx-interval 1 s)."""
     deadline = time.monotonic() + 20
     while True:
         done = subprocess.run(
-            ["lldpcli", "-u", str(socket), "configure", *words], capture_output=True, timeout=30
+            ["lldpcli", "-u", str(socket), "-f", "keyvalue", "show", "configuration"],
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
-        if done.returncode == 0:
+        if done.returncode == 0 and "configuration.config.tx-delay=1\n" in done.stdout:
             return
-        assert time.monotonic() < deadline, f"lldpcli configure {' '.join(words)}: {done.stderr.decode()}"
+        assert time.monotonic() < deadline, f"lldpd at {socket} not configured: {done.stdout}{done.stderr}"
         time.sleep(0.2)
 
 
@@ -98,8 +101,13 @@ class Pair:
             run("ip", "link", "set", iface, "netns", ns)
             run("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{iface}.disable_ipv6=1")
             run("ip", "-n", ns, "link", "set", iface, "up")
-        empty = self.tmp / "empty.conf"
-        empty.write_text("")
+        # Each daemon starts paused and resumes after its -O file is read: a frame sent before a
+        # `lldpcli configure` took effect would announce this machine's hostname and the MAC port id
+        # (seen when two runs shared the machine).
+        settings = {
+            "switch": ("system hostname leaf-07", "lldp portidsubtype ifname", "lldp tx-interval 1"),
+            "host": ("lldp tx-interval 1",),
+        }
         for side, ns, iface, extra in (
             (
                 "switch",
@@ -109,6 +117,8 @@ class Pair:
             ),
             ("host", self.host_ns, self.host_if, ()),
         ):
+            conf = self.tmp / f"{side}.conf"
+            conf.write_text("".join(f"configure {line}\n" for line in settings[side]))
             log = (self.tmp / f"{side}.log").open("wb")
             self.daemons.append(
                 subprocess.Popen(
@@ -124,17 +134,15 @@ class Pair:
                         "-I",
                         iface,
                         "-O",
-                        str(empty),
+                        str(conf),
                         *extra,
                     ],
                     stdout=log,
                     stderr=subprocess.STDOUT,
                 )
             )
-        configure(self.socket("switch"), "system", "hostname", "leaf-07")
-        configure(self.socket("switch"), "lldp", "portidsubtype", "ifname")
         for side in ("switch", "host"):
-            configure(self.socket(side), "lldp", "tx-interval", "1")
+            wait_configured(self.socket(side))
 
     def down(self) -> None:
         for daemon in self.daemons:

@@ -152,8 +152,9 @@ class HostRoot:
             return None
         if target.startswith("/"):
             return None
+        head, slash, _ = link.rpartition("/")  # os.path.dirname, give or take a doubled slash
         try:
-            fd = os.open(os.path.join(os.path.dirname(link), target), _LINK_DIRECTORY_FLAGS)
+            fd = os.open(f"{head}/{target}" if slash else target, _LINK_DIRECTORY_FLAGS)
         except OSError:
             return None
         try:

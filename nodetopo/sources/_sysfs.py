@@ -22,7 +22,7 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -155,6 +155,53 @@ def read_attribute_at(
             finally:
                 os.close(fd)
     return read_attribute(root, path, shown_as=shown_as)
+
+
+def read_attributes_at(
+    root: HostRoot, dir_fd: int | None, directory: str, names: Sequence[str], *, shown_dir: str | None = None
+) -> tuple[list[str | None], list[Unreadable]]:
+    """``read_attribute_at`` of each of ``names`` in ``directory`` (``dir_fd``: its checked
+    descriptor), in one loop: the texts in the order of ``names`` (None for an absent or unreadable
+    one) and the ``Unreadable`` errors in that order. ``shown_dir``: the directory messages name.
+
+    The same reads, answers and errors as one ``read_attribute_at`` per name; one call and no path
+    strings for the common case (a regular file read whole), which is most of the cost of a PCI
+    function's ten small files.
+    """
+    texts: list[str | None] = []
+    problems: list[Unreadable] = []
+    for name in names:
+        text: str | None = None
+        if dir_fd is not None and "/" not in name:
+            try:
+                fd = os.open(name, _AT_FLAGS, dir_fd=dir_fd)
+            except FileNotFoundError:  # absent: see read_attribute_at
+                texts.append(None)
+                continue
+            except OSError:
+                fd = -1
+            if fd >= 0:
+                try:
+                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                        data = os.read(fd, SYSFS_ATTRIBUTE_LIMIT + 1)
+                        if len(data) < _SHORT_READ or (
+                            len(data) <= SYSFS_ATTRIBUTE_LIMIT and not os.read(fd, 1)
+                        ):
+                            text = data.decode("utf-8", errors="replace")
+                except OSError:
+                    pass
+                finally:
+                    os.close(fd)
+            if text is not None:
+                texts.append(text)
+                continue
+        shown = f"{shown_dir}/{name}" if shown_dir is not None else None
+        try:
+            texts.append(read_attribute_at(root, dir_fd, name, f"{directory}/{name}", shown_as=shown))
+        except Unreadable as e:
+            problems.append(e)
+            texts.append(None)
+    return texts, problems
 
 
 _SUBDIRECTORY_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

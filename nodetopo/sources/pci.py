@@ -73,6 +73,8 @@ ATTRIBUTES = (
     "local_cpulist",
     "local_cpus",
 )
+#: ``missing`` of a device whose required attributes were all read
+_NONE_MISSING = (False, False, False)
 #: the links read in each device directory (copied as links)
 LINKS = ("driver",)
 
@@ -171,10 +173,11 @@ def read_pci_devices(root: HostRoot) -> tuple[tuple[PciDevice, ...], tuple[Condi
     conditions: list[Condition] = []
     root_real = os.fspath(root.real_path)
     base_dir = os.fspath(base)
+    host_base = root.relative(base_dir)
     cpu_sets = _sysfs.CpuSets(NAME)
     try:
         for name in _sysfs.list_directory(base, root=root):
-            device = _read_device(root, root_real, base_dir, name, conditions, cpu_sets, _MEMO)
+            device = _read_device(root, root_real, base_dir, host_base, name, conditions, cpu_sets, _MEMO)
             if device is not None:
                 devices.append(device)
     finally:
@@ -187,6 +190,7 @@ def _read_device(
     root: HostRoot,
     root_real: str,
     base_dir: str,
+    host_base: str,
     name: str,
     conditions: list[Condition],
     cpu_sets: _sysfs.CpuSets,
@@ -194,9 +198,9 @@ def _read_device(
 ) -> PciDevice | None:
     # Strings, not Path objects: pathlib costs more than the reads (10 attributes per function).
     entry_dir = f"{base_dir}/{name}"
-    host_path = root.relative(entry_dir)
+    host_path = f"{host_base}/{name}"  # root.relative(entry_dir)
     try:
-        address = PciAddress.parse(name)
+        address = _address(name)
     except ValueError:
         conditions.append(_sysfs.parse_error(NAME, f"{host_path}: expected a PCI address as the entry name"))
         return None
@@ -227,33 +231,22 @@ def _read_device(
             return None
         dir_fd = _sysfs.open_checked_directory(root, real_dir)  # checked once, not per attribute
 
-    texts: list[str | None] = []
-    problems: list[Condition] = []
     try:
-        for attribute in ATTRIBUTES:
-            try:
-                # through the resolved directory: an absolute link in a capture is re-rooted, not
-                # followed to this machine's own /sys
-                texts.append(
-                    _sysfs.read_attribute_at(
-                        root,
-                        dir_fd,
-                        attribute,
-                        f"{real_dir}/{attribute}",
-                        shown_as=f"{entry_dir}/{attribute}",
-                    )
-                )
-            except _sysfs.Unreadable as e:
-                problems.append(_sysfs.unavailable(NAME, str(e)))
-                texts.append(None)
+        # through the resolved directory: an absolute link in a capture is re-rooted, not followed
+        # to this machine's own /sys
+        texts, unreadable = _sysfs.read_attributes_at(root, dir_fd, real_dir, ATTRIBUTES, shown_dir=entry_dir)
     finally:
         if dir_fd is not None:
             os.close(dir_fd)
+    problems = [_sysfs.unavailable(NAME, str(e)) for e in unreadable]
     # a required attribute that could not be read is "missing" only when there is no such entry
-    missing = tuple(
-        text is None and not _exists(f"{entry_dir}/{attribute}")
-        for attribute, text in zip(ATTRIBUTES[:3], texts, strict=False)
-    )
+    if texts[0] is not None and texts[1] is not None and texts[2] is not None:
+        missing: tuple[bool, ...] = _NONE_MISSING
+    else:
+        missing = tuple(
+            text is None and not _exists(f"{entry_dir}/{attribute}")
+            for attribute, text in zip(ATTRIBUTES[:3], texts, strict=False)
+        )
     driver = _driver(entry_dir)
 
     # Everything the device is made of has been read: its parse is a pure function of it (and of the
@@ -391,6 +384,12 @@ def _parse_device(
         subsystem_device=optional["subsystem_device"],
     )
     return _Parsed(device, tuple(located), tuple(conditions), cpulist, cpumask)
+
+
+@functools.lru_cache(maxsize=4096)
+def _address(name: str) -> PciAddress:
+    """``PciAddress.parse`` of an entry name (pure; the same names every read)."""
+    return PciAddress.parse(name)
 
 
 def _hex_parser(bits: int) -> Callable[[str, str], int]:

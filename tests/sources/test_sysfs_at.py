@@ -32,15 +32,15 @@ def _tree(tmp_path: Path) -> tuple[HostRoot, str, Path]:
     return HostRoot(root), str(device), outside
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        *("vendor", "empty", "big", "sub", "escape", "inside", "dangling", "absent"),
-        # <subdirectory>/<file> (gids/0)
-        *("sub/value", "sub/absent", "sub/escape", "absent/value", "vendor/value"),
-        *("linked-sub/value", "escaping-sub/secret", "../0000:00:01.0/vendor", "./vendor", "sub/"),
-    ],
-)
+NAMES = [
+    *("vendor", "empty", "big", "sub", "escape", "inside", "dangling", "absent"),
+    # <subdirectory>/<file> (gids/0)
+    *("sub/value", "sub/absent", "sub/escape", "absent/value", "vendor/value"),
+    *("linked-sub/value", "escaping-sub/secret", "../0000:00:01.0/vendor", "./vendor", "sub/"),
+]
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_same_answer_or_error_as_read_attribute(tmp_path: Path, name: str) -> None:
     root, device, _ = _tree(tmp_path)
     fd = _sysfs.open_checked_directory(root, device)
@@ -88,5 +88,28 @@ def test_a_file_that_answers_a_page_per_read_is_read_whole(
     assert fd is not None
     try:
         assert _sysfs.read_attribute_at(root, fd, "binary", f"{device}/binary") == content.decode()
+    finally:
+        os.close(fd)
+
+
+def test_many_attributes_in_one_call_give_what_one_call_each_gives(tmp_path: Path) -> None:
+    root, device, _ = _tree(tmp_path)
+    fd = _sysfs.open_checked_directory(root, device)
+    assert fd is not None
+    try:
+        texts, problems = _sysfs.read_attributes_at(root, fd, device, NAMES, shown_dir="/shown")
+        one_by_one: list[str | None] = []
+        errors: list[str] = []
+        for name in NAMES:
+            try:
+                one_by_one.append(_sysfs.read_attribute(root, f"{device}/{name}", shown_as=f"/shown/{name}"))
+            except _sysfs.Unreadable as e:
+                one_by_one.append(None)
+                errors.append(str(e))
+        assert texts == one_by_one and [str(e) for e in problems] == errors
+        assert len(errors) >= 6 and all(e.startswith("/shown/") for e in errors)
+        # without a descriptor: the same, by path
+        texts, problems = _sysfs.read_attributes_at(root, None, device, NAMES, shown_dir="/shown")
+        assert texts == one_by_one and [str(e) for e in problems] == errors
     finally:
         os.close(fd)

@@ -233,21 +233,21 @@ def _read_device(
 
     try:
         # through the resolved directory: an absolute link in a capture is re-rooted, not followed
-        # to this machine's own /sys
+        # to this machine's own /sys; so are the driver link and whether a required attribute exists
         texts, unreadable = _sysfs.read_attributes_at(root, dir_fd, real_dir, ATTRIBUTES, shown_dir=entry_dir)
+        # a required attribute that could not be read is "missing" only when there is no such entry
+        if texts[0] is not None and texts[1] is not None and texts[2] is not None:
+            missing: tuple[bool, ...] = _NONE_MISSING
+        else:
+            missing = tuple(
+                text is None and not _exists(dir_fd, real_dir, attribute)
+                for attribute, text in zip(ATTRIBUTES[:3], texts, strict=False)
+            )
+        driver = _driver(dir_fd, real_dir)
     finally:
         if dir_fd is not None:
             os.close(dir_fd)
     problems = [_sysfs.unavailable(NAME, str(e)) for e in unreadable]
-    # a required attribute that could not be read is "missing" only when there is no such entry
-    if texts[0] is not None and texts[1] is not None and texts[2] is not None:
-        missing: tuple[bool, ...] = _NONE_MISSING
-    else:
-        missing = tuple(
-            text is None and not _exists(f"{entry_dir}/{attribute}")
-            for attribute, text in zip(ATTRIBUTES[:3], texts, strict=False)
-        )
-    driver = _driver(entry_dir)
 
     # Everything the device is made of has been read: its parse is a pure function of it (and of the
     # CPU-set budget of this read, which CpuSets.replay accounts for), reused from the last read.
@@ -412,14 +412,25 @@ def _optional(
         return None
 
 
-def _exists(path: str) -> bool:
-    return os.path.lexists(path)
-
-
-def _driver(entry: str) -> str | None:
-    """The bound driver: the basename of the ``driver`` link (it may dangle in a capture)."""
+def _exists(dir_fd: int | None, real_dir: str, name: str) -> bool:
+    """Whether the device directory (``dir_fd`` when open) has an entry ``name`` (``lexists``)."""
     try:
-        target = os.readlink(f"{entry}/driver")
+        if dir_fd is not None:
+            os.lstat(name, dir_fd=dir_fd)
+        else:
+            os.lstat(f"{real_dir}/{name}")
+    except OSError:
+        return False
+    return True
+
+
+def _driver(dir_fd: int | None, real_dir: str) -> str | None:
+    """The bound driver: the basename of the device directory's ``driver`` link (it may dangle in a
+    capture)."""
+    try:
+        target = (
+            os.readlink("driver", dir_fd=dir_fd) if dir_fd is not None else os.readlink(f"{real_dir}/driver")
+        )
     except OSError:  # absent, or not a link
         return None
     return os.path.basename(target.rstrip("/")) or None

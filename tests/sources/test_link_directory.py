@@ -170,3 +170,20 @@ def test_rdma_device_links_out_of_the_root_or_dangling_keep_their_conditions(tmp
     assert [c.reason for c in (*conditions, *net_conditions)] == [ConditionReason.UNAVAILABLE] * 2
     assert "outside the host root" in conditions[0].message
     assert net_conditions[0].message == "/sys/class/net/ibp59s0/device: dangling symlink"
+
+
+def test_an_absolute_link_reads_its_driver_and_missing_files_inside_the_capture(tmp_path: Path) -> None:
+    """The driver link and the "missing" check are read in the re-rooted directory too, never in this
+    machine's /sys (0000:00:00.0 exists on most machines, with a driver or without)."""
+    address = "0000:00:00.0"
+    entries = pci_function(address)
+    device = f"sys/devices/pci0000:00/{address}"
+    entries[f"sys/bus/pci/devices/{address}"] = Link(f"/{device}")
+    entries[f"{device}/driver"] = Link("../../../bus/pci/drivers/nodetopo-test-driver")
+    del entries[f"{device}/class"]
+    root = write_tree(tmp_path, entries)
+    devices, conditions = pci.read_pci_devices(root)
+    assert devices[0].driver == "nodetopo-test-driver"
+    assert [c.message for c in conditions] == [
+        f"/sys/bus/pci/devices/{address}/class: missing: reported as 0"
+    ]

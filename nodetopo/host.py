@@ -90,7 +90,10 @@ class HostRoot:
 
     def __init__(self, path: str | os.PathLike[str] = "/") -> None:
         self.path = Path(path)
-        self._real = os.path.realpath(self.path)  # resolve() is on the hot path of every PCI device
+        try:  # the kernel resolves the root in one open (realpath lstat-s each of its components)
+            self._real = _real_path(os.fspath(self.path))
+        except OSError:  # absent (a root that is not there yet reads as empty): resolved by name
+            self._real = os.path.realpath(self.path)
         self._kernel_sys: str | None = None  #: "<root>/sys/" when that is a sysfs mount (see read_bytes)
         self._kernel_sys_known = False
 
@@ -223,7 +226,10 @@ class HostRoot:
             os.close(handle)
 
     def _in_kernel_sys(self, text: str) -> bool:
-        """Whether ``text`` lies lexically under ``<root>/sys`` and that is a sysfs mount."""
+        """Whether ``text`` lies lexically under ``<root>/sys`` and that is a sysfs mount (the mount
+        table is read only for a path under ``<root>/sys/``: a bundle's cmd/ files never need it)."""
+        if not text.startswith(os.path.join(os.fspath(self.path), "sys") + "/"):
+            return False
         if not self._kernel_sys_known:
             self._kernel_sys_known = True
             try:

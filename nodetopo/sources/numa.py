@@ -221,10 +221,14 @@ def _distance_order(
     directories. When it cannot be read or says something else, the directories win.
     """
     path = root.sys(NODE_ONLINE)
+    fd = _sysfs.open_checked_directory(root, os.fspath(path.parent))
     try:
-        text = _sysfs.read_attribute(root, path)
+        text = _sysfs.read_attribute_at(root, fd, path.name, os.fspath(path))
     except _sysfs.Unreadable as e:
         return directory_ids, _sysfs.unavailable(NAME, str(e))
+    finally:
+        if fd is not None:
+            os.close(fd)
     if text is None:
         return directory_ids, None
     try:

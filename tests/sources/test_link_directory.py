@@ -187,3 +187,9 @@ def test_an_absolute_link_reads_its_driver_and_missing_files_inside_the_capture(
     assert [c.message for c in conditions] == [
         f"/sys/bus/pci/devices/{address}/class: missing: reported as 0"
     ]
+
+
+def test_a_root_that_is_not_there_resolves_by_name(tmp_path: Path) -> None:
+    (tmp_path / "alias").symlink_to("not-yet")
+    for path in (tmp_path / "absent", tmp_path / "alias", tmp_path / "alias" / "below"):
+        assert HostRoot(path).real_path == Path(os.path.realpath(path))

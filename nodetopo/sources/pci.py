@@ -252,15 +252,16 @@ def _read_device(
     # Everything the device is made of has been read: its parse is a pure function of it (and of the
     # CPU-set budget of this read, which CpuSets.replay accounts for), reused from the last read.
     key = (host_path, root_real, real_dir, driver, missing, *texts)
+    size = len(host_path) + len(real_dir) + sum(len(t) for t in texts if t is not None)
     parsed = memo.last.get(key)
     if parsed is not None and parsed.replay(cpu_sets, texts[6], texts[7]):
-        memo.keep(key, parsed)
+        memo.keep(key, parsed, size)
     else:
         refused = cpu_sets.refused
         parsed = _parse_device(address, host_path, root_real, real_dir, driver, missing, texts, cpu_sets)
         # kept unless the budget refused a CPU set (the outcome then depends on more than the texts)
-        if cpu_sets.refused == refused and sum(len(t) for t in texts if t is not None) <= _MEMO_TEXT_LIMIT:
-            memo.keep(key, parsed)
+        if cpu_sets.refused == refused:
+            memo.keep(key, parsed, size)
     conditions.extend(parsed.located)
     conditions.extend(problems)
     conditions.extend(parsed.conditions)
@@ -284,10 +285,11 @@ class _Parsed:
         )
 
 
-#: a device whose attribute texts are longer than this in all is parsed every read, not kept
+#: a device whose attribute texts (and paths) are longer than this in all is parsed every read
 _MEMO_TEXT_LIMIT = 8 * 1024
-#: the most devices kept from one read (a big machine has a few thousand PCI functions)
-_MEMO_DEVICES = 16 * 1024
+#: the most text kept from one read for all its devices (a machine of a thousand PCI functions
+#: keeps ~200 KiB; a hostile tree of many long attributes is parsed every read past this)
+_MEMO_TEXTS = 4 << 20
 
 
 class _Memo:
@@ -300,14 +302,17 @@ class _Memo:
     def __init__(self) -> None:
         self.last: dict[tuple[object, ...], _Parsed] = {}
         self._now: dict[tuple[object, ...], _Parsed] = {}
+        self._size = 0  #: the text held by ``_now``'s keys
 
-    def keep(self, key: tuple[object, ...], parsed: _Parsed) -> None:
-        if len(self._now) < _MEMO_DEVICES:
+    def keep(self, key: tuple[object, ...], parsed: _Parsed, size: int) -> None:
+        """Keep ``parsed`` for the next read; ``size``: the length of the texts and paths of ``key``."""
+        if size <= _MEMO_TEXT_LIMIT and self._size + size <= _MEMO_TEXTS:
             self._now[key] = parsed
+            self._size += size
 
     def done(self) -> None:
         """End of a read: its devices become ``last``."""
-        self.last, self._now = self._now, {}
+        self.last, self._now, self._size = self._now, {}, 0
 
 
 #: the devices of the last read_pci_devices, whatever its root (the key holds the paths)

@@ -4,6 +4,7 @@ read without any reuse gives (the CPU-set budget of a read included)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,19 @@ def test_a_dangling_driver_link_or_an_absolute_entry_link_is_reused_only_when_eq
     root = write_tree(tmp_path, entries)
     for _ in range(2):
         _read(root, monkeypatch)
+
+
+def test_what_is_kept_between_reads_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the text budget of one read, devices are parsed every read (and still equal)."""
+    entries: dict[str, object] = {}
+    for i in range(12):
+        entries.update(pci_function(f"0000:{i:02x}:00.0"))
+    root = write_tree(tmp_path, entries)  # type: ignore[arg-type]
+    real_dir = len(os.path.realpath(tmp_path / "sys/devices/pci0000:00/0000:00:00.0"))
+    monkeypatch.setattr(pci, "_MEMO_TEXTS", 4 * real_dir)  # a few devices' paths, fewer than 4 devices
+    for _ in range(2):
+        _read(root, monkeypatch)
+        assert 1 <= len(pci._MEMO.last) < 4
+    monkeypatch.setattr(pci, "_MEMO_TEXT_LIMIT", 10)  # no device is small enough
+    _read(root, monkeypatch)
+    assert pci._MEMO.last == {}

@@ -135,25 +135,9 @@ def read_attribute_at(
     if dir_fd is not None:
         if "/" in name:
             return _read_below(root, dir_fd, name, path, shown_as)
-        try:
-            fd = os.open(name, _AT_FLAGS, dir_fd=dir_fd)
-        except FileNotFoundError:
-            # no entry of that name in the checked directory (with O_NOFOLLOW a link of that name,
-            # dangling or not, is ELOOP, not ENOENT): absent, as read_attribute would say after two
-            # more system calls
-            return None
-        except OSError:
-            fd = -1
-        if fd >= 0:
-            try:
-                if stat.S_ISREG(os.fstat(fd).st_mode):
-                    data = os.read(fd, SYSFS_ATTRIBUTE_LIMIT + 1)
-                    if len(data) < _SHORT_READ or (len(data) <= SYSFS_ATTRIBUTE_LIMIT and not os.read(fd, 1)):
-                        return data.decode("utf-8", errors="replace")
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+        text = _read_regular_at(dir_fd, name)
+        if not isinstance(text, _SlowPath):
+            return text
     return read_attribute(root, path, shown_as=shown_as)
 
 
@@ -171,37 +155,52 @@ def read_attributes_at(
     texts: list[str | None] = []
     problems: list[Unreadable] = []
     for name in names:
-        text: str | None = None
         if dir_fd is not None and "/" not in name:
-            try:
-                fd = os.open(name, _AT_FLAGS, dir_fd=dir_fd)
-            except FileNotFoundError:  # absent: see read_attribute_at
-                texts.append(None)
-                continue
-            except OSError:
-                fd = -1
-            if fd >= 0:
-                try:
-                    if stat.S_ISREG(os.fstat(fd).st_mode):
-                        data = os.read(fd, SYSFS_ATTRIBUTE_LIMIT + 1)
-                        if len(data) < _SHORT_READ or (
-                            len(data) <= SYSFS_ATTRIBUTE_LIMIT and not os.read(fd, 1)
-                        ):
-                            text = data.decode("utf-8", errors="replace")
-                except OSError:
-                    pass
-                finally:
-                    os.close(fd)
-            if text is not None:
+            text = _read_regular_at(dir_fd, name)
+            if not isinstance(text, _SlowPath):
                 texts.append(text)
                 continue
         shown = f"{shown_dir}/{name}" if shown_dir is not None else None
         try:
-            texts.append(read_attribute_at(root, dir_fd, name, f"{directory}/{name}", shown_as=shown))
+            # a name with a subdirectory through read_attribute_at; the fast path's leftovers straight
+            # to read_attribute, which gives their answer or error
+            below = dir_fd if "/" in name else None
+            texts.append(read_attribute_at(root, below, name, f"{directory}/{name}", shown_as=shown))
         except Unreadable as e:
             problems.append(e)
             texts.append(None)
     return texts, problems
+
+
+class _SlowPath:
+    """What ``_read_regular_at`` answers when ``read_attribute`` must decide."""
+
+
+_SLOW_PATH = _SlowPath()
+
+
+def _read_regular_at(dir_fd: int, name: str) -> str | _SlowPath | None:
+    """The common case of ``read_attribute_at``: the text of ``name``, a regular file directly in the
+    checked directory (``O_NOFOLLOW``: never a link), read whole; None when there is no entry of
+    that name (with O_NOFOLLOW a link of that name, dangling or not, is ELOOP, not ENOENT: absent,
+    as ``read_attribute`` would say after two more system calls); ``_SLOW_PATH`` for anything else
+    (a link, not a regular file, an error, a page or more)."""
+    try:
+        fd = os.open(name, _AT_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return _SLOW_PATH
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            data = os.read(fd, SYSFS_ATTRIBUTE_LIMIT + 1)
+            if len(data) < _SHORT_READ or (len(data) <= SYSFS_ATTRIBUTE_LIMIT and not os.read(fd, 1)):
+                return data.decode("utf-8", errors="replace")
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return _SLOW_PATH
 
 
 _SUBDIRECTORY_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -22,7 +22,7 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -243,8 +243,13 @@ def numbered_names(
     directory: str | os.PathLike[str], prefix: str, *, root: HostRoot | None = None
 ) -> list[tuple[int, str]]:
     """``numbered_entries`` as ``(number, entry name)``, without building paths."""
+    return numbered_names_of(list_directory(directory, root=root), prefix)
+
+
+def numbered_names_of(names: Iterable[str], prefix: str) -> list[tuple[int, str]]:
+    """``numbered_names`` of a directory whose entry names were listed already."""
     found: list[tuple[int, str]] = []
-    for name in list_directory(directory, root=root):
+    for name in names:
         match = _NUMBERED.match(name)
         if match is not None and match["prefix"] == prefix and len(match["number"]) <= _MAX_DIGITS:
             found.append((int(match["number"]), name))

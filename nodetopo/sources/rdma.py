@@ -194,25 +194,29 @@ class _Reader:
 
     def pci_function(self, link: str) -> PciAddress | None:
         """The PCI address a ``device`` link resolves to (virtio: its parent), None if not PCI."""
+        fd, address = self.pci_function_at(link)
+        if fd is not None:
+            os.close(fd)
+        return address
+
+    def pci_function_at(self, link: str) -> tuple[int | None, PciAddress | None]:
+        """``pci_function(link)``, with a descriptor of the directory the link names when the kernel
+        resolved it (``HostRoot.open_link_directory``: inside the root; the caller closes it)."""
         opened = self.root.open_link_directory(link)  # the kernel resolves a sysfs-style link
         if opened is not None:
-            os.close(opened[0])
-            real = opened[1]
-        else:
-            path = Path(link)
-            if not path.is_symlink() and not path.exists():
-                return None
-            try:
-                real = os.fspath(self.root.resolve(path))
-            except FileNotFoundError:
-                self.conditions.append(
-                    _sysfs.unavailable(NAME, f"{self.root.relative(link)}: dangling symlink")
-                )
-                return None
-            except (ValueError, OSError, RuntimeError) as e:  # RuntimeError: a symlink loop (Python 3.11)
-                self.conditions.append(_sysfs.unavailable(NAME, f"{self.root.relative(link)}: {e}"))
-                return None
-        return _address_of(real)
+            return opened[0], _address_of(opened[1])
+        path = Path(link)
+        if not path.is_symlink() and not path.exists():
+            return None, None
+        try:
+            real = os.fspath(self.root.resolve(path))
+        except FileNotFoundError:
+            self.conditions.append(_sysfs.unavailable(NAME, f"{self.root.relative(link)}: dangling symlink"))
+            return None, None
+        except (ValueError, OSError, RuntimeError) as e:  # RuntimeError: a symlink loop (Python 3.11)
+            self.conditions.append(_sysfs.unavailable(NAME, f"{self.root.relative(link)}: {e}"))
+            return None, None
+        return None, _address_of(real)
 
 
 def _address_of(real: str) -> PciAddress | None:
@@ -267,14 +271,25 @@ def read_rdma_devices(root: HostRoot) -> tuple[tuple[RdmaDevice, ...], tuple[Con
 
 
 def _read_rdma_device(reader: _Reader, name: str, entry: str, fd: int | None) -> RdmaDevice:
-    address = reader.pci_function(f"{entry}/device")
-    ports_dir = f"{entry}/ports"
-    port_numbers = [number for number, _ in _sysfs.numbered_names(ports_dir, "", root=reader.root)]
-    netdevs = _port_netdevs(reader, f"{entry}/device/net", port_numbers) if address else {}
-    ports = tuple(
-        _read_port(reader, f"{ports_dir}/{number}", number, tuple(sorted(netdevs.get(number, ()))))
-        for number in port_numbers
-    )
+    device_fd, address = reader.pci_function_at(f"{entry}/device")
+    try:
+        ports_dir = f"{entry}/ports"
+        port_names, ports_fd = _list_child(reader, fd, "ports", ports_dir)
+        try:
+            port_numbers = [number for number, _ in _sysfs.numbered_names_of(port_names, "")]
+            netdevs = _port_netdevs(reader, device_fd, f"{entry}/device/net", port_numbers) if address else {}
+            ports = tuple(
+                _read_port(
+                    reader, ports_fd, f"{ports_dir}/{number}", number, tuple(sorted(netdevs.get(number, ())))
+                )
+                for number in port_numbers
+            )
+        finally:
+            if ports_fd is not None:
+                os.close(ports_fd)
+    finally:
+        if device_fd is not None:
+            os.close(device_fd)
     return RdmaDevice(
         name=name,
         address=address,
@@ -286,8 +301,51 @@ def _read_rdma_device(reader: _Reader, name: str, entry: str, fd: int | None) ->
     )
 
 
-def _read_port(reader: _Reader, directory: str, number: int, netdevs: tuple[str, ...]) -> RdmaPort:
-    fd = reader.directory(directory)
+#: a subdirectory of a checked directory, listed (``O_NOFOLLOW``: never a link, so inside the root)
+_CHILD_LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: a subdirectory of a checked directory whose files are read with ``*at`` calls
+_CHILD_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _list_child(reader: _Reader, parent_fd: int | None, name: str, path: str) -> tuple[list[str], int | None]:
+    """``_sysfs.list_directory(path)`` where ``path`` is ``<parent>/<name>``, with a descriptor of it
+    for ``*at`` calls (the caller closes it; None: read by path).
+
+    A plain directory (not a link) of a checked one lies inside the root as well, so it is opened
+    and listed relative to ``parent_fd`` without asking ``/proc`` where it is; an absent one lists
+    as empty (as its path would). Anything else (a link, not a directory, no descriptor) is listed
+    by its path as before."""
+    if parent_fd is not None:
+        try:
+            fd = os.open(name, _CHILD_LIST_FLAGS, dir_fd=parent_fd)
+        except FileNotFoundError:
+            return [], None
+        except OSError:
+            fd = -1
+        if fd >= 0:
+            try:
+                return sorted(os.listdir(fd)), fd
+            except OSError:
+                os.close(fd)
+                return [], None
+    return _sysfs.list_directory(path, root=reader.root), None
+
+
+def _child_directory(reader: _Reader, parent_fd: int | None, name: str, path: str) -> int | None:
+    """``reader.directory(path)`` where ``path`` is ``<parent>/<name>``: relative to ``parent_fd``
+    when it is a plain directory of it (inside the root, see ``_list_child``), else by its path."""
+    if parent_fd is not None:
+        try:
+            return os.open(name, _CHILD_FLAGS, dir_fd=parent_fd)
+        except OSError:
+            pass
+    return reader.directory(path)
+
+
+def _read_port(
+    reader: _Reader, ports_fd: int | None, directory: str, number: int, netdevs: tuple[str, ...]
+) -> RdmaPort:
+    fd = _child_directory(reader, ports_fd, str(number), directory)
     try:
         return RdmaPort(
             number=number,
@@ -304,31 +362,38 @@ def _read_port(reader: _Reader, directory: str, number: int, netdevs: tuple[str,
             os.close(fd)
 
 
-def _port_netdevs(reader: _Reader, net_dir: str, port_numbers: list[int]) -> dict[int, list[str]]:
+def _port_netdevs(
+    reader: _Reader, device_fd: int | None, net_dir: str, port_numbers: list[int]
+) -> dict[int, list[str]]:
     """Network interfaces of an RDMA device's PCI function, by the port number they sit on."""
     by_port: dict[int, list[str]] = {}
-    for name in _sysfs.list_directory(net_dir, root=reader.root):
-        directory = f"{net_dir}/{name}"
-        fd = reader.directory(directory)
-        try:
-            index = reader.value(directory, "dev_port", fd, parse_dev_port)
-            if index is None:
-                index = reader.value(directory, "dev_id", fd, _parse_dev_id)
-        finally:
-            if fd is not None:
-                os.close(fd)
-        if index is not None and index + 1 in port_numbers:
-            port = index + 1
-        elif len(port_numbers) == 1:
-            port = port_numbers[0]
-        else:
-            reader.conditions.append(
-                _sysfs.unavailable(
-                    NAME, f"{reader.root.relative(directory)}: which port it belongs to is unknown"
+    names, net_fd = _list_child(reader, device_fd, "net", net_dir)
+    try:
+        for name in names:
+            directory = f"{net_dir}/{name}"
+            fd = _child_directory(reader, net_fd, name, directory)
+            try:
+                index = reader.value(directory, "dev_port", fd, parse_dev_port)
+                if index is None:
+                    index = reader.value(directory, "dev_id", fd, _parse_dev_id)
+            finally:
+                if fd is not None:
+                    os.close(fd)
+            if index is not None and index + 1 in port_numbers:
+                port = index + 1
+            elif len(port_numbers) == 1:
+                port = port_numbers[0]
+            else:
+                reader.conditions.append(
+                    _sysfs.unavailable(
+                        NAME, f"{reader.root.relative(directory)}: which port it belongs to is unknown"
+                    )
                 )
-            )
-            continue
-        by_port.setdefault(port, []).append(name)
+                continue
+            by_port.setdefault(port, []).append(name)
+    finally:
+        if net_fd is not None:
+            os.close(net_fd)
     return by_port
 
 

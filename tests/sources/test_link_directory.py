@@ -193,3 +193,73 @@ def test_a_root_that_is_not_there_resolves_by_name(tmp_path: Path) -> None:
     (tmp_path / "alias").symlink_to("not-yet")
     for path in (tmp_path / "absent", tmp_path / "alias", tmp_path / "alias" / "below"):
         assert HostRoot(path).real_path == Path(os.path.realpath(path))
+
+
+# --- sysfs.rdma lists ports/ and device/net/ and opens their entries through the parent's descriptor
+
+
+def _hca_with_links(tmp_path: Path, links: dict[str, str]) -> HostRoot:
+    """The HCA tree with ``ports/1`` and ``device/net/ibp59s0`` real directories, except those named in
+    ``links`` (path under the HCA's PCI function -> link target), which are links to copies elsewhere."""
+    function = "sys/devices/pci0000:00/0000:3b:00.0"
+    entries: dict[str, str | Link] = {
+        "sys/class/infiniband/mlx5_0": Link("../../devices/pci0000:00/0000:3b:00.0/infiniband/mlx5_0"),
+        f"{HCA}/device": Link("../../../0000:3b:00.0"),
+        f"{HCA}/hca_type": "MT4129\n",
+    }
+    files = {
+        "infiniband/mlx5_0/ports/1/state": "4: ACTIVE\n",
+        "infiniband/mlx5_0/ports/2/state": "1: DOWN\n",
+        "net/ibp59s0/dev_port": "1\n",
+    }
+    for name, text in files.items():
+        entries[f"{function}/{name}"] = text
+        entries[f"elsewhere/{name}"] = text  # the copy links point to (inside the root)
+        entries[f"outside/{name}"] = text  # the copy out of the root (written beside it)
+    for name, target in links.items():
+        for entry in [e for e in entries if e.startswith(f"{function}/{name}/")]:
+            del entries[entry]
+        entries[f"{function}/{name}"] = Link(target)
+    tree = write_tree(tmp_path, entries)
+    os.rename(tmp_path / "outside", tmp_path.parent / f"{tmp_path.name}-outside")
+    return tree
+
+
+def _ports(root: HostRoot) -> list[tuple[int, str | None, tuple[str, ...]]]:
+    devices, _ = rdma.read_rdma_devices(root)
+    return [(p.number, p.state, p.netdevs) for p in devices[0].ports]
+
+
+def test_rdma_plain_port_and_net_directories_are_read(tmp_path: Path) -> None:
+    root = _hca_with_links(tmp_path / "root", {})
+    assert _ports(root) == [(1, "ACTIVE", ()), (2, "DOWN", ("ibp59s0",))]
+    assert rdma.read_rdma_devices(root)[1] == ()
+
+
+@pytest.mark.parametrize(
+    "name", ["infiniband/mlx5_0/ports", "infiniband/mlx5_0/ports/2", "net", "net/ibp59s0"]
+)
+def test_rdma_linked_port_and_net_directories_inside_the_root_are_followed(tmp_path: Path, name: str) -> None:
+    """A link (not a plain directory) is read by its path as before: inside the root it is followed."""
+    depth = "../" * (name.count("/") + 4)
+    root = _hca_with_links(tmp_path / "root", {name: f"{depth}elsewhere/{name}"})
+    assert _ports(root) == [(1, "ACTIVE", ()), (2, "DOWN", ("ibp59s0",))]
+    assert rdma.read_rdma_devices(root)[1] == ()
+
+
+@pytest.mark.parametrize("name", ["infiniband/mlx5_0/ports", "net"])
+def test_rdma_port_and_net_directories_linked_out_of_the_root_are_unlisted(tmp_path: Path, name: str) -> None:
+    depth = "../" * (name.count("/") + 5)
+    root = _hca_with_links(tmp_path / "root", {name: f"{depth}root-outside/{name}"})
+    expected = [] if name.endswith("ports") else [(1, "ACTIVE", ()), (2, "DOWN", ())]
+    assert _ports(root) == expected
+
+
+def test_rdma_a_port_linked_out_of_the_root_is_not_read_there(tmp_path: Path) -> None:
+    name = "infiniband/mlx5_0/ports/2"
+    root = _hca_with_links(tmp_path / "root", {name: f"{'../' * 8}root-outside/{name}"})
+    devices, conditions = rdma.read_rdma_devices(root)
+    assert [(p.number, p.state) for p in devices[0].ports] == [(1, "ACTIVE"), (2, None)]
+    assert [c.reason for c in conditions] == [ConditionReason.UNAVAILABLE]
+    message = "/sys/class/infiniband/mlx5_0/ports/2/state: cannot read: refused"
+    assert conditions[0].message.startswith(message)

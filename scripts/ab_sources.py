@@ -9,7 +9,8 @@ Both versions of the ``nodetopo`` package are imported side by side (the old one
 its calls), then called in turn, old and new alternating, so that load on a shared machine hits
 both alike. Prints the medians and checks that both versions return equal results. ``what``:
 ``pci``, ``rdma`` (class/infiniband + class/net), ``numa``, ``ib`` (fabric.ib's host ports),
-``open`` (``bundle_context``), ``scan`` (``scan(bundle_context(B))``).
+``open`` (``bundle_context``), ``scan`` (``scan(bundle_context(B))``), ``smiq`` (the parse of
+``nvidia-smi -q -x``: a bundle's ``cmd/nvidia-smi-q.xml``, or an XML file named instead of a bundle).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ MODULES = (
     "nodetopo.sources.rdma",
     "nodetopo.sources.numa",
     "nodetopo.sources.fabric.infiniband",
+    "nodetopo.sources.nvidia_smi",
 )
 
 
@@ -53,6 +55,9 @@ def load(tree: Path) -> dict[str, ModuleType]:
 
 def reader(modules: dict[str, ModuleType], what: str, bundle: Path) -> Callable[[], object]:
     discover = modules["nodetopo.discover"]
+    if what == "smiq":
+        xml = (bundle if bundle.is_file() else bundle / "cmd" / "nvidia-smi-q.xml").read_text()
+        return lambda: modules["nodetopo.sources.nvidia_smi"]._read_smi_query_xml(xml, "nvidia-smi -q -x")
     root = modules["nodetopo.bundle"].open_bundle(bundle)[0]
     pci, rdma = modules["nodetopo.sources.pci"], modules["nodetopo.sources.rdma"]
     numa, ib = modules["nodetopo.sources.numa"], modules["nodetopo.sources.fabric.infiniband"]
@@ -71,9 +76,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--old", required=True, help="git revision of the old version")
     parser.add_argument("--runs", type=int, default=31)
-    parser.add_argument("what", choices=("pci", "rdma", "numa", "ib", "open", "scan"))
+    parser.add_argument("what", choices=("pci", "rdma", "numa", "ib", "open", "scan", "smiq"))
     parser.add_argument(
-        "bundles", nargs="+", type=Path, help="bundles or sysfs trees (a folder holding sys/)"
+        "bundles",
+        nargs="+",
+        type=Path,
+        help="bundles or sysfs trees (a folder holding sys/); smiq: also XML files",
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ab-sources-") as tmp:

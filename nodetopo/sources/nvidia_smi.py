@@ -627,6 +627,17 @@ def _mig_mode(raw: str | None, fail: Callable[[str], ParseError]) -> bool | None
     raise fail(f"MIG mode {excerpt(raw)} is not Enabled, Disabled or N/A")
 
 
+def _find_below(parents: list[ElementTree.Element], tag: str) -> ElementTree.Element | None:
+    """``gpu.find("<parent>/<tag>")`` given ``gpu.findall("<parent>")``: the first ``<tag>`` child of
+    the first ``<parent>`` that has one. A plain tag is found by ElementTree's C code; a path goes
+    through ``ElementPath`` in Python, which cost more than parsing the whole answer."""
+    for parent in parents:
+        found = parent.find(tag)
+        if found is not None:
+            return found
+    return None
+
+
 def _read_smi_query_xml(
     text: str, path: str
 ) -> tuple[tuple[str | None, tuple[model.QueriedGpu, ...]], list[str]]:
@@ -644,16 +655,18 @@ def _read_smi_query_xml(
     problems: list[str] = []
     gpus = []
     for gpu in root.findall("gpu"):
+        pci = gpu.findall("pci")
+        mig_mode = gpu.findall("mig_mode")
         fields = _GpuFields(
             where=None,
             uuid=text_of(gpu.find("uuid")),
             model=text_of(gpu.find("product_name")),
-            bus_id=text_of(gpu.find("pci/pci_bus_id")) or gpu.get("id"),
+            bus_id=text_of(_find_below(pci, "pci_bus_id")) or gpu.get("id"),
             minor_number=text_of(gpu.find("minor_number")),
-            mig_current=text_of(gpu.find("mig_mode/current_mig")),
-            mig_pending=text_of(gpu.find("mig_mode/pending_mig")),
-            memory_total=text_of(gpu.find("fb_memory_usage/total")),
-            numa_node=text_of(gpu.find("numa_node")) or text_of(gpu.find("pci/numa_node")),
+            mig_current=text_of(_find_below(mig_mode, "current_mig")),
+            mig_pending=text_of(_find_below(mig_mode, "pending_mig")),
+            memory_total=text_of(_find_below(gpu.findall("fb_memory_usage"), "total")),
+            numa_node=text_of(gpu.find("numa_node")) or text_of(_find_below(pci, "numa_node")),
         )
         queried = _queried_gpu(fields, driver, path, problems)
         if queried is not None:

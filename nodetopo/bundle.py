@@ -78,9 +78,9 @@ def bundle_runner(bundle: Path) -> ReplayRunner:
     """
     root = HostRoot(bundle)
     answers: dict[tuple[str, ...], Replay | str | Path] = {}
-    cmd_dir = bundle / "cmd"
+    cmd_dir = os.fspath(bundle / "cmd")  # paths as strings: building Path objects cost more than the reads
     for filename, argv in COMMANDS.items():
-        path = cmd_dir / filename
+        path = f"{cmd_dir}/{filename}"
         try:
             stdout = root.read_text(path, limit=COMMAND_OUTPUT_LIMIT)
         except FileNotFoundError:
@@ -88,13 +88,13 @@ def bundle_runner(bundle: Path) -> ReplayRunner:
         except (Refused, OSError) as e:
             answers[argv] = Replay(refused=str(e) if isinstance(e, Refused) else f"{filename}: {e.strerror}")
             continue
-        rc_text = _side_file(root, path.with_name(path.name + ".rc"), SMALL_FILE_LIMIT) or "0"
+        rc_text = _side_file(root, f"{path}.rc", SMALL_FILE_LIMIT) or "0"
         rc_text = rc_text.strip()
         answers[argv] = Replay(
             stdout=stdout,
             returncode=int(rc_text) if rc_text.lstrip("-").isdigit() and len(rc_text) < 10 else 0,
             hang=rc_text == "timeout",
-            stderr=_side_file(root, path.with_name(path.name + ".stderr"), COMMAND_STDERR_LIMIT) or "",
+            stderr=_side_file(root, f"{path}.stderr", COMMAND_STDERR_LIMIT) or "",
         )
     captured = {argv[0] for argv in answers}
     files = {argv: filename for filename, argv in COMMANDS.items()}
@@ -108,7 +108,7 @@ def bundle_runner(bundle: Path) -> ReplayRunner:
     return ReplayRunner(answers, absent=absent)
 
 
-def _side_file(root: HostRoot, path: Path, limit: int) -> str | None:
+def _side_file(root: HostRoot, path: str, limit: int) -> str | None:
     """An optional ``.rc``/``.stderr`` file; None when absent or refused (too large, not a file)."""
     try:
         return root.read_text(path, limit=limit)

@@ -96,6 +96,7 @@ class HostRoot:
             self._real = os.path.realpath(self.path)
         self._kernel_sys: str | None = None  #: "<root>/sys/" when that is a sysfs mount (see read_bytes)
         self._kernel_sys_known = False
+        self._sys_prefix = os.path.join(os.fspath(self.path), "sys") + "/"  #: see _in_kernel_sys
 
     def __repr__(self) -> str:
         return f"HostRoot({str(self.path)!r})"
@@ -201,13 +202,13 @@ class HostRoot:
                 return _read_regular(text, limit, "")
             except Refused as e:
                 raise Refused(self.relative(path), e.why) from None
-        host_path = self.relative(path)
         try:
             handle = os.open(path, os.O_PATH | os.O_CLOEXEC)
         except OSError as e:
             if e.errno == errno.ELOOP:
-                raise Refused(host_path, "too many levels of symbolic links") from None
-            raise
+                raise Refused(self.relative(path), "too many levels of symbolic links") from None
+            raise  # absent, mostly: no host path to name
+        host_path = self.relative(path)
         try:
             mode = os.fstat(handle).st_mode
             if not stat.S_ISREG(mode):
@@ -228,7 +229,7 @@ class HostRoot:
     def _in_kernel_sys(self, text: str) -> bool:
         """Whether ``text`` lies lexically under ``<root>/sys`` and that is a sysfs mount (the mount
         table is read only for a path under ``<root>/sys/``: a bundle's cmd/ files never need it)."""
-        if not text.startswith(os.path.join(os.fspath(self.path), "sys") + "/"):
+        if not text.startswith(self._sys_prefix):
             return False
         if not self._kernel_sys_known:
             self._kernel_sys_known = True

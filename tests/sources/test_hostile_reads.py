@@ -374,3 +374,18 @@ def test_a_bundle_whose_sys_links_to_this_machines_sys_is_not_trusted(tmp_path: 
         root.read_bytes(root.sys("devices/system/cpu/online"), limit=SYSFS_ATTRIBUTE_LIMIT)
     nodes, conditions = numa.read_numa_nodes(root)
     assert nodes == () and conditions
+
+
+def test_a_link_loop_and_an_absent_file_of_a_bundle(tmp_path: Path) -> None:
+    """A link loop is refused naming the host path; an absent file is FileNotFoundError, as ever."""
+    (tmp_path / "cmd").mkdir()
+    (tmp_path / "cmd" / "ibstat.txt").symlink_to("ibstat.txt")
+    root = HostRoot(tmp_path)
+    with pytest.raises(Refused) as refused:
+        root.read_bytes(tmp_path / "cmd" / "ibstat.txt", limit=100)
+    assert str(refused.value) == "/cmd/ibstat.txt: refused: too many levels of symbolic links"
+    with pytest.raises(FileNotFoundError):
+        root.read_bytes(f"{tmp_path}/cmd/absent.txt", limit=100)
+    answers = bundle_runner(tmp_path)
+    with pytest.raises(CommandOutputRefused, match=r"/cmd/ibstat\.txt: refused: too many levels"):
+        answers.run(COMMANDS["ibstat.txt"], timeout=1)

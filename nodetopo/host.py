@@ -41,7 +41,7 @@ SMALL_FILE_LIMIT = 4 * 1024
 _PROC_FD = "/proc/self/fd"
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 #: a directory that is not itself a link, opened for ``*at`` calls only (opens nothing)
-_LINK_DIRECTORY_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+PLAIN_DIRECTORY_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Refused(Exception):
@@ -158,7 +158,7 @@ class HostRoot:
             return None
         head, slash, _ = link.rpartition("/")  # os.path.dirname, give or take a doubled slash
         try:
-            fd = os.open(f"{head}/{target}" if slash else target, _LINK_DIRECTORY_FLAGS)
+            fd = os.open(f"{head}/{target}" if slash else target, PLAIN_DIRECTORY_FLAGS)
         except OSError:
             return None
         try:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from nodetopo.errors import ParseError, excerpt
-from nodetopo.host import SYSFS_ATTRIBUTE_LIMIT, HostRoot, Refused
+from nodetopo.host import PLAIN_DIRECTORY_FLAGS, SYSFS_ATTRIBUTE_LIMIT, HostRoot, Refused
 from nodetopo.model import Condition, ConditionReason
 
 #: errno values with which sysfs says "this attribute has no value right now"
@@ -203,7 +203,11 @@ def _read_regular_at(dir_fd: int, name: str) -> str | _SlowPath | None:
     return _SLOW_PATH
 
 
-_SUBDIRECTORY_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+def open_subdirectory(dir_fd: int, name: str) -> int:
+    """An ``O_PATH`` descriptor of ``name``, a plain directory (``O_NOFOLLOW``: not a link) directly
+    in the checked directory ``dir_fd``: inside the root as well, so not checked again. Raises
+    ``OSError`` as ``os.open`` does (absent, a link, not a directory)."""
+    return os.open(name, PLAIN_DIRECTORY_FLAGS, dir_fd=dir_fd)
 
 
 def _read_below(root: HostRoot, dir_fd: int, name: str, path: str, shown_as: str | None) -> str | None:
@@ -214,7 +218,7 @@ def _read_below(root: HostRoot, dir_fd: int, name: str, path: str, shown_as: str
     if subdirectory in ("", ".", "..") or not leaf or "/" in leaf:
         return read_attribute(root, path, shown_as=shown_as)
     try:
-        sub_fd = os.open(subdirectory, _SUBDIRECTORY_FLAGS, dir_fd=dir_fd)
+        sub_fd = open_subdirectory(dir_fd, subdirectory)
     except FileNotFoundError:
         return None
     except OSError:  # a link, not a directory, ...

@@ -192,31 +192,31 @@ class _Reader:
             self.conditions.append(_sysfs.from_parse_error(e))
             return None
 
-    def pci_function(self, link: str) -> PciAddress | None:
-        """The PCI address a ``device`` link resolves to (virtio: its parent), None if not PCI."""
-        fd, address = self.pci_function_at(link)
-        if fd is not None:
-            os.close(fd)
-        return address
-
     def pci_function_at(self, link: str) -> tuple[int | None, PciAddress | None]:
-        """``pci_function(link)``, with a descriptor of the directory the link names when the kernel
-        resolved it (``HostRoot.open_link_directory``: inside the root; the caller closes it)."""
+        """The PCI address a ``device`` link resolves to (virtio: its parent), None if not PCI, with a
+        descriptor of the directory the link names when the kernel resolved it
+        (``HostRoot.open_link_directory``: inside the root; the caller closes it)."""
         opened = self.root.open_link_directory(link)  # the kernel resolves a sysfs-style link
         if opened is not None:
             return opened[0], _address_of(opened[1])
+        return None, self.resolved_pci_function(link)
+
+    def resolved_pci_function(self, link: str) -> PciAddress | None:
+        """``pci_function_at``'s address for a link the kernel did not open: through ``resolve``
+        (an absolute link in a capture is re-rooted); None when there is no such link or it names no
+        PCI function, with a condition when it dangles or cannot be resolved."""
         path = Path(link)
         if not path.is_symlink() and not path.exists():
-            return None, None
+            return None
         try:
             real = os.fspath(self.root.resolve(path))
         except FileNotFoundError:
             self.conditions.append(_sysfs.unavailable(NAME, f"{self.root.relative(link)}: dangling symlink"))
-            return None, None
+            return None
         except (ValueError, OSError, RuntimeError) as e:  # RuntimeError: a symlink loop (Python 3.11)
             self.conditions.append(_sysfs.unavailable(NAME, f"{self.root.relative(link)}: {e}"))
-            return None, None
-        return None, _address_of(real)
+            return None
+        return _address_of(real)
 
 
 def _address_of(real: str) -> PciAddress | None:
@@ -303,8 +303,6 @@ def _read_rdma_device(reader: _Reader, name: str, entry: str, fd: int | None) ->
 
 #: a subdirectory of a checked directory, listed (``O_NOFOLLOW``: never a link, so inside the root)
 _CHILD_LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-#: a subdirectory of a checked directory whose files are read with ``*at`` calls
-_CHILD_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _list_child(reader: _Reader, parent_fd: int | None, name: str, path: str) -> tuple[list[str], int | None]:
@@ -336,7 +334,7 @@ def _child_directory(reader: _Reader, parent_fd: int | None, name: str, path: st
     when it is a plain directory of it (inside the root, see ``_list_child``), else by its path."""
     if parent_fd is not None:
         try:
-            return os.open(name, _CHILD_FLAGS, dir_fd=parent_fd)
+            return _sysfs.open_subdirectory(parent_fd, name)
         except OSError:
             pass
     return reader.directory(path)
@@ -424,9 +422,8 @@ def read_net_devices(root: HostRoot) -> tuple[tuple[NetDevice, ...], tuple[Condi
                         _sysfs.unavailable(NAME, f"{root.relative(entry)}: dangling symlink: left out")
                     )
                 continue
-            if not Path(link).is_symlink() and not Path(link).exists():
-                continue  # virtual: lo, veth, bridges, bonds
-            address = reader.pci_function(link)
+            # no device link (virtual: lo, veth, bridges, bonds) is no address as well
+            address = reader.resolved_pci_function(link)
         if address is None:
             continue
         fd = reader.directory(entry)

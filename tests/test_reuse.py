@@ -9,9 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from agent.support import FakeClock, FakePublisher, SwitchableScan, config
+from agent.support import FakeClock, FakePublisher, SwitchableScan, make_agent
 
-from nodetopo.agent.loop import Agent
 from nodetopo.discover import bundle_context, scan
 from nodetopo.errors import ParseError
 from nodetopo.host import Replay, ReplayRunner
@@ -210,15 +209,7 @@ def test_the_agent_publishes_a_change_at_the_next_scan(tmp_path: Path) -> None:
     bundle = tmp_path / "b"
     shutil.copytree(DGX_H100, bundle, symlinks=True)
     clock, publisher = FakeClock(), FakePublisher()
-    agent = Agent(
-        config(),
-        scan=SwitchableScan(bundle_context(bundle)),
-        publisher=publisher,
-        clock=clock,
-        wall_clock=lambda: 1_700_000_000.0 + clock.now,
-        sleep=clock.sleep,
-        random=lambda: 0.5,
-    )
+    agent, _ = make_agent(clock, publisher, SwitchableScan(bundle_context(bundle)))
     assert agent.run_cycle("start").written == ("nodetopology", "labels")
     assert agent.run_cycle("interval").written == ()
 

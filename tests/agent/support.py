@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from nodetopo.agent.config import AgentConfig
+from nodetopo.agent.loop import Agent
 from nodetopo.agent.publisher import DryRunPublisher, PublishOutcome
 from nodetopo.discover import Scan, bundle_context, scan
 from nodetopo.host import Replay, ReplayRunner
+from nodetopo.model import KubeletAllocation
 from nodetopo.publish.nodetopology import ApplyOutcome
 from nodetopo.sources.base import Context
 
@@ -171,3 +173,33 @@ def make_unreadable(path: Path) -> None:
     """Replace a sysfs file by a directory: reading it fails with an OSError even as root."""
     path.unlink()
     path.mkdir()
+
+
+def make_agent(
+    clock: FakeClock,
+    publisher: FakePublisher,
+    scan: SwitchableScan | None = None,
+    *,
+    allocation: Callable[[], KubeletAllocation | str] | None = None,
+    **cfg: Any,
+) -> tuple[Agent, SwitchableScan]:
+    """An agent on ``clock`` (wall clock and sleep too, no jitter), scanning ``scan`` (default: the
+    dgx-h100 bundle) with ``config(**cfg)``; ``allocation``: what asks the kubelet (None: nothing)."""
+    scan = scan or SwitchableScan(bundle_context(DGX_H100))
+    agent = Agent(
+        config(**cfg),
+        scan=scan,
+        publisher=publisher,
+        clock=clock,
+        wall_clock=lambda: 1_700_000_000.0 + clock.now,
+        sleep=clock.sleep,
+        random=lambda: 0.5,
+        allocation=allocation,
+    )
+    return agent, scan
+
+
+def stop_after(clock: FakeClock, agent: Agent, seconds: float) -> None:
+    """Stop ``agent`` at its first sleep that would end ``seconds`` from now on ``clock``."""
+    end = clock.now + seconds
+    clock.on_sleep.append(lambda c, s: agent.stop() if c.now + s >= end else None)

@@ -8,7 +8,7 @@ allocation Unknown, never "all free".
 
 from __future__ import annotations
 
-from agent.support import DGX_H100, FakeClock, FakePublisher, SwitchableScan, config
+from agent.support import DGX_H100, FakeClock, FakePublisher, make_agent, stop_after
 from nodetopo.agent.loop import Agent
 from nodetopo.discover import bundle_context, scan
 from nodetopo.model import DeviceAssignment, KubeletAllocation, PodRef
@@ -50,18 +50,8 @@ def run_for(
     """Run the agent on the fake clock for ``seconds``; ``answers`` None: no kubelet is asked."""
     clock, publisher = FakeClock(start=0.0), FakePublisher()
     kubelet = ScriptedKubelet(clock, answers) if answers is not None else None
-    agent = Agent(
-        config(allocation_interval_seconds=5.0),
-        scan=SwitchableScan(bundle_context(DGX_H100)),
-        publisher=publisher,
-        clock=clock,
-        wall_clock=lambda: 1_700_000_000.0 + clock.now,
-        sleep=clock.sleep,
-        random=lambda: 0.5,
-        allocation=kubelet,
-    )
-    end = clock.now + seconds
-    clock.on_sleep.append(lambda c, s: agent.stop() if c.now + s >= end else None)
+    agent, _ = make_agent(clock, publisher, allocation=kubelet, allocation_interval_seconds=5.0)
+    stop_after(clock, agent, seconds)
     assert agent.run() == 0
     return agent, publisher, kubelet, clock
 

@@ -13,31 +13,14 @@ from agent.support import (
     all_nvidia_smi,
     bundle_with,
     config,
+    make_agent,
+    stop_after,
 )
 from nodetopo.agent.loop import Agent, Debouncer, jitter_bounds
 from nodetopo.agent.staleness import failure_of
 from nodetopo.discover import bundle_context
 from nodetopo.errors import ForbiddenError, InvalidError, TransientError
 from nodetopo.model import ConditionReason
-
-
-def make_agent(clock: FakeClock, publisher: FakePublisher, scan: SwitchableScan | None = None, **cfg: object):
-    scan = scan or SwitchableScan(bundle_context(DGX_H100))
-    agent = Agent(
-        config(**cfg),
-        scan=scan,
-        publisher=publisher,
-        clock=clock,
-        wall_clock=lambda: 1_700_000_000.0 + clock.now,
-        sleep=clock.sleep,
-        random=lambda: 0.5,
-    )
-    return agent, scan
-
-
-def stop_after(clock: FakeClock, agent: Agent, seconds: float) -> None:
-    end = clock.now + seconds
-    clock.on_sleep.append(lambda c, s: agent.stop() if c.now + s >= end else None)
 
 
 def test_unchanged_scans_write_once_then_nothing() -> None:

@@ -108,13 +108,7 @@ def test_helm_install_runs_the_agent_and_it_publishes(node: LocalNode, release: 
         assert time.monotonic() < deadline, f"agent not Ready: {json.dumps(pod['status'])[-3000:]}\n{events}"
         time.sleep(1)
     assert pod["spec"]["nodeName"] == node.name and pod["spec"]["serviceAccountName"] == AGENT
-    deadline = time.monotonic() + 60
-    while True:
-        status, topology = cluster.request("GET", f"/apis/nodetopo.io/v1alpha1/nodetopologies/{node.name}")
-        if status == 200 and topology.get("status", {}).get("conditions"):
-            break
-        assert time.monotonic() < deadline, (status, topology)
-        time.sleep(1)
+    topology = published_topology(node, timeout_s=60)
     # the agent asked the real kubelet through the chart's pod-resources mount, as uid 0
     assert topology["status"]["allocation"]["state"] == "Known", topology["status"]["allocation"]
     owners = topology["metadata"]["ownerReferences"]
@@ -140,17 +134,24 @@ def test_helm_install_runs_the_agent_and_it_publishes(node: LocalNode, release: 
     assert json.loads(policy.stdout)["spec"]["policyName"] == f"{AGENT}-own-node"
 
 
+def published_topology(node: LocalNode, *, timeout_s: float) -> dict[str, Any]:
+    """The node's NodeTopology once the agent has published its conditions (polled every second)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status, topology = node.cluster.request(
+            "GET", f"/apis/nodetopo.io/v1alpha1/nodetopologies/{node.name}"
+        )
+        if status == 200 and topology.get("status", {}).get("conditions"):
+            return dict(topology)
+        assert time.monotonic() < deadline, (status, topology)
+        time.sleep(1)
+
+
 def test_kubectl_ntopo_shows_the_node_the_chart_published(node: LocalNode, release: str) -> None:
     """The newcomer's path to the end: after `helm install`, `kubectl ntopo get <node>` (the real
     kubectl finding the plugin on PATH) shows what the agent published for this node."""
     cluster = node.cluster
-    deadline = time.monotonic() + 120
-    while True:
-        status, topology = cluster.request("GET", f"/apis/nodetopo.io/v1alpha1/nodetopologies/{node.name}")
-        if status == 200 and topology.get("status", {}).get("conditions"):
-            break
-        assert time.monotonic() < deadline, (status, topology)
-        time.sleep(1)
+    topology = published_topology(node, timeout_s=120)
     scripts = Path(sys.executable).parent  # where `pip install` put the kubectl-ntopo console script
     assert (scripts / "kubectl-ntopo").exists(), f"no kubectl-ntopo next to {sys.executable}"
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}

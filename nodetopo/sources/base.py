@@ -74,12 +74,15 @@ def condition(source: str, reason: ConditionReason, message: str) -> Condition:
     return Condition(source=source, reason=reason, message=message)
 
 
+def failure_level(reason: ConditionReason) -> int:
+    """The level a source logs a failure at: a missing tool or driver is the normal state of many
+    nodes (no ibstat on an Ethernet node), said at info level; anything else is worth a warning."""
+    return logging.INFO if reason is ConditionReason.UNAVAILABLE else logging.WARNING
+
+
 def failed(name: str, reason: ConditionReason, message: str) -> Facts:
     """Facts for a source that observed nothing, with the reason as its only condition."""
-    # A missing tool or driver is the normal state of many nodes (no ibstat on an Ethernet node):
-    # say it at info level; anything else is worth a warning.
-    level = logging.INFO if reason is ConditionReason.UNAVAILABLE else logging.WARNING
-    log.log(level, "source %s: %s: %s", name, reason.value, message, extra={"source": name})
+    log.log(failure_level(reason), "source %s: %s: %s", name, reason.value, message, extra={"source": name})
     return unobserved(name, reason, message)
 
 

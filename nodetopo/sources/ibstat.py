@@ -21,7 +21,7 @@ from nodetopo.errors import ParseError, clip, excerpt
 from nodetopo.host import CommandNotFound, CommandOutputRefused, CommandRunner, CommandTimeout
 from nodetopo.model import ConditionReason, Facts, SourceStatus
 from nodetopo.reuse import reuse_last
-from nodetopo.sources.base import Context, SourceResult, condition, guarded
+from nodetopo.sources.base import Context, SourceResult, condition, failure_level, guarded
 
 log = logging.getLogger(__name__)
 
@@ -260,8 +260,14 @@ def _run(
     command = " ".join(argv)
 
     def failed(reason: ConditionReason, message: str) -> Facts:
-        level = logging.INFO if reason is ConditionReason.UNAVAILABLE else logging.WARNING
-        log.log(level, "%s: %s: %s", command, reason.value, message, extra={"source": NAME, "path": command})
+        log.log(
+            failure_level(reason),
+            "%s: %s: %s",
+            command,
+            reason.value,
+            message,
+            extra={"source": NAME, "path": command},
+        )
         return Facts(
             sources=(SourceStatus(name=NAME, ok=False, message=f"{reason.value}: {message}"),),
             conditions=(condition(NAME, reason, f"{command}: {message}"),),

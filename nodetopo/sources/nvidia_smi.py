@@ -27,7 +27,7 @@ from nodetopo.errors import ParseError, clip, excerpt
 from nodetopo.host import CommandNotFound, CommandOutputRefused, CommandRunner, CommandTimeout
 from nodetopo.model import Condition, ConditionReason, Facts, LinkClass, SourceStatus
 from nodetopo.reuse import ReuseLast, reuse_last
-from nodetopo.sources.base import Context, SourceResult, condition, guarded
+from nodetopo.sources.base import Context, SourceResult, condition, failure_level, guarded
 
 log = logging.getLogger(__name__)
 
@@ -832,8 +832,7 @@ def _logged(command: str, outcome: _Outcome[_T]) -> _Outcome[_T]:
     extra = {"source": NAME, "path": command}
     if outcome.failure is not None:
         reason, message = outcome.failure
-        level = logging.INFO if reason is ConditionReason.UNAVAILABLE else logging.WARNING
-        log.log(level, "%s: %s: %s", command, reason.value, message, extra=extra)
+        log.log(failure_level(reason), "%s: %s: %s", command, reason.value, message, extra=extra)
     elif outcome.partly is not None:
         log.warning("%s: partly readable: %s", command, outcome.partly, extra=extra)
     return outcome

@@ -23,7 +23,15 @@ from nodetopo.model import (
     SourceStatus,
 )
 from nodetopo.reuse import reuse_last
-from nodetopo.sources.base import Context, SourceResult, condition, failed, guarded, unobserved
+from nodetopo.sources.base import (
+    Context,
+    SourceResult,
+    condition,
+    failed,
+    failure_level,
+    guarded,
+    unobserved,
+)
 from nodetopo.sources.nvml.protocol import (
     FUNCTION_NOT_FOUND,
     INVALID_ARGUMENT,
@@ -215,7 +223,8 @@ def _facts(api: NvmlApi) -> Facts:
 def _logged(facts: Facts) -> Facts:
     """``facts``, with each condition logged (Unavailable at info level, as ``failed`` does)."""
     for problem in facts.conditions:
-        if problem.reason is ConditionReason.UNAVAILABLE:
+        level = failure_level(problem.reason)
+        if level == logging.INFO:
             log.info("source %s: %s: %s", NAME, problem.reason.value, problem.message, extra={"source": NAME})
         else:
             log.warning("source %s: %s", NAME, problem.message, extra={"source": NAME})

@@ -104,8 +104,15 @@ class Pair:
         # Each daemon starts paused and resumes after its -O file is read: a frame sent before a
         # `lldpcli configure` took effect would announce this machine's hostname and the MAC port id
         # (seen when two runs shared the machine).
+        # The switch declares its capabilities: left to lldpd they follow this machine's
+        # net.ipv4.ip_forward (a host with forwarding off would announce a Station only).
         settings = {
-            "switch": ("system hostname leaf-07", "lldp portidsubtype ifname", "lldp tx-interval 1"),
+            "switch": (
+                "system hostname leaf-07",
+                "system capabilities enabled bridge,router",
+                "lldp portidsubtype ifname",
+                "lldp tx-interval 1",
+            ),
             "host": ("lldp tx-interval 1",),
         }
         for side, ns, iface, extra in (

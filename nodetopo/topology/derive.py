@@ -1,0 +1,611 @@
+"""Derivations: small pure functions over the graph that ``nodetopo.topology.graph.build_graph`` returns.
+
+Precedence when several sources know the same fact (see README "Sources and precedence"):
+
+* GPU–GPU NVLink: NVML links > ``nvidia-smi topo -m`` ``NV#`` cells.
+* GPU–NIC PCIe class: ``nvidia-smi topo -m`` (the driver's view) is published when present; the
+  class computed from the sysfs PCIe tree is used otherwise. When both exist and disagree, an
+  ``Inconsistent`` condition names every pair that differs.
+* CPU affinity: NVML > ``topo -m`` CPU Affinity > sysfs ``local_cpulist`` of the GPU's function.
+* NUMA affinity: ``topo -m`` NUMA Affinity > sysfs ``numa_node`` > the NUMA nodes whose CPUs
+  intersect the CPU affinity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from math import comb
+from typing import TYPE_CHECKING
+
+from nodetopo.model import (
+    MAX_LINKED_GPUS,
+    Condition,
+    ConditionReason,
+    FabricInfo,
+    Facts,
+    Gpu,
+    GpuLink,
+    GpuNicDistance,
+    LinkClass,
+    MigDevice,
+    Nic,
+    NumaNode,
+    NvlinkIsland,
+    PciDevice,
+    PreferredGpuSets,
+    Topology,
+)
+from nodetopo.topology.graph import (
+    GRAPH_SOURCE,
+    GpuRecord,
+    NicRecord,
+    build_graph,
+    gpu_id,
+    nodes_of,
+    nvlink_edges,
+    pci_device_of,
+)
+from nodetopo.topology.network import network_position
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+#: The most NVLinks any single GPU has (H100/H200/B200: 18). A uniform complete NV mesh whose
+#: per-GPU total (links per pair × peers) exceeds this cannot be direct wiring: it is an NVSwitch.
+MAX_NVLINKS_PER_GPU = 18
+
+#: Above this many scored candidates (k-subsets × greedy steps), preferred sets are built
+#: hierarchically instead of by exhaustive search (see ``preferred_gpu_sets``).
+EXHAUSTIVE_LIMIT = 8000
+
+
+# --------------------------------------------------------------------------------------------
+# PCIe
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PcieIndex:
+    """What the PCIe derivations look up again and again, computed once per graph."""
+
+    numa: tuple[NumaNode, ...]
+    #: the NUMA node the functions of each root complex agree on (roots that disagree are absent)
+    root_numa: dict[str, int]
+    #: gpu/nic/nvswitch graph node -> the PCI function it is
+    device_of: dict[str, PciDevice]
+
+
+def pcie_index(g: nx.Graph) -> PcieIndex:
+    votes: dict[str, set[int]] = defaultdict(set)
+    for _, data in g.nodes(data=True):
+        device = data.get("device") if data["kind"] == "pci" else None
+        if device is not None and device.root is not None and device.numa_node is not None:
+            votes[device.root].add(device.numa_node)
+    device_of: dict[str, PciDevice] = {}
+    for node, data in g.nodes(data=True):
+        if data["kind"] in ("gpu", "nic", "nvswitch"):
+            device = pci_device_of(g, node)
+            if device is not None:
+                device_of[node] = device
+    return PcieIndex(
+        numa=tuple(g.nodes[n]["node"] for n in nodes_of(g, "numa")),
+        root_numa={root: next(iter(ids)) for root, ids in votes.items() if len(ids) == 1},
+        device_of=device_of,
+    )
+
+
+def pci_numa_node(index: PcieIndex, device: PciDevice) -> int | None:
+    """The NUMA node of a PCI function.
+
+    sysfs ``numa_node`` when the kernel knows it; else the one NUMA node whose CPUs contain the
+    function's ``local_cpulist``; else the node the other functions of the same root complex agree
+    on; else, on a single-node machine, that node (what hwloc does too). None when unknowable.
+    """
+    if device.numa_node is not None:
+        known: int = device.numa_node
+        return known
+    if device.local_cpus:
+        matching = [n.id for n in index.numa if n.cpus and device.local_cpus <= n.cpus]
+        if len(matching) == 1:
+            return matching[0]
+    if device.root is not None and device.root in index.root_numa:
+        return index.root_numa[device.root]
+    if len(index.numa) == 1:
+        only: int = index.numa[0].id
+        return only
+    return None
+
+
+def pcie_link_class(index: PcieIndex, a: PciDevice, b: PciDevice) -> LinkClass:
+    """The nvidia-smi class of the path between two PCI functions, from the sysfs PCIe tree.
+
+    * different (or unknown) root complexes: ``NODE`` when both are on the same NUMA node, else ``SYS``;
+    * same root complex, no common bridge (they meet at the host bridge): ``PHB``;
+    * below a common bridge: ``PIX`` when each is at most one bridge below the deepest common one
+      (one switch: downstream port → upstream port → downstream port, or the two functions of one
+      device), else ``PXB`` (several switches, still below the host bridge).
+    """
+    if a.root is None or b.root is None or a.root != b.root:
+        na, nb = pci_numa_node(index, a), pci_numa_node(index, b)
+        return LinkClass.NODE if na is not None and na == nb else LinkClass.SYS
+    common = 0
+    for x, y in zip(a.upstream, b.upstream, strict=False):
+        if x != y:
+            break
+        common += 1
+    if common == 0:
+        return LinkClass.PHB
+    below_a, below_b = len(a.upstream) - common, len(b.upstream) - common
+    return LinkClass.PIX if max(below_a, below_b) <= 1 else LinkClass.PXB
+
+
+# --------------------------------------------------------------------------------------------
+# GPUs and NICs
+# --------------------------------------------------------------------------------------------
+
+
+def _gpu_records(g: nx.Graph) -> list[GpuRecord]:
+    return [g.nodes[n]["record"] for n in nodes_of(g, "gpu")]
+
+
+def _nic_records(g: nx.Graph) -> list[NicRecord]:
+    return [g.nodes[n]["record"] for n in nodes_of(g, "nic")]
+
+
+def affinity_nics(g: nx.Graph) -> list[str]:
+    """The NICs GPU affinity is computed over: the RDMA NICs (what GPUDirect RDMA and NCCL use, and
+    what ``nvidia-smi topo -m`` lists); plain Ethernet NICs only on a node without any RDMA NIC."""
+    nics = _nic_records(g)
+    rdma = [n.name for n in nics if n.rdma]
+    return rdma if rdma else [n.name for n in nics]
+
+
+def gpu_nic_affinity(
+    g: nx.Graph, index: PcieIndex
+) -> tuple[tuple[GpuNicDistance, ...], tuple[Condition, ...]]:
+    """Every (GPU, NIC) PCIe class, from ``topo -m`` and/or the sysfs tree, cross-checked."""
+    matrix = g.graph.get("topo_matrix")
+    smi: dict[tuple[int, str], LinkClass] = {}
+    if matrix is not None:
+        nic_names = {t.index: t.name for t in matrix.nics}
+        for (gpu, nic), cell in matrix.gpu_nic:
+            if cell.pcie is not None and nic in nic_names:
+                smi[(gpu, nic_names[nic])] = cell.pcie
+    tree: dict[tuple[int, str], LinkClass] = {}
+    nic_devices = [
+        (name, index.device_of[f"nic:{name}"])
+        for name in affinity_nics(g)
+        if f"nic:{name}" in index.device_of
+    ]
+    for gpu_node in nodes_of(g, "gpu"):
+        gpu_dev = index.device_of.get(gpu_node)
+        if gpu_dev is None:
+            continue
+        gpu_index = g.nodes[gpu_node]["record"].index
+        for name, nic_dev in nic_devices:
+            tree[(gpu_index, name)] = pcie_link_class(index, gpu_dev, nic_dev)
+    conditions: list[Condition] = []
+    disagreements = sorted(
+        f"GPU{gpu}–{nic}: nvidia-smi {smi[(gpu, nic)].name}, sysfs {tree[(gpu, nic)].name}"
+        for gpu, nic in smi.keys() & tree.keys()
+        if smi[(gpu, nic)] != tree[(gpu, nic)]
+    )
+    if disagreements:
+        shown = "; ".join(disagreements[:8])
+        more = f" (and {len(disagreements) - 8} more)" if len(disagreements) > 8 else ""
+        conditions.append(
+            Condition(
+                source=GRAPH_SOURCE,
+                reason=ConditionReason.INCONSISTENT,
+                message=f"GPU–NIC PCIe class differs between nvidia-smi and sysfs: {shown}{more}",
+            )
+        )
+    merged = {**tree, **smi}
+    distances = tuple(
+        GpuNicDistance(gpu=gpu, nic=nic, distance=cls)
+        for (gpu, nic), cls in sorted(merged.items(), key=lambda kv: (kv[0][0], kv[1], kv[0][1]))
+    )
+    return distances, tuple(conditions)
+
+
+def nearest_nics(
+    distances: Iterable[GpuNicDistance],
+) -> dict[int, tuple[tuple[str, ...], LinkClass]]:
+    """For each GPU: the NICs at its best class (whatever that class is), and the class."""
+    by_gpu: dict[int, list[GpuNicDistance]] = defaultdict(list)
+    for d in distances:
+        by_gpu[d.gpu].append(d)
+    result: dict[int, tuple[tuple[str, ...], LinkClass]] = {}
+    for gpu, mine in by_gpu.items():
+        best = min(d.distance for d in mine)
+        result[gpu] = (tuple(sorted(d.nic for d in mine if d.distance == best)), best)
+    return result
+
+
+def gpu_gpu_classes(g: nx.Graph, index: PcieIndex, gpus: Sequence[int]) -> dict[tuple[int, int], LinkClass]:
+    """The PCIe class between every two GPUs (a < b): NVML common ancestor > topo -m > sysfs tree."""
+    classes: dict[tuple[int, int], LinkClass] = {}
+    device = {i: index.device_of.get(gpu_id(i)) for i in gpus}
+    for a, b in itertools.combinations(sorted(gpus), 2):
+        da, db = device[a], device[b]
+        if da is not None and db is not None:
+            classes[(a, b)] = pcie_link_class(index, da, db)
+    matrix = g.graph.get("topo_matrix")
+    if matrix is not None:
+        for (a, b), cell in matrix.gpu_gpu:
+            if cell.pcie is not None:
+                classes[(min(a, b), max(a, b))] = cell.pcie
+    classes.update(g.graph.get("nvml_common_ancestor", {}))
+    return classes
+
+
+def numa_of_cpus(numa: Sequence[NumaNode], cpus: frozenset[int]) -> frozenset[int]:
+    return frozenset(n.id for n in numa if n.cpus & cpus)
+
+
+def gpu_numa_affinity(index: PcieIndex, record: GpuRecord) -> frozenset[int] | None:
+    if record.numa_affinity is not None:
+        return record.numa_affinity
+    device = index.device_of.get(gpu_id(record.index))
+    if device is not None:
+        node = pci_numa_node(index, device)
+        if node is not None:
+            return frozenset({node})
+    if record.cpu_affinity:
+        found = numa_of_cpus(index.numa, record.cpu_affinity)
+        if found:
+            return found
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# NVLink
+# --------------------------------------------------------------------------------------------
+
+
+def nvlink_islands(g: nx.Graph) -> tuple[NvlinkIsland, ...]:
+    """Connected components of the NVLink subgraph (GPUs and NVSwitches), as islands of ≥ 2 GPUs.
+
+    A component that goes through NVSwitch nodes (NVML reports SWITCH remote devices) is one fully
+    connected island. From ``topo -m`` alone the switches are invisible; a complete component where
+    every pair shows the same ``NV#`` is recognised as switched when that cannot be direct wiring
+    (per-GPU total ``NV# × peers`` above ``MAX_NVLINKS_PER_GPU``, or above the GPU's active link
+    count from ``nvlink -s``/NVML), or when sysfs shows NVSwitch functions. A uniform full mesh
+    that fits in the GPU's links (4× A100 NV4, 4× GH200 NV6) is direct: fully connected, no switch.
+    """
+    import networkx as nx  # imported where a graph is built (see build_graph)
+
+    sub = nx.Graph()
+    for a, b, links in nvlink_edges(g):
+        sub.add_edge(a, b, links=links)
+    sysfs_switches = any(d.get("kind") == "nvswitch" and d.get("address") for _, d in g.nodes(data=True))
+    islands: list[NvlinkIsland] = []
+    components = []
+    for component in nx.connected_components(sub):
+        gpus = sorted(int(n.split(":")[1]) for n in component if n.startswith("gpu:"))
+        if len(gpus) >= 2:
+            components.append((gpus, component))
+    for island_id, (gpus, component) in enumerate(sorted(components, key=lambda c: c[0])):
+        switched = any(n.startswith("nvswitch:") for n in component)
+        if switched:
+            per_gpu = [
+                sum(
+                    sub.edges[gpu_id(i), s]["links"]
+                    for s in sub.neighbors(gpu_id(i))
+                    if s.startswith("nvswitch:")
+                )
+                for i in gpus
+            ]
+            islands.append(
+                NvlinkIsland(
+                    id=island_id,
+                    gpus=tuple(gpus),
+                    links_per_pair=min(per_gpu),
+                    fully_connected=True,
+                    nvswitch=True,
+                )
+            )
+            continue
+        pair_links = [
+            sub.edges[gpu_id(a), gpu_id(b)]["links"]
+            for a, b in itertools.combinations(gpus, 2)
+            if sub.has_edge(gpu_id(a), gpu_id(b))
+        ]
+        complete = len(pair_links) == len(gpus) * (len(gpus) - 1) // 2
+        uniform = complete and len(set(pair_links)) == 1
+        nvswitch = False
+        if uniform and len(gpus) > 2:
+            per_pair = pair_links[0]
+            total = per_pair * (len(gpus) - 1)
+            known_totals = [
+                t for i in gpus if (t := g.nodes[gpu_id(i)]["record"].total_nvlinks) is not None and t > 0
+            ]
+            if known_totals:
+                nvswitch = total > max(known_totals)
+            else:
+                nvswitch = total > MAX_NVLINKS_PER_GPU or sysfs_switches
+        islands.append(
+            NvlinkIsland(
+                id=island_id,
+                gpus=tuple(gpus),
+                links_per_pair=min(pair_links),
+                fully_connected=complete,
+                nvswitch=nvswitch,
+            )
+        )
+    return tuple(islands)
+
+
+def gpu_nvlinks(g: nx.Graph) -> dict[tuple[int, int], int]:
+    """The direct NVLink count between two GPUs ``(a, b)``, a < b, for every pair that has one."""
+    counts: dict[tuple[int, int], int] = {}
+    for a, b, links in nvlink_edges(g):
+        if a.startswith("gpu:") and b.startswith("gpu:"):
+            ia, ib = int(a[4:]), int(b[4:])
+            counts[(min(ia, ib), max(ia, ib))] = links
+    return counts
+
+
+def gpu_links(
+    gpus: Sequence[int],
+    islands: Sequence[NvlinkIsland],
+    nvlinks: dict[tuple[int, int], int],
+    pcie: dict[tuple[int, int], LinkClass],
+) -> tuple[GpuLink, ...]:
+    """Every pair of ``gpus`` (a < b) that ``topo -m`` would give a cell: its direct NVLink count
+    (``nvlinks``), else the links of the NVSwitch island both are in, and its PCIe class (``pcie``)."""
+    switched = {i: island for island in islands if island.nvswitch for i in island.gpus}
+    links: list[GpuLink] = []
+    for a, b in itertools.combinations(sorted(gpus), 2):
+        count = nvlinks.get((a, b))
+        if not count and a in switched and switched.get(b) is switched[a]:
+            count = switched[a].links_per_pair
+        cls = pcie.get((a, b))
+        if count or cls is not None:
+            links.append(GpuLink(a=a, b=b, nvlinks=count or None, pcie=cls))
+    return tuple(links)
+
+
+# --------------------------------------------------------------------------------------------
+# Preferred GPU sets
+# --------------------------------------------------------------------------------------------
+
+
+class _PairValues(dict[tuple[int, int], int]):
+    """A value per GPU pair, computed by ``compute(a, b)`` the first time the pair is read."""
+
+    def __init__(self, compute: Callable[[int, int], int]) -> None:
+        super().__init__()
+        self.compute = compute
+
+    def __missing__(self, pair: tuple[int, int]) -> int:
+        value = self[pair] = self.compute(*pair)
+        return value
+
+
+def preferred_sizes(gpu_count: int, islands: Sequence[NvlinkIsland]) -> tuple[int, ...]:
+    """The set sizes worth precomputing: every size up to 8, then powers of two, island sizes and
+    the whole node (allocators ask for 1, 2, 4, 8 GPUs or an island; a 72-GPU node needs no 37-sets)."""
+    sizes = set(range(1, min(gpu_count, 8) + 1))
+    sizes |= {1 << p for p in range(gpu_count.bit_length()) if 1 << p <= gpu_count}
+    sizes |= {len(i.gpus) for i in islands}
+    sizes.add(gpu_count)
+    return tuple(sorted(k for k in sizes if 1 <= k <= gpu_count))
+
+
+def preferred_gpu_sets(
+    gpus: Sequence[Gpu],
+    islands: Sequence[NvlinkIsland],
+    nvlinks: dict[tuple[int, int], int],
+    pcie: dict[tuple[int, int], LinkClass],
+) -> tuple[PreferredGpuSets, ...]:
+    """For each size k in ``preferred_sizes``, a partition of the GPUs into k-sets, best first.
+
+    Each set is scored (lower is better) by, in order:
+
+    1. the number of NVLink islands it spans (a GPU outside every island counts as its own);
+    2. whether every pair has a direct NVLink (or a switch), then the fewest links on a pair;
+    3. the number of distinct nearest-NIC groups (GPUs whose nearest NICs are the same share a PCIe
+       switch / NIC: GPUDirect RDMA traffic stays local);
+    4. the number of NUMA nodes spanned;
+    5. the worst PCIe class between two of its GPUs;
+    6. the GPU indices (so the result is deterministic).
+
+    When that costs at most ``EXHAUSTIVE_LIMIT`` scored candidates (k-subsets × steps: every size
+    on an 8- or 16-GPU node), the partition is built greedily and exhaustively: the best-scoring
+    k-set of the GPUs not yet used, then the best of the rest, until fewer than k remain. Beyond
+    that (NVL72, very large nodes) the GPUs are ordered by (island, NUMA node, nearest NICs,
+    index), cut into consecutive k-sets, and
+    the sets sorted by score: linear in the number of GPUs.
+    """
+    by_index = {gpu.index: gpu for gpu in gpus}
+    island_of = {i: island.id for island in islands for i in island.gpus}
+    switched = {island.id for island in islands if island.nvswitch}
+    nic_group = {i: g.nearest_nics for i, g in by_index.items()}
+    numa_of = {i: g.numa_affinity or frozenset({-1}) for i, g in by_index.items()}
+    #: links between two GPUs: the direct count, or "plenty" inside an NVSwitch island
+    switch_links = 1_000
+
+    def pair_links(a: int, b: int) -> int:
+        direct = nvlinks.get((a, b), 0)
+        if direct:
+            return direct
+        island = island_of.get(a)
+        return switch_links if island is not None and island in switched and island == island_of.get(b) else 0
+
+    # what score reads of a pair, each computed once per call of this function: the exhaustive
+    # search scores every k-subset, so one pair is read by many candidates
+    class_of = _PairValues(lambda a, b: int(pcie.get((a, b), LinkClass.PIX)))
+    links_of = _PairValues(pair_links)
+
+    # and what it reads of one GPU, in forms a candidate combines fast: its island (a GPU outside
+    # every island is its own), its nearest-NIC group (None: none known) and its NUMA nodes as bits
+    island_key = {i: island_of.get(i, -1 - i) for i in by_index}
+    nic_key = {i: group or None for i, group in nic_group.items()}
+    numa_bit = {n: 1 << b for b, n in enumerate(sorted({n for nodes in numa_of.values() for n in nodes}))}
+    numa_mask = {i: sum(numa_bit[n] for n in nodes) for i, nodes in numa_of.items()}
+
+    @functools.cache  # the greedy steps score the remaining GPUs' subsets again
+    def score(members: tuple[int, ...]) -> tuple[object, ...]:
+        spanned = set(map(island_key.__getitem__, members))
+        pairs = tuple(itertools.combinations(members, 2))
+        worst = max(map(class_of.__getitem__, pairs), default=int(LinkClass.PIX))
+        if len(spanned) == 1 and next(iter(spanned)) in switched:
+            all_linked, min_links = 0, -switch_links  # one NVSwitch domain: every pair alike
+        else:
+            links = list(map(links_of.__getitem__, pairs))
+            all_linked = 0 if all(links) else 1
+            min_links = -min(links) if links else 0
+        nic_groups = set(map(nic_key.__getitem__, members))
+        nic_groups.discard(None)
+        numa = 0
+        for i in members:
+            numa |= numa_mask[i]
+        return (len(spanned), all_linked, min_links, len(nic_groups), numa.bit_count(), worst, members)
+
+    order = sorted(
+        by_index,
+        key=lambda i: (island_of.get(i, 1_000_000 + i), min(numa_of[i]), nic_group[i], i),
+    )
+    result: list[PreferredGpuSets] = []
+    for k in preferred_sizes(len(order), islands):
+        sets: list[tuple[int, ...]]
+        if k == 1:
+            sets = sorted(((i,) for i in order), key=score)  # what the greedy search would pick, in O(N)
+        elif comb(len(order), k) * (len(order) // k) <= EXHAUSTIVE_LIMIT:
+            remaining = sorted(order)
+            sets = []
+            while len(remaining) >= k:
+                best = min(itertools.combinations(remaining, k), key=score)
+                sets.append(best)
+                chosen = set(best)
+                remaining = [i for i in remaining if i not in chosen]
+        else:
+            chunks = (tuple(sorted(order[s : s + k])) for s in range(0, len(order) - k + 1, k))
+            sets = sorted(chunks, key=score)
+        result.append(PreferredGpuSets(size=k, sets=tuple(sets)))
+    return tuple(result)
+
+
+# --------------------------------------------------------------------------------------------
+# Everything
+# --------------------------------------------------------------------------------------------
+
+
+def derive_topology(facts: Facts) -> Topology:
+    """Build the graph from ``facts`` and derive the published topology."""
+    g, join_conditions = build_graph(facts)
+    return topology_from_graph(g, facts, join_conditions)
+
+
+def topology_from_graph(g: nx.Graph, facts: Facts, join_conditions: Sequence[Condition] = ()) -> Topology:
+    conditions: list[Condition] = [*facts.conditions, *join_conditions]
+    numa = tuple(g.nodes[n]["node"] for n in nodes_of(g, "numa"))
+    islands = nvlink_islands(g)
+    island_of = {i: island.id for island in islands for i in island.gpus}
+    index = pcie_index(g)
+    distances, affinity_conditions = gpu_nic_affinity(g, index)
+    nearest_by_gpu = nearest_nics(distances)
+    conditions += affinity_conditions
+
+    gpus: list[Gpu] = []
+    for record in _gpu_records(g):
+        device = index.device_of.get(gpu_id(record.index))
+        numa_affinity = gpu_numa_affinity(index, record)
+        nearest, nearest_class = nearest_by_gpu.get(record.index, ((), None))
+        gpus.append(
+            Gpu(
+                index=record.index,
+                uuid=record.uuid,
+                model=record.model,
+                address=record.address,
+                pcie_root=device.root if device is not None else None,
+                numa_node=next(iter(numa_affinity)) if numa_affinity and len(numa_affinity) == 1 else None,
+                numa_affinity=numa_affinity,
+                gpu_numa_node=record.gpu_numa_node,
+                cpu_affinity=record.cpu_affinity,
+                island=island_of.get(record.index),
+                nearest_nics=nearest,
+                nic_distance=nearest_class,
+                mig_enabled=record.mig_enabled,
+                memory_bytes=record.memory_bytes,
+            )
+        )
+
+    nics: list[Nic] = []
+    for record_nic in _nic_records(g):
+        device = index.device_of.get(f"nic:{record_nic.name}")
+        nics.append(
+            Nic(
+                name=record_nic.name,
+                netdev=record_nic.netdevs[0] if record_nic.netdevs else None,
+                address=record_nic.address,
+                pcie_root=device.root if device is not None else None,
+                numa_node=pci_numa_node(index, device) if device is not None else None,
+                link_layer=record_nic.link_layer,
+                state=record_nic.state,
+                rate_gbps=record_nic.rate_gbps,
+                rdma=record_nic.rdma,
+            )
+        )
+
+    migs = tuple(g.nodes[n]["mig"] for n in nodes_of(g, "mig"))
+    migs = tuple(sorted(migs, key=_mig_sort_key))
+
+    nvlink_counts = gpu_nvlinks(g)
+    pcie_classes = gpu_gpu_classes(g, index, [gpu.index for gpu in gpus])
+    preferred = preferred_gpu_sets(gpus, islands, nvlink_counts, pcie_classes) if gpus else ()
+    indices = [gpu.index for gpu in gpus]
+    links = gpu_links(indices, islands, nvlink_counts, pcie_classes) if len(gpus) <= MAX_LINKED_GPUS else None
+
+    fabric = _node_fabric(_gpu_records(g))
+    gpu_fabric = frozenset(n for gpu in gpus for n in gpu.nearest_nics)
+    network, network_conditions = network_position(facts, nics, gpu_fabric)
+    conditions += network_conditions
+    pci_devices = tuple(
+        data["device"] for _, data in sorted(g.nodes(data=True)) if data["kind"] == "pci" and data["device"]
+    )
+    return Topology(
+        numa_nodes=numa,
+        gpus=tuple(gpus),
+        nics=tuple(nics),
+        nvlink_islands=islands,
+        mig_devices=migs,
+        preferred_gpu_sets=preferred,
+        gpu_nic_distances=distances,
+        fabric=fabric,
+        pci_devices=tuple(sorted(pci_devices, key=lambda d: d.address)),
+        sources=facts.sources,
+        conditions=tuple(conditions),
+        network=network,
+        gpu_links=links,
+    )
+
+
+def _mig_sort_key(m: MigDevice) -> tuple[int, int, int, str]:
+    return (
+        m.parent_index if m.parent_index is not None else 1_000_000,
+        m.gpu_instance if m.gpu_instance is not None else 1_000_000,
+        m.device_index if m.device_index is not None else 1_000_000,
+        m.uuid,
+    )
+
+
+def _node_fabric(records: Sequence[GpuRecord]) -> FabricInfo | None:
+    """The node's multi-node NVLink membership, when its GPUs report one (they all share it).
+
+    A single-node HGX reports fabric state COMPLETED with an all-zero cluster UUID: that is no
+    multi-node domain, and is ignored.
+    """
+    fabrics = {
+        r.fabric
+        for r in records
+        if r.fabric is not None and r.fabric.cluster_uuid and r.fabric.cluster_uuid.strip("0-") != ""
+    }
+    if not fabrics:
+        return None
+    return sorted(fabrics, key=lambda f: (f.cluster_uuid, f.clique_id))[0]

@@ -38,7 +38,10 @@ SIMULATED_CYCLES = 30
 IMPORTS = (
     ("bare `python -c pass`", "pass"),
     ("`import networkx`", "import networkx"),
-    ("`import nodetopo.discover` (sources, graph, derive; networkx)", "import nodetopo.discover"),
+    (
+        "`import nodetopo.topology.discover` (sources, graph, derive; networkx)",
+        "import nodetopo.topology.discover",
+    ),
     ("`import kubernetes`", "import kubernetes"),
     ("`import urllib3, yaml` (what a thin client needs)", "import urllib3, yaml"),
     ("`import prometheus_client`", "import prometheus_client"),
@@ -53,7 +56,7 @@ IMPORTS = (
     (
         "everything `nodetopo agent` imports",
         "import nodetopo.agent.cli, nodetopo.publish.client, "
-        "nodetopo.discover, nodetopo.crd, nodetopo.labels",
+        "nodetopo.topology.discover, nodetopo.crd, nodetopo.labels",
     ),
 )
 

@@ -48,8 +48,8 @@ def unpack_tree(name: str, dest: Path) -> Path:
 
 def breakdown(name: str, path: Path, runs: int) -> str:
     """Where one input's in-process time goes: each source's own time and the join + derivations."""
-    from nodetopo.derive import derive_topology
-    from nodetopo.discover import bundle_context, collect
+    from nodetopo.topology.derive import derive_topology
+    from nodetopo.topology.discover import bundle_context, collect
 
     per_source: dict[str, list[float]] = {}
     open_s, derive_s = [], []
@@ -121,7 +121,7 @@ def process_cpu_seconds(argv: list[str], runs: int, env: dict[str, str]) -> tupl
 #: in place), then times one scan of the input: nothing of that input from an earlier scan to reuse
 _FIRST_SCAN = (
     "import sys, time\n"
-    "from nodetopo.discover import bundle_context, scan\n"
+    "from nodetopo.topology.discover import bundle_context, scan\n"
     "scan(bundle_context(sys.argv[2]))\n"
     "start, cpu = time.perf_counter(), time.thread_time()\n"
     "scan(bundle_context(sys.argv[1]))\n"
@@ -177,7 +177,7 @@ def floor_rows(name: str, lstopo_s: float, lstopo_cpu: float, runs: int) -> tupl
 def run(quick: bool, only: Sequence[str] = ()) -> Section:
     """``only``: the names of the inputs to measure (a bundle's directory name or the corpus tree's
     name); default every input."""
-    from nodetopo.discover import bundle_context, scan
+    from nodetopo.topology.discover import bundle_context, scan
 
     section = Section("discovery", "1. Discovery: in process, as a process, versus lstopo (hwloc)")
     runs_in, runs_proc = (7, 2) if quick else (20, 5)

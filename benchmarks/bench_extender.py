@@ -77,7 +77,7 @@ def fixture_statuses() -> list[dict[str, Any]]:
     """The NodeTopology ``status`` of every fixture machine that has GPUs."""
     ensure_paths()
     from nodetopo.crd import to_nodetopology
-    from nodetopo.discover import bundle_context, scan
+    from nodetopo.topology.discover import bundle_context, scan
 
     statuses = []
     for bundle in sorted(BUNDLES.iterdir()):

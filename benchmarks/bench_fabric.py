@@ -38,8 +38,8 @@ def _timed_scan(scan: Any, ctx: Any, selected: Any) -> tuple[float, float, Any]:
 def run(quick: bool) -> Section:
     ensure_paths()
     from nodetopo import sources
-    from nodetopo.discover import bundle_context, host_context, scan
     from nodetopo.sources.fabric import cloud, infiniband, lldp
+    from nodetopo.topology.discover import bundle_context, host_context, scan
 
     fabric = (infiniband, lldp, cloud)
     base = tuple(s for s in sources.ALL if s not in fabric)

@@ -44,8 +44,8 @@ def _emit(**fields: Any) -> None:
 def child(case: str, runs: int, profile: str) -> None:
     """Time one case (runs in the child process)."""
     ensure_paths()
-    import nodetopo.derive as derive
-    from nodetopo.graph import build_graph
+    import nodetopo.topology.derive as derive
+    from nodetopo.topology.graph import build_graph
 
     facts = facts_for(case)
     _emit(

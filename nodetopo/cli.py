@@ -263,7 +263,7 @@ def _add_module_commands(sub: Any, command: str | None) -> None:
 
 
 def _context(args: argparse.Namespace) -> Any:
-    from nodetopo.discover import bundle_context, host_context
+    from nodetopo.topology.discover import bundle_context, host_context
 
     if getattr(args, "bundle", None):
         return bundle_context(args.bundle)
@@ -278,7 +278,7 @@ def _context(args: argparse.Namespace) -> Any:
 
 def cmd_discover(args: argparse.Namespace) -> int:
     from nodetopo.crd import to_nodetopology
-    from nodetopo.discover import scan
+    from nodetopo.topology.discover import scan
 
     result = scan(_context(args))
     log.info("discovery took %.3fs", result.duration_s)
@@ -411,9 +411,9 @@ def _capture_nvml(path: Path) -> str:
 
 def cmd_publish(args: argparse.Namespace) -> int:
     from nodetopo.crd import to_nodetopology
-    from nodetopo.discover import scan
     from nodetopo.labels import to_labels, uncertain_keys
     from nodetopo.publish import run_publish
+    from nodetopo.topology.discover import scan
 
     result = scan(_context(args))
     allocation = None

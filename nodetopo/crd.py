@@ -41,7 +41,7 @@ from nodetopo.model import (
     format_cpulist,
     parse_cpulist,
 )
-from nodetopo.network import nvlink_domain
+from nodetopo.topology.network import nvlink_domain
 
 GROUP = "nodetopo.io"
 VERSION = "v1alpha1"

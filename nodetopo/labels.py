@@ -19,8 +19,8 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from nodetopo.crd import to_nodetopology
-from nodetopo.graph import GRAPH_SOURCE
 from nodetopo.model import ConditionReason, Topology
+from nodetopo.topology.graph import GRAPH_SOURCE
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = (
-    "nodetopo.discover",
+    "nodetopo.topology.discover",
     "nodetopo.bundle",
     "nodetopo.sources.pci",
     "nodetopo.sources.rdma",
@@ -54,7 +54,7 @@ def load(tree: Path) -> dict[str, ModuleType]:
 
 
 def reader(modules: dict[str, ModuleType], what: str, bundle: Path) -> Callable[[], object]:
-    discover = modules["nodetopo.discover"]
+    discover = modules["nodetopo.topology.discover"]
     if what == "smiq":
         xml = (bundle if bundle.is_file() else bundle / "cmd" / "nvidia-smi-q.xml").read_text()
         return lambda: modules["nodetopo.sources.nvidia_smi"]._read_smi_query_xml(xml, "nvidia-smi -q -x")

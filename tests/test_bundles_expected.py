@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from nodetopo.crd import to_nodetopology
-from nodetopo.discover import bundle_context, scan
 from nodetopo.labels import to_labels
+from nodetopo.topology.discover import bundle_context, scan
 
 BUNDLES = sorted(p for p in (Path(__file__).parent / "fixtures" / "bundles").glob("*") if p.is_dir())
 

@@ -52,7 +52,7 @@ def _loaded(modules: list[str], roots: tuple[str, ...]) -> list[str]:
 def test_discover_imports_only_what_it_needs(output: str) -> None:
     code, modules = _modules_after(["discover", "--from", str(BUNDLES / "dgx-h100"), "-o", output])
     assert code == 0
-    assert "nodetopo.discover" in modules  # it did discover
+    assert "nodetopo.topology.discover" in modules  # it did discover
     assert _loaded(modules, NOT_FOR_DISCOVER) == []
 
 
@@ -83,16 +83,16 @@ def test_ray_from_a_nodetopology_file_builds_no_graph(tmp_path: Path) -> None:
     assert "nodetopo.ray.labels" in modules  # it did make the labels
     assert _loaded(modules, ("networkx",)) == []
     # nor any discovery source (the resource projection is all a consumer needs)
-    assert _loaded(modules, ("nodetopo.sources", "nodetopo.discover")) == []
+    assert _loaded(modules, ("nodetopo.sources", "nodetopo.topology.discover")) == []
 
 
 #: modules `probe` (an init container in every GPU pod) has no use for: discovery, the graph, the
 #: publishers (it only reads its NodeTopology and posts an Event through ``nodetopo.publish.client``)
 NOT_FOR_PROBE = (
-    "nodetopo.discover",
+    "nodetopo.topology.discover",
     "nodetopo.sources",
-    "nodetopo.graph",
-    "nodetopo.derive",
+    "nodetopo.topology.graph",
+    "nodetopo.topology.derive",
     "nodetopo.agent",
     "nodetopo.ray",
     "nodetopo.publish.publisher",

@@ -12,10 +12,10 @@ import yaml
 from nodetopo import export
 from nodetopo.cli import main
 from nodetopo.crd import to_nodetopology
-from nodetopo.derive import derive_topology
 from nodetopo.export import NodePlace
 from nodetopo.model import Facts, NetworkObservation
 from nodetopo.sources.fabric import infiniband as ib
+from nodetopo.topology.derive import derive_topology
 
 GB200 = "fabric/ibnetdiscover/topograph-gb200-nvl72-superpod-2tier-ndr-rail-example.out"
 EXPECTED = "fabric/expected/topograph-example-out-slurm-topology.conf"

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from nodetopo.crd import to_nodetopology
-from nodetopo.discover import bundle_context, scan
 from nodetopo.labels import to_labels
+from nodetopo.topology.discover import bundle_context, scan
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BUNDLES = sorted(p for p in (FIXTURES / "bundles").glob("*") if p.is_dir())

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from nodetopo.crd import ResourceError, to_nodetopology, topology_from_nodetopology
-from nodetopo.discover import bundle_context, scan
 from nodetopo.kubectl.fleet import FleetFilter, fleet_row, fleet_rows, render_fleet
 from nodetopo.model import LinkClass
+from nodetopo.topology.discover import bundle_context, scan
 from nodetopo.views.matrix import gpu_matrix, link_cells, node_matrix
 from nodetopo.views.published import published_gpu_matrix
 
@@ -118,7 +118,7 @@ def test_links_are_published_up_to_the_bound_and_not_beyond() -> None:
     """64 GPUs: every pair, exactly as many as the schema holds. 72 GPUs: none, and the matrix of the
     object (one NVSwitch island) is still whole from the island."""
     from nodetopo import crd
-    from nodetopo.derive import derive_topology
+    from nodetopo.topology.derive import derive_topology
 
     full = derive_topology(_synthetic(64))
     assert full.gpu_links is not None and len(full.gpu_links) == crd.MAX_GPU_LINKS == 64 * 63 // 2
@@ -233,7 +233,14 @@ def test_help_loads_no_client_and_no_renderer() -> None:
         [sys.executable, "-c", _PROBE, "--help"], capture_output=True, text=True, check=True, timeout=60
     )
     modules = json.loads(done.stdout.splitlines()[-1])
-    heavy = ("kubernetes", "yaml", "networkx", "nodetopo.publish", "nodetopo.render", "nodetopo.discover")
+    heavy = (
+        "kubernetes",
+        "yaml",
+        "networkx",
+        "nodetopo.publish",
+        "nodetopo.render",
+        "nodetopo.topology.discover",
+    )
     assert [m for m in modules if m.split(".")[0] in heavy or m.startswith(heavy)] == []
 
 
@@ -259,5 +266,12 @@ def test_what_get_and_nodes_import_builds_no_graph() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     loaded = set(json.loads(done.stdout))
-    heavy = {"networkx", "kubernetes", "nodetopo.discover", "nodetopo.graph", "nodetopo.derive", "pynvml"}
+    heavy = {
+        "networkx",
+        "kubernetes",
+        "nodetopo.topology.discover",
+        "nodetopo.topology.graph",
+        "nodetopo.topology.derive",
+        "pynvml",
+    }
     assert loaded & heavy == set()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from nodetopo.crd import to_nodetopology
-from nodetopo.derive import derive_topology
 from nodetopo.labels import PREFIX, is_valid, label_value, to_labels, uncertain_keys
 from nodetopo.model import (
     Condition,
@@ -18,6 +17,7 @@ from nodetopo.model import (
     SourceStatus,
     SwitchPort,
 )
+from nodetopo.topology.derive import derive_topology
 
 LEAF = FabricTier(
     level=0, id="S-2c5eab0300c26040", name="B09-P1-IBLEAF-01-05", members=("0x2c5eab0300c26040",)

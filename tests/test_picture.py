@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nodetopo.cli import main
-from nodetopo.discover import bundle_context, scan
+from nodetopo.topology.discover import bundle_context, scan
 from nodetopo.views.dot import ISLAND_COLOURS, to_dot
 
 REPO = Path(__file__).resolve().parent.parent

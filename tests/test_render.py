@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from nodetopo.cli import main
-from nodetopo.discover import bundle_context, scan
 from nodetopo.render import natural_key, render_table
 from nodetopo.terminal import strip_control
+from nodetopo.topology.discover import bundle_context, scan
 from nodetopo.views.matrix import gpu_matrix
 from nodetopo.views.pciids import find_pci_ids, names_in_database, parse_pci_ids, read_pci_names, short_vendor
 

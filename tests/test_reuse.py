@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from agent.support import FakeClock, FakePublisher, SwitchableScan, make_agent
 
-from nodetopo.discover import bundle_context, scan
 from nodetopo.errors import ParseError
 from nodetopo.host import Replay, ReplayRunner
 from nodetopo.reuse import reuse_last
 from nodetopo.sources import ibstat, nvidia_smi, nvml
+from nodetopo.topology.discover import bundle_context, scan
 
 BUNDLES = Path(__file__).resolve().parent / "fixtures" / "bundles"
 DGX1 = BUNDLES / "dgx1-v100"

@@ -13,7 +13,7 @@ import yaml
 
 from nodetopo.cli import main
 from nodetopo.crd import to_nodetopology
-from nodetopo.discover import bundle_context, scan
+from nodetopo.topology.discover import bundle_context, scan
 
 BUNDLES = sorted(p for p in (Path(__file__).parent / "fixtures" / "bundles").iterdir() if p.is_dir())
 
@@ -132,7 +132,7 @@ def test_agent_once_dry_run_writes_no_zero_labels(
 
 def test_a_host_root_is_not_called_a_bundle(tmp_path: Path) -> None:
     """`--host-root DIR` said "no nvml.json in the bundle"; only a bundle may say that."""
-    from nodetopo.discover import host_context
+    from nodetopo.topology.discover import host_context
 
     status = to_nodetopology(scan(host_context(tmp_path, nvml="auto")).topology, "n")["status"]
     nvml = next(s for s in status["sources"] if s["name"] == "nvml")

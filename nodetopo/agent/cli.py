@@ -155,7 +155,7 @@ def build_agent(
     events: EventSource | None = None,
 ) -> Agent:
     """The production wiring: host (or bundle) seams, API publisher (or dry run), udev events."""
-    from nodetopo.discover import bundle_context, host_context, scan
+    from nodetopo.topology.discover import bundle_context, host_context, scan
 
     ctx = (
         bundle_context(config.bundle)

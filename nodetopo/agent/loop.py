@@ -43,10 +43,10 @@ from nodetopo.agent.throttle import Backoff
 from nodetopo.agent.udev import EventSource, NoEvents
 from nodetopo.allocation import allocation_of
 from nodetopo.crd import to_nodetopology
-from nodetopo.discover import Scan
 from nodetopo.errors import ForbiddenError, PublishError
 from nodetopo.labels import to_labels, uncertain_keys
 from nodetopo.model import GpuAllocation, KubeletAllocation, Topology
+from nodetopo.topology.discover import Scan
 
 log = logging.getLogger(__name__)
 

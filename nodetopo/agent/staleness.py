@@ -18,10 +18,10 @@ import datetime
 import logging
 from collections.abc import Callable, Sequence
 
-from nodetopo.derive import derive_topology
-from nodetopo.discover import Scan
 from nodetopo.model import Condition, ConditionReason, Facts
 from nodetopo.sources.base import SourceResult
+from nodetopo.topology.derive import derive_topology
+from nodetopo.topology.discover import Scan
 
 log = logging.getLogger(__name__)
 

@@ -132,7 +132,7 @@ def _seconds(text: str) -> float:
 def _from_bundle(path: str, node_name: str | None) -> dict[str, Any]:
     # Offline only: consumers otherwise never discover; the lead's import contract decides this seam.
     from nodetopo.crd import to_nodetopology
-    from nodetopo.discover import bundle_context, scan
+    from nodetopo.topology.discover import bundle_context, scan
 
     return to_nodetopology(scan(bundle_context(path)).topology, node_name or Path(path).name)
 

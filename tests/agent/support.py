@@ -15,11 +15,11 @@ from typing import Any
 from nodetopo.agent.config import AgentConfig
 from nodetopo.agent.loop import Agent
 from nodetopo.agent.publisher import DryRunPublisher, PublishOutcome
-from nodetopo.discover import Scan, bundle_context, scan
 from nodetopo.host import Replay, ReplayRunner
 from nodetopo.model import KubeletAllocation
 from nodetopo.publish.nodetopology import ApplyOutcome
 from nodetopo.sources.base import Context
+from nodetopo.topology.discover import Scan, bundle_context, scan
 
 BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
 DGX_H100 = BUNDLES / "dgx-h100"

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from agent.support import DGX_H100, FakeClock, FakePublisher, make_agent, stop_after
 from nodetopo.agent.loop import Agent
-from nodetopo.discover import bundle_context, scan
 from nodetopo.model import DeviceAssignment, KubeletAllocation, PodRef
+from nodetopo.topology.discover import bundle_context, scan
 
 UUIDS = {g.index: g.uuid for g in scan(bundle_context(DGX_H100)).topology.gpus}
 TRAIN = PodRef(namespace="ml", name="train", container="main")

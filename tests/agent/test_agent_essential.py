@@ -17,9 +17,9 @@ from agent.support import DGX_H100, FakeClock, FakePublisher, SwitchableScan, co
 from nodetopo.agent.loop import Agent
 from nodetopo.agent.publisher import ApiPublisher
 from nodetopo.crd import to_nodetopology
-from nodetopo.discover import bundle_context, host_context, scan
 from nodetopo.host import ReplayRunner
 from nodetopo.sources.base import Context
+from nodetopo.topology.discover import bundle_context, host_context, scan
 
 
 def agent_for(ctx: Context, publisher: Any = None) -> tuple[Agent, Any, SwitchableScan]:

@@ -21,9 +21,9 @@ from agent.support import (
     make_unreadable,
 )
 from nodetopo.agent.loop import Agent
-from nodetopo.discover import bundle_context
 from nodetopo.host import Replay
 from nodetopo.sources.base import Context
+from nodetopo.topology.discover import bundle_context
 
 HEALTHY_RDMA_AND_NUMA = ("nodetopo.io/numa.count", "nodetopo.io/rdma", "nodetopo.io/rdma.nic-count")
 

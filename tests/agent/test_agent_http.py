@@ -12,8 +12,8 @@ from agent.support import DGX_H100, FakeClock, FakePublisher, SwitchableScan, co
 from nodetopo.agent.health import Health, HealthServer
 from nodetopo.agent.loop import Agent
 from nodetopo.agent.metrics import make_registry
-from nodetopo.discover import bundle_context
 from nodetopo.errors import TransientError
+from nodetopo.topology.discover import bundle_context
 
 
 def get(port: int, path: str) -> tuple[int, str]:

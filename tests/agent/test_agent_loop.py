@@ -18,9 +18,9 @@ from agent.support import (
 )
 from nodetopo.agent.loop import Agent, Debouncer, jitter_bounds
 from nodetopo.agent.staleness import failure_of
-from nodetopo.discover import bundle_context
 from nodetopo.errors import ForbiddenError, InvalidError, TransientError
 from nodetopo.model import ConditionReason
+from nodetopo.topology.discover import bundle_context
 
 
 def test_unchanged_scans_write_once_then_nothing() -> None:

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from nodetopo.crd import to_nodetopology
-from nodetopo.discover import bundle_context, scan
 from nodetopo.extender.fit import evaluate, node_shape
 from nodetopo.extender.request import PodRequest
 from nodetopo.labels import to_labels
+from nodetopo.topology.discover import bundle_context, scan
 
 
 def _topo_m_only(tmp_path: Path, corpus: Path) -> tuple[dict[str, Any], dict[str, str]]:

@@ -60,7 +60,7 @@ def ok(answer: tuple[int, Any], *expected: int) -> Any:
 
 
 def discover(bundle: str) -> Any:
-    from nodetopo.discover import bundle_context, scan
+    from nodetopo.topology.discover import bundle_context, scan
 
     logging.getLogger("nodetopo").setLevel(logging.ERROR)
     return scan(bundle_context(BUNDLES / bundle)).topology

@@ -24,7 +24,7 @@ from agent.support import DGX_H100, DRIVER_MISMATCH, SwitchableScan, all_nvidia_
 from nodetopo.agent.loop import Agent
 from nodetopo.agent.publisher import ApiPublisher
 from nodetopo.agent.throttle import RateLimitedSession, TokenBucket
-from nodetopo.discover import bundle_context
+from nodetopo.topology.discover import bundle_context
 
 pytestmark = pytest.mark.k8s
 

@@ -16,10 +16,10 @@ from agent.kube_support import NAMESPACE, SERVICE_ACCOUNT, apply_deploy
 from agent.support import DGX_H100
 
 from nodetopo.crd import to_nodetopology
-from nodetopo.discover import bundle_context, scan
 from nodetopo.errors import ForbiddenError
 from nodetopo.publish.client import ApiSession
 from nodetopo.publish.nodetopology import apply_nodetopology, owner_reference
+from nodetopo.topology.discover import bundle_context, scan
 
 pytestmark = pytest.mark.k8s
 

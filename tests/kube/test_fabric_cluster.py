@@ -12,12 +12,12 @@ import yaml
 
 from nodetopo import export
 from nodetopo.crd import to_nodetopology
-from nodetopo.derive import derive_topology
 from nodetopo.labels import to_labels, uncertain_keys
 from nodetopo.model import FabricTier, Facts, NetworkObservation, SwitchPort
 from nodetopo.publish import Publisher
 from nodetopo.publish.client import ApiSession
 from nodetopo.publish.nodetopology import GROUP, PLURAL, VERSION
+from nodetopo.topology.derive import derive_topology
 
 from .cluster import LocalCluster
 from .kueue import kueue_crds

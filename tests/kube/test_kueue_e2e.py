@@ -39,7 +39,6 @@ from cryptography.x509.oid import NameOID
 
 from nodetopo import export
 from nodetopo.crd import to_nodetopology
-from nodetopo.derive import derive_topology
 from nodetopo.labels import to_labels
 from nodetopo.model import (
     FabricInfo,
@@ -51,6 +50,7 @@ from nodetopo.model import (
     PciAddress,
     SwitchPort,
 )
+from nodetopo.topology.derive import derive_topology
 
 from .cluster import LocalCluster, free_port
 from .kueue import build_kueue, kueue_source

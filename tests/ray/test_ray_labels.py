@@ -18,7 +18,7 @@ BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
 
 def body_of(bundle: str, node: str | None = None) -> dict[str, Any]:
     from nodetopo.crd import to_nodetopology
-    from nodetopo.discover import bundle_context, scan
+    from nodetopo.topology.discover import bundle_context, scan
 
     logging.getLogger("nodetopo").setLevel(logging.ERROR)
     return to_nodetopology(scan(bundle_context(BUNDLES / bundle)).topology, node or bundle)

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from nodetopo.crd import to_nodetopology
-from nodetopo.discover import bundle_context, scan
 from nodetopo.labels import to_labels
 from nodetopo.ray.labels import GPU_DOMAIN, ray_labels
+from nodetopo.topology.discover import bundle_context, scan
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLES = sorted(p for p in (REPO / "tests" / "fixtures" / "bundles").iterdir() if p.is_dir())

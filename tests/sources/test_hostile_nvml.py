@@ -22,11 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nodetopo.cli import main
-from nodetopo.discover import bundle_context
 from nodetopo.errors import ParseError
 from nodetopo.model import ConditionReason, NvmlGpu
 from nodetopo.sources import nvml
 from nodetopo.sources.nvml.replay import MAX_DEPTH, MAX_TEXT
+from nodetopo.topology.discover import bundle_context
 
 pytestmark = pytest.mark.timeout(60)
 

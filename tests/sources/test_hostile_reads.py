@@ -19,7 +19,6 @@ from sysfs_trees import Link, pci_function, write_tree
 
 from nodetopo.bundle import COMMANDS, bundle_runner
 from nodetopo.crd import to_nodetopology
-from nodetopo.discover import bundle_context, scan
 from nodetopo.errors import ParseError, excerpt
 from nodetopo.host import (
     SYSFS_ATTRIBUTE_LIMIT,
@@ -33,6 +32,7 @@ from nodetopo.host import (
 )
 from nodetopo.model import ConditionReason
 from nodetopo.sources import ibstat, numa, nvidia_smi, pci, rdma
+from nodetopo.topology.discover import bundle_context, scan
 
 pytestmark = pytest.mark.timeout(60)
 

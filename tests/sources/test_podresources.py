@@ -21,7 +21,6 @@ import pytest
 
 from nodetopo.allocation import device_key, gpu_allocation, unknown_allocation
 from nodetopo.crd import to_nodetopology
-from nodetopo.discover import bundle_context, scan
 from nodetopo.errors import ParseError
 from nodetopo.model import DeviceAssignment, KubeletAllocation, PodRef
 from nodetopo.sources.podresources import (
@@ -34,6 +33,7 @@ from nodetopo.sources.podresources import (
     parse_list_response,
     read_allocation,
 )
+from nodetopo.topology.discover import bundle_context, scan
 
 BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
 

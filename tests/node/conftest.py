@@ -20,7 +20,9 @@ Session fixtures
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import subprocess
 import sys
 import time
@@ -35,9 +37,26 @@ from .node import GATEWAY, REPO, LocalNode, NodeError
 
 TIMINGS: dict[str, float] = {}
 
+# One real node per machine: it registers under the host's name and owns the CNI bridge,
+# /var/lib/kubelet and the pod cgroups. Test runs from two checkouts wait here for each other.
+MACHINE_LOCK = Path(os.environ.get("NODETOPO_NODE_LOCK", "/tmp/nodetopo-real-node.lock"))
+
 
 @pytest.fixture(scope="session")
-def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def machine_lock() -> Iterator[None]:
+    with MACHINE_LOCK.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"\nwaiting for {MACHINE_LOCK}: another test run holds the real node", flush=True)
+            started = time.monotonic()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            TIMINGS["waited for the machine's node"] = round(time.monotonic() - started, 2)
+        yield
+
+
+@pytest.fixture(scope="session")
+def node_cluster(machine_lock: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     try:
         bin_dir = build_binaries()
     except ClusterError as e:

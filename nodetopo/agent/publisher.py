@@ -22,8 +22,8 @@ from typing import IO, Any, Protocol
 import yaml
 
 from nodetopo.errors import PublishError
+from nodetopo.kube.session import ApiSession
 from nodetopo.publish import Publisher, PublishOutcome
-from nodetopo.publish.client import ApiSession
 from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelOutcome, LabelTracker
 from nodetopo.publish.nodetopology import (
     GROUP,

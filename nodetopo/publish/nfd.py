@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from nodetopo.publish.client import ApiSession
+from nodetopo.kube.session import ApiSession
 from nodetopo.publish.node_labels import PREFIX, SCANS_TO_REMOVE, LabelTracker, TrackedLabelPublisher
 
 log = logging.getLogger(__name__)

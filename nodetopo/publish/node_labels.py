@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nodetopo.publish.client import ApiSession
+from nodetopo.kube.session import ApiSession
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from typing import Any
 
 from nodetopo.crd import content_hash
 from nodetopo.errors import PublishError
+from nodetopo.kube.session import ApiSession
 from nodetopo.model import ConditionReason
-from nodetopo.publish.client import ApiSession
 
 log = logging.getLogger(__name__)
 

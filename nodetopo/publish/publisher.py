@@ -8,7 +8,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nodetopo.publish.client import ApiSession, connect
+from nodetopo.kube.session import ApiSession
+from nodetopo.kube.transport import connect
 from nodetopo.publish.nfd import DEFAULT_NAMESPACE, NodeFeaturePublisher
 from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelOutcome, NodeLabelPublisher
 from nodetopo.publish.nodetopology import (

@@ -17,7 +17,7 @@ from agent.support import DGX_H100
 
 from nodetopo.crd import to_nodetopology
 from nodetopo.errors import ForbiddenError
-from nodetopo.publish.client import ApiSession
+from nodetopo.kube.session import ApiSession
 from nodetopo.publish.nodetopology import apply_nodetopology, owner_reference
 from nodetopo.topology.discover import bundle_context, scan
 

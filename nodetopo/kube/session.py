@@ -8,7 +8,7 @@ import http.client
 import json
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from nodetopo.errors import TransientError
 from nodetopo.kube.errors import ApiStatusError, translate_api_error
@@ -22,6 +22,33 @@ FIELD_MANAGER = "nodetopo-agent"
 def quote_segment(segment: str) -> str:
     """``segment`` (a name, a namespace) quoted for a URL path."""
     return urllib.parse.quote(segment, safe="")
+
+
+class Session(Protocol):
+    """The calls nodetopo's writers make: ``ApiSession``, or the dry run's
+    ``nodetopo.publish.dryrun.PrintingSession``."""
+
+    field_manager: str
+
+    def read_node(self, name: str) -> dict[str, Any]: ...
+
+    def apply_node(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def read_cluster_object(
+        self, group: str, version: str, plural: str, name: str
+    ) -> dict[str, Any] | None: ...
+
+    def apply_cluster_object(
+        self, group: str, version: str, plural: str, name: str, body: Mapping[str, Any], *, status: bool
+    ) -> dict[str, Any]: ...
+
+    def read_namespaced_object(
+        self, group: str, version: str, namespace: str, plural: str, name: str
+    ) -> dict[str, Any] | None: ...
+
+    def apply_namespaced_object(
+        self, group: str, version: str, namespace: str, plural: str, name: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]: ...
 
 
 class ApiSession:

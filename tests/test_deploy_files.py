@@ -125,7 +125,9 @@ def test_comments_do_not_call_the_uid_0_agent_non_root() -> None:
     (daemonset,) = _docs(DEPLOY / "daemonset.yaml")
     security = daemonset["spec"]["template"]["spec"]["securityContext"]
     assert security["runAsUser"] == 0 and security["runAsNonRoot"] is False
-    for path in (DEPLOY / "daemonset.yaml", DEPLOY / "namespace.yaml"):
+    chart = ROOT / "charts" / "nodetopo" / "templates"
+    for path in (DEPLOY / "daemonset.yaml", DEPLOY / "namespace.yaml", chart / "daemonset.yaml",
+                 chart / "namespace.yaml"):  # fmt: skip
         said = [c for c in _comments(path) if NON_ROOT.search(c)]
         assert not said, (str(path.relative_to(ROOT)), said)
         assert any("uid 0" in c for c in _comments(path)), str(path.relative_to(ROOT))

@@ -498,7 +498,7 @@ def test_notes_say_what_to_run_next(cluster: Any) -> None:
         "kubectl get ntopo",
         "kubectl get nodes -L "
         "nodetopo.io/gpu.count,nodetopo.io/nvlink.island-size,nodetopo.io/gpu-nic.distance",
-        "helm test gpu -n topo",
+        "helm test gpu -n topo --logs",
     ]
     for part in ("extender", "scheduler", "summary-controller"):
         assert f"kubectl -n topo rollout status deployment/gpu-nodetopo-{part}" in commands

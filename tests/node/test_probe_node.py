@@ -1,9 +1,9 @@
 """``nodetopo probe`` as an init container on the real node (kubelet + containerd, the image built by
 image/build_oci.py), with the pod's own kubelet-minted service-account token bound to deploy/probe's
-``nodetopo-reader``: a pod without a declaration passes with an Undeclared warning; a pod declaring
-``nodetopo.io/rdma: required`` on a node whose NodeTopology promises RDMA NICs the container cannot see
-fails ResourceNotReal, in its termination message and in an Event. Run with ``-s`` for the real
-``kubectl describe pod`` output.
+roles (``nodetopo-reader``, and ``nodetopo-probe-events`` in the pod's namespace): a pod without a
+declaration passes with an Undeclared warning; a pod declaring ``nodetopo.io/rdma: required`` on a
+node whose NodeTopology promises RDMA NICs the container cannot see fails ResourceNotReal, in its
+termination message and in an Event. Run with ``-s`` for the real ``kubectl describe pod`` output.
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ def init_terminated(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def create_reader(cluster: LocalCluster) -> str:
-    """A new service account bound to deploy/probe's ``nodetopo-reader`` (``delete_reader`` removes it)."""
+    """A new service account bound as deploy/probe/rbac.yaml says: ``nodetopo-reader`` cluster-wide,
+    ``nodetopo-probe-events`` in its own namespace (``delete_reader`` removes them)."""
     cluster.kubectl("apply", "-f", str(REPO / "deploy/probe/rbac.yaml"))
     sa = f"probe-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "serviceaccount", "-n", NAMESPACE, sa)
@@ -98,11 +99,16 @@ def create_reader(cluster: LocalCluster) -> str:
         "--clusterrole=nodetopo-reader",
         f"--serviceaccount={NAMESPACE}:{sa}",
     )
+    cluster.kubectl(
+        "-n", NAMESPACE, "create", "rolebinding", f"nodetopo-probe-events-{sa}",
+        "--clusterrole=nodetopo-probe-events", f"--serviceaccount={NAMESPACE}:{sa}",
+    )  # fmt: skip
     return sa
 
 
 def delete_reader(cluster: LocalCluster, sa: str) -> None:
     cluster.kubectl("delete", "clusterrolebinding", f"nodetopo-reader-{sa}", check=False)
+    cluster.kubectl("delete", "rolebinding", "-n", NAMESPACE, f"nodetopo-probe-events-{sa}", check=False)
     cluster.kubectl("delete", "serviceaccount", "-n", NAMESPACE, sa, check=False)
 
 

@@ -21,9 +21,9 @@ import textwrap
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from nodetopo.crd import conditions as resource_conditions
-from nodetopo.crd import islands_text, model_of, worst_nic_distance
 from nodetopo.model import PciDevice, Topology, format_cpulist
+from nodetopo.resource.body import islands_text, model_of, worst_nic_distance
+from nodetopo.resource.conditions import conditions as resource_conditions
 from nodetopo.terminal import strip_control
 
 # A few PCI class names for the roots view (PCI code and ID assignment specification).

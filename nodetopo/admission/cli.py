@@ -133,7 +133,7 @@ def _objects(documents: list[Any]) -> list[Any]:
 
 def _summary(args: argparse.Namespace) -> dict[str, Any] | None:
     from nodetopo.admission.summary import KIND, NAME, PLURAL, summarize_objects
-    from nodetopo.crd import GROUP, VERSION
+    from nodetopo.resource.identity import GROUP, VERSION
 
     if args.summary:
         found = [

@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from nodetopo.admission.summary import NAME, PLURAL, NodeFacts, Thresholds, node_facts, summarize
-from nodetopo.crd import GROUP, VERSION
-from nodetopo.crd import PLURAL as NODETOPOLOGY_PLURAL
 from nodetopo.extender.cache import NODETOPOLOGY_PATH, Handlers, Reflector
+from nodetopo.resource.identity import GROUP, VERSION
+from nodetopo.resource.identity import PLURAL as NODETOPOLOGY_PLURAL
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nodetopo.crd import GROUP, VERSION
 from nodetopo.extender.fit import node_shape
-from nodetopo.labels import label_value
 from nodetopo.model import LinkClass
+from nodetopo.resource.identity import GROUP, VERSION
+from nodetopo.resource.labels import label_value
 
 KIND = "NodeTopologySummary"
 PLURAL = "nodetopologysummaries"

@@ -42,10 +42,10 @@ from nodetopo.agent.staleness import StaleKeeper
 from nodetopo.agent.throttle import Backoff
 from nodetopo.agent.udev import EventSource, NoEvents
 from nodetopo.allocation import allocation_of
-from nodetopo.crd import to_nodetopology
 from nodetopo.errors import ForbiddenError, PublishError
-from nodetopo.labels import to_labels, uncertain_keys
 from nodetopo.model import GpuAllocation, KubeletAllocation, Topology
+from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.labels import to_labels, uncertain_keys
 from nodetopo.topology.discover import Scan
 
 log = logging.getLogger(__name__)

@@ -52,8 +52,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import CollectorRegistry
 
 from nodetopo import __version__
-from nodetopo.crd import conditions
 from nodetopo.model import ConditionReason, GpuAllocation, Topology
+from nodetopo.resource.conditions import conditions
 from nodetopo.sources.base import SourceResult
 
 NAMESPACE = "nodetopo"

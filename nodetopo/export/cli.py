@@ -99,7 +99,7 @@ def _from_cluster(kubeconfig: str | None, context: str | None = None) -> list[di
 
 
 def _from_bundles(paths: Sequence[str]) -> list[dict[str, Any]]:
-    from nodetopo.crd import to_nodetopology
+    from nodetopo.resource.body import to_nodetopology
     from nodetopo.topology.discover import bundle_context, scan
 
     return [to_nodetopology(scan(bundle_context(p)).topology, Path(p).name) for p in paths]

@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from nodetopo.crd import GROUP, PLURAL, VERSION
 from nodetopo.extender.fit import (
     Holders,
     NodeShape,
@@ -32,6 +31,7 @@ from nodetopo.extender.fit import (
     node_shape,
 )
 from nodetopo.extender.request import AnnotationError, PodRequest, parse_pod_request, pod_gpus
+from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
 

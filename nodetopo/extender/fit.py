@@ -44,9 +44,9 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nodetopo.crd import MAX_GPUS, MAX_HOLDERS, MAX_NICS
 from nodetopo.extender.request import PodRequest
 from nodetopo.model import LinkClass
+from nodetopo.resource.limits import MAX_GPUS, MAX_HOLDERS, MAX_NICS
 
 MAX_SCORE = 10
 REASON_PREFIX = "nodetopo: "

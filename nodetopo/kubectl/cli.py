@@ -130,8 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _read(args: argparse.Namespace) -> dict[str, Any]:
-    from nodetopo.crd import GROUP, PLURAL, VERSION
     from nodetopo.publish.client import ApiSession, connect
+    from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 
     with connect(args.kubeconfig, context=args.kube_context) as connection:
         body = ApiSession(connection).read_cluster_object(GROUP, VERSION, PLURAL, args.node)
@@ -144,7 +144,7 @@ def _read(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _topology(body: dict[str, Any]) -> Any:
-    from nodetopo.crd import ResourceError, topology_from_nodetopology
+    from nodetopo.resource.reader import ResourceError, topology_from_nodetopology
 
     try:
         return topology_from_nodetopology(body)
@@ -217,10 +217,10 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    from nodetopo.crd import GROUP, PLURAL, VERSION
     from nodetopo.kubectl.fleet import FleetFilter, fleet_rows, render_fleet
     from nodetopo.model import LinkClass
     from nodetopo.publish.client import ApiSession, connect
+    from nodetopo.resource.identity import GROUP, PLURAL, VERSION
     from nodetopo.terminal import output_width
 
     with connect(args.kubeconfig, context=args.kube_context) as connection:

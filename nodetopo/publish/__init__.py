@@ -9,7 +9,7 @@ failures are translated into ``nodetopo.errors`` there.
 * ``run_publish``: one shot, for ``nodetopo publish``. With no history to count scans, a one-shot
   run treats its labels as one clean, final scan: keys it lacks are removed at once, except
   ``uncertain_keys`` / keys under ``uncertain_prefixes`` (sources that failed in the bundle:
-  ``nodetopo.labels.uncertain_keys(topology)``), which keep their value.
+  ``nodetopo.resource.labels.uncertain_keys(topology)``), which keep their value.
 
 Importing the package loads none of this: a command that needs only ``nodetopo.publish.client``
 (``nodetopo probe`` reads its NodeTopology and posts an Event through it, in every GPU pod) does not

@@ -9,7 +9,7 @@ Input of one scan (``LabelTracker.observe`` / ``NodeLabelPublisher.publish``):
 
 * ``labels: Mapping[str, str | None]``: a key with a value is observed; a key mapped to ``None``
   is *unknown this round* (its source failed) and keeps its last good value;
-* ``uncertain_keys``: exact keys unknown this round (``nodetopo.labels.uncertain_keys(topology)``),
+* ``uncertain_keys``: exact keys unknown this round (``nodetopo.resource.labels.uncertain_keys(topology)``),
   whatever ``labels`` says;
 * ``uncertain_prefixes``: key prefixes (plain ``str.startswith``) of sources that failed this
   round, e.g. ``("nodetopo.io/rdma",)``; every matching key is unknown this round;

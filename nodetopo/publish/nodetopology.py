@@ -25,10 +25,10 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from nodetopo.crd import content_hash
 from nodetopo.errors import PublishError
 from nodetopo.model import ConditionReason
 from nodetopo.publish.client import ApiSession
+from nodetopo.resource.body import content_hash
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def rfc3339(moment: datetime.datetime) -> str:
 
 
 def status_content_hash(status: Mapping[str, Any]) -> str:
-    """The contract's content hash (``nodetopo.crd.content_hash``): sha256 of the status without
+    """The contract's content hash (``nodetopo.resource.body.content_hash``): sha256 of the status without
     ``contentHash`` and the conditions' times."""
     return content_hash(dict(status))
 
@@ -213,7 +213,7 @@ class NodeTopologyPublisher:
         self._written_metadata[name] = key
 
     def apply(self, body: Mapping[str, Any], *, node_name: str | None = None) -> ApplyOutcome:
-        """Apply ``body`` (a ``nodetopo.crd.to_nodetopology`` result) unless unchanged since the
+        """Apply ``body`` (a ``nodetopo.resource.body.to_nodetopology`` result) unless unchanged since the
         last successful write. ``node_name`` defaults to the object's name."""
         name = str(body["metadata"]["name"])
         key = self._skip_key(body)

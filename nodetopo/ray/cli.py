@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from nodetopo.crd import GROUP, PLURAL, VERSION
 from nodetopo.errors import BundleError, NodetopoError
 from nodetopo.kubeflags import add_kube_args
+from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ def _seconds(text: str) -> float:
 
 def _from_bundle(path: str, node_name: str | None) -> dict[str, Any]:
     # Offline only: consumers otherwise never discover; the lead's import contract decides this seam.
-    from nodetopo.crd import to_nodetopology
+    from nodetopo.resource.body import to_nodetopology
     from nodetopo.topology.discover import bundle_context, scan
 
     return to_nodetopology(scan(bundle_context(path)).topology, node_name or Path(path).name)

@@ -1,7 +1,7 @@
 """Ray node labels and custom resources from a NodeTopology object (the dict the API serves).
 
 Labels (for ``ray start --labels-file``; Ray labels follow Kubernetes label syntax; the ``ray.io/``
-prefix is Ray's own and nodetopo never writes it) are ``nodetopo.labels.labels_of`` — the very
+prefix is Ray's own and nodetopo never writes it) are ``nodetopo.resource.labels.labels_of`` — the very
 function that makes the Node's labels — for the GPUs the Ray node owns, plus
 ``nodetopo.io/node-name`` (the Kubernetes node). With every GPU selected, each key has the value
 the Node's label has. Among them:
@@ -30,7 +30,8 @@ from typing import Any
 
 import yaml
 
-from nodetopo.labels import PREFIX, is_valid, label_value, labels_of
+from nodetopo.resource.identity import PREFIX, is_valid
+from nodetopo.resource.labels import label_value, labels_of
 
 log = logging.getLogger(__name__)
 

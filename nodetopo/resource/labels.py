@@ -18,17 +18,14 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from nodetopo.crd import to_nodetopology
 from nodetopo.model import ConditionReason, Topology
+from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.identity import PREFIX, is_valid
 from nodetopo.topology.graph import GRAPH_SOURCE
 
 log = logging.getLogger(__name__)
 
-PREFIX = "nodetopo.io/"
-
 _CLASSES = ("PIX", "PXB", "PHB", "NODE", "SYS")
-_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 
 #: Every key nodetopo may write, with the sources whose failure makes it uncertain.
 GPU_SOURCES = ("nvml", "nvidia-smi")
@@ -71,13 +68,6 @@ def label_value(text: str) -> str:
         digest = hashlib.sha256(text.encode()).hexdigest()[:10]
         value = value[:52].rstrip("-_.") + "-" + digest
     return value
-
-
-def is_valid(key: str, value: str) -> bool:
-    if not key.startswith(PREFIX):
-        return False
-    name = key[len(PREFIX) :]
-    return bool(_NAME.match(name)) and len(name) <= 63 and len(value) <= 63 and bool(_VALUE.match(value))
 
 
 def to_labels(topology: Topology, node_name: str | None = None) -> dict[str, str]:

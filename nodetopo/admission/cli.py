@@ -134,6 +134,7 @@ def _objects(documents: list[Any]) -> list[Any]:
 def _summary(args: argparse.Namespace) -> dict[str, Any] | None:
     from nodetopo.admission.summary import KIND, NAME, PLURAL, summarize_objects
     from nodetopo.resource.identity import GROUP, VERSION
+    from nodetopo.resource.identity import KIND as NODETOPOLOGY_KIND
 
     if args.summary:
         found = [
@@ -146,7 +147,7 @@ def _summary(args: argparse.Namespace) -> dict[str, Any] | None:
         objects = [
             d
             for d in _objects(_documents(args.nodetopologies))
-            if isinstance(d, dict) and d.get("kind") == "NodeTopology"
+            if isinstance(d, dict) and d.get("kind") == NODETOPOLOGY_KIND
         ]
         if not objects:
             raise ValueError(f"{args.nodetopologies}: no NodeTopology object in it")

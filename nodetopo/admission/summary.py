@@ -21,7 +21,7 @@ from typing import Any
 
 from nodetopo.extender.fit import node_shape
 from nodetopo.model import LinkClass
-from nodetopo.resource.identity import GROUP, VERSION
+from nodetopo.resource.identity import API_VERSION
 from nodetopo.resource.labels import label_value
 
 KIND = "NodeTopologySummary"
@@ -165,7 +165,7 @@ def summarize(
         ],
     }
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
+        "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {"name": NAME, "labels": {"app.kubernetes.io/managed-by": "nodetopo-summary-controller"}},
         "spec": thresholds.to_spec(),

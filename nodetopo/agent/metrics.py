@@ -54,6 +54,7 @@ from prometheus_client.registry import CollectorRegistry
 from nodetopo import __version__
 from nodetopo.model import ConditionReason, GpuAllocation, Topology
 from nodetopo.resource.conditions import conditions
+from nodetopo.resource.identity import PREFIX
 from nodetopo.sources.base import SourceResult
 
 NAMESPACE = "nodetopo"
@@ -247,7 +248,7 @@ class AgentCollector:
         yield last
         yield CounterMetricFamily(
             f"{ns}_label_removals",
-            "nodetopo.io/ label keys removed from the Node",
+            f"{PREFIX} label keys removed from the Node",
             value=float(s.label_removals),
         )
         gauges: tuple[tuple[str, str, int | None], ...] = (

@@ -26,14 +26,12 @@ from nodetopo.publish import Publisher, PublishOutcome
 from nodetopo.publish.client import ApiSession
 from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelOutcome, LabelTracker
 from nodetopo.publish.nodetopology import (
-    GROUP,
-    PLURAL,
-    VERSION,
     ApplyOutcome,
     essential_missing,
     held_body,
     status_content_hash,
 )
+from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
 

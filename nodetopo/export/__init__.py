@@ -24,7 +24,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-LABEL_PREFIX = "nodetopo.io/"
+from nodetopo.resource.identity import PREFIX as LABEL_PREFIX
+
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 NVLINK_LABEL = LABEL_PREFIX + "nvlink.domain"
 

@@ -18,8 +18,9 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from nodetopo.extender.request import PodRequest
+from nodetopo.extender.request import MAX_NIC_DISTANCE, RDMA, PodRequest
 from nodetopo.model import LinkClass, format_cpulist, parse_cpulist
+from nodetopo.resource.identity import PREFIX
 
 
 class Status(enum.StrEnum):
@@ -281,7 +282,7 @@ def check_declared(d: Declared) -> Check:
     if not d.annotated:
         return warned(
             "declared",
-            "the pod declares no nodetopo.io/ annotation: its placement cannot be judged",
+            f"the pod declares no {PREFIX} annotation: its placement cannot be judged",
             Attribution.UNDECLARED,
         )
     assert d.request is not None
@@ -469,7 +470,7 @@ def check_rdma(declared: Declared, seen: Seen, promised: Promised | None) -> Che
     name = "rdma"
     r = declared.request
     if r is None or not (r.rdma or r.max_nic_distance is not None):
-        return skipped(name, "not declared (nodetopo.io/rdma, nodetopo.io/max-nic-distance)")
+        return skipped(name, f"not declared ({RDMA}, {MAX_NIC_DISTANCE})")
     if promised is None:
         return skipped(name, "no NodeTopology to compare with")
     found, _ = container_gpus(seen, promised)

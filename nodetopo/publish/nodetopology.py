@@ -29,14 +29,9 @@ from nodetopo.errors import PublishError
 from nodetopo.model import ConditionReason
 from nodetopo.publish.client import ApiSession
 from nodetopo.resource.body import content_hash
+from nodetopo.resource.identity import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
-
-GROUP = "nodetopo.io"
-VERSION = "v1alpha1"
-PLURAL = "nodetopologies"
-KIND = "NodeTopology"
-API_VERSION = f"{GROUP}/{VERSION}"
 
 
 def utc_now() -> datetime.datetime:

@@ -12,14 +12,12 @@ from nodetopo.publish.client import ApiSession, connect
 from nodetopo.publish.nfd import DEFAULT_NAMESPACE, NodeFeaturePublisher
 from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelOutcome, NodeLabelPublisher
 from nodetopo.publish.nodetopology import (
-    GROUP,
-    PLURAL,
-    VERSION,
     ApplyOutcome,
     NodeTopologyPublisher,
     essential_missing,
     held_body,
 )
+from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 
 __all__ = ["PublishOutcome", "Publisher", "run_publish"]
 

@@ -17,7 +17,7 @@ import yaml
 
 from nodetopo.errors import BundleError, NodetopoError
 from nodetopo.kubeflags import add_kube_args
-from nodetopo.resource.identity import GROUP, PLURAL, VERSION
+from nodetopo.resource.identity import GROUP, KIND, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def _read_file(path: str) -> dict[str, Any]:
         raise BundleError(f"{path}: not JSON or YAML{where}") from None
     except RecursionError:
         raise BundleError(f"{path}: nested too deeply to be a NodeTopology object") from None
-    if not isinstance(data, dict) or data.get("kind") != "NodeTopology":
+    if not isinstance(data, dict) or data.get("kind") != KIND:
         raise BundleError(f"{path}: not a NodeTopology object")
     return data
 

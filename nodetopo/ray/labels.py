@@ -36,7 +36,6 @@ from nodetopo.resource.labels import label_value, labels_of
 log = logging.getLogger(__name__)
 
 GPU_DOMAIN = PREFIX + "gpu-domain"
-RESOURCE_PREFIX = "nodetopo.io/"
 
 
 def select_gpus(status: Mapping[str, Any], wanted: Sequence[str] | None) -> list[dict[str, Any]]:
@@ -87,11 +86,11 @@ def ray_resources(body: Mapping[str, Any], gpus: Sequence[str] | None = None) ->
         if (members := set(i.get("gpus") or [])) and members <= indices
     )
     resources: dict[str, float] = {
-        f"{RESOURCE_PREFIX}nvlink-island-{size}": float(count) for size, count in sorted(sizes.items())
+        f"{PREFIX}nvlink-island-{size}": float(count) for size, count in sorted(sizes.items())
     }
     rdma = len(_usable_rdma(status))
     if rdma:
-        resources[f"{RESOURCE_PREFIX}rdma-nic"] = float(rdma)
+        resources[f"{PREFIX}rdma-nic"] = float(rdma)
     return resources
 
 

@@ -14,8 +14,8 @@ import pytest
 from nodetopo.errors import InvalidError, PublishError
 from nodetopo.publish import Publisher
 from nodetopo.publish.client import ApiSession
-from nodetopo.publish.nodetopology import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.identity import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from nodetopo.resource.labels import to_labels, uncertain_keys
 from nodetopo.topology.discover import bundle_context, scan
 

@@ -14,8 +14,8 @@ from nodetopo import export
 from nodetopo.model import FabricTier, Facts, NetworkObservation, SwitchPort
 from nodetopo.publish import Publisher
 from nodetopo.publish.client import ApiSession
-from nodetopo.publish.nodetopology import GROUP, PLURAL, VERSION
 from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 from nodetopo.resource.labels import to_labels, uncertain_keys
 from nodetopo.topology.derive import derive_topology
 

@@ -40,15 +40,8 @@ from nodetopo.publish.client import (
     parse_retry_after,
     translate_api_error,
 )
-from nodetopo.publish.nodetopology import (
-    API_VERSION,
-    GROUP,
-    KIND,
-    PLURAL,
-    VERSION,
-    NodeTopologyPublisher,
-    status_content_hash,
-)
+from nodetopo.publish.nodetopology import NodeTopologyPublisher, status_content_hash
+from nodetopo.resource.identity import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 from . import bodies
 from .cluster import LocalCluster, free_port

@@ -166,7 +166,7 @@ def cmd_admit(args: argparse.Namespace) -> int:
     import yaml
 
     from nodetopo.admission.rules import check_documents
-    from nodetopo.extender.request import AnnotationError
+    from nodetopo.placement.request import AnnotationError
 
     try:
         documents = [d for path in args.files for d in _documents(path)]

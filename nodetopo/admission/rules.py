@@ -33,7 +33,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nodetopo.admission.summary import NO_NIC, UNKNOWN_LAYER, Thresholds
-from nodetopo.extender.request import (
+from nodetopo.model import LinkClass
+from nodetopo.placement.request import (
     GPU_RESOURCE,
     LINK_LAYER,
     MAX_NIC_DISTANCE,
@@ -45,10 +46,9 @@ from nodetopo.extender.request import (
     parse_quantity,
     value_error,
 )
-from nodetopo.extender.request import (
+from nodetopo.placement.request import (
     GRAMMAR as EXTENDER_GRAMMAR,
 )
-from nodetopo.model import LinkClass
 from nodetopo.resource.identity import PREFIX
 
 TOPOLOGY = PREFIX + "topology"

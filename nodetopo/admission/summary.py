@@ -19,8 +19,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nodetopo.extender.fit import node_shape
 from nodetopo.model import LinkClass
+from nodetopo.placement.fit import node_shape
 from nodetopo.resource.identity import API_VERSION
 from nodetopo.resource.labels import label_value
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from nodetopo.extender.fit import (
+from nodetopo.placement.fit import (
     Holders,
     NodeShape,
     Verdict,
@@ -30,7 +30,7 @@ from nodetopo.extender.fit import (
     node_holders,
     node_shape,
 )
-from nodetopo.extender.request import AnnotationError, PodRequest, parse_pod_request, pod_gpus
+from nodetopo.placement.request import AnnotationError, PodRequest, parse_pod_request, pod_gpus
 from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)

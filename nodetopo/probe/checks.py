@@ -18,8 +18,8 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from nodetopo.extender.request import MAX_NIC_DISTANCE, RDMA, PodRequest
 from nodetopo.model import LinkClass, format_cpulist, parse_cpulist
+from nodetopo.placement.request import MAX_NIC_DISTANCE, RDMA, PodRequest
 from nodetopo.resource.identity import PREFIX
 
 

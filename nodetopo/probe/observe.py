@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nodetopo.extender.request import ANNOTATIONS, AnnotationError, PodRequest, parse_pod_request
 from nodetopo.model import parse_cpulist
+from nodetopo.placement.request import ANNOTATIONS, AnnotationError, PodRequest, parse_pod_request
 from nodetopo.probe.checks import Declared, IbDevice, IbPort, NvmlPair, NvmlView
 from nodetopo.resource.identity import PREFIX
 

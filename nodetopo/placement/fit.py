@@ -44,8 +44,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nodetopo.extender.request import PodRequest
 from nodetopo.model import LinkClass
+from nodetopo.placement.request import PodRequest
 from nodetopo.resource.limits import MAX_GPUS, MAX_HOLDERS, MAX_NICS
 
 MAX_SCORE = 10

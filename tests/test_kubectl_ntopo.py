@@ -13,8 +13,8 @@ import pytest
 
 from nodetopo.kubectl.fleet import FleetFilter, fleet_row, fleet_rows, render_fleet
 from nodetopo.model import LinkClass
-from nodetopo.resource.body import to_nodetopology
-from nodetopo.resource.reader import ResourceError, topology_from_nodetopology
+from nodetopo.resource.body import to_nodetopology, topology_from_nodetopology
+from nodetopo.resource.published import ResourceError
 from nodetopo.topology.discover import bundle_context, scan
 from nodetopo.views.matrix import gpu_matrix, link_cells, node_matrix
 from nodetopo.views.published import published_gpu_matrix

@@ -23,10 +23,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from nodetopo.admission.summary import NAME, PLURAL, NodeFacts, Thresholds, node_facts, summarize
+from nodetopo.admission.summary import NAME, PLURAL, SECTIONS, NodeFacts, Thresholds, facts_of, summarize
 from nodetopo.extender.cache import NODETOPOLOGY_PATH, Handlers, Reflector
 from nodetopo.resource.identity import GROUP, VERSION
 from nodetopo.resource.identity import PLURAL as NODETOPOLOGY_PLURAL
+from nodetopo.resource.reader import read_nodetopology
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,8 @@ class SummaryState:
 
     @staticmethod
     def compact(obj: Mapping[str, Any]) -> tuple[str, NodeFacts | None]:
-        status = obj.get("status")
-        return str(obj["metadata"]["name"]), node_facts(status) if status else None
+        read = read_nodetopology(obj, sections=SECTIONS)
+        return str(obj["metadata"]["name"]), facts_of(read) if read.status is not None else None
 
     def _intern(self, facts: NodeFacts | None) -> NodeFacts | None:
         return None if facts is None else self._interned.setdefault(facts, facts)

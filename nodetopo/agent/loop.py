@@ -46,6 +46,7 @@ from nodetopo.errors import ForbiddenError, PublishError
 from nodetopo.model import GpuAllocation, KubeletAllocation, Topology
 from nodetopo.resource.body import to_nodetopology
 from nodetopo.resource.labels import to_labels, uncertain_keys
+from nodetopo.resource.reader import read_nodetopology
 from nodetopo.topology.discover import Scan
 
 log = logging.getLogger(__name__)
@@ -342,7 +343,7 @@ class Agent:
         labels = to_labels(topology, self.config.node_name)
         uncertain = uncertain_keys(topology)
         rdma_nics = sum(1 for n in topology.nics if n.rdma)
-        ready: dict[str, object] = next((c for c in body["status"]["conditions"] if c["type"] == "Ready"), {})
+        ready = read_nodetopology(body, sections={"conditions"}).facts.condition("Ready")
         log.info(
             "scan (%s) in %.2fs: %d GPUs, %d NVLink islands, %d RDMA NICs%s",
             trigger,
@@ -358,8 +359,8 @@ class Agent:
                 "gpus": len(topology.gpus),
                 "nvlink_islands": len(topology.nvlink_islands),
                 "rdma_nics": rdma_nics,
-                "ready": ready.get("status") == "True",
-                "reason": ready.get("reason"),
+                "ready": ready is not None and ready.status == "True",
+                "reason": ready.reason if ready is not None else None,
                 "stale": list(self.keeper.stale_sources),
             },
         )

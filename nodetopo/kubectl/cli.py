@@ -144,7 +144,8 @@ def _read(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _topology(body: dict[str, Any]) -> Any:
-    from nodetopo.resource.reader import ResourceError, topology_from_nodetopology
+    from nodetopo.resource.body import topology_from_nodetopology
+    from nodetopo.resource.published import ResourceError
 
     try:
         return topology_from_nodetopology(body)
@@ -153,14 +154,16 @@ def _topology(body: dict[str, Any]) -> Any:
 
 
 def _origin(body: dict[str, Any]) -> str:
-    status = body.get("status") or {}
-    ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    from nodetopo.resource.reader import read_nodetopology
+
+    status = read_nodetopology(body, sections={"conditions"}).facts
+    ready = status.condition("Ready")
     since = (
-        f", Ready {ready.get('status')} since {ready['lastTransitionTime']}"
-        if ready.get("lastTransitionTime")
+        f", Ready {ready.status} since {ready.last_transition_time}"
+        if ready is not None and ready.last_transition_time
         else ""
     )
-    return f"NodeTopology/{body['metadata']['name']} (agent {status.get('agentVersion', '?')}{since})"
+    return f"NodeTopology/{body['metadata']['name']} (agent {status.agent_version or '?'}{since})"
 
 
 def _table(body: dict[str, Any], *, matrix: bool) -> str:

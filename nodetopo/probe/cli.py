@@ -279,7 +279,7 @@ def _nvml_view() -> Any:
 
 
 def _promised(args: argparse.Namespace, connection: Any) -> tuple[Any, str | None]:
-    from nodetopo.probe.checks import parse_nodetopology
+    from nodetopo.probe.promised import parse_nodetopology
 
     if args.nodetopology:
         try:

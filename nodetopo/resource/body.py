@@ -1,7 +1,8 @@
 """The NodeTopology body: ``Topology`` → the object ``crds/nodetopology.yaml`` describes.
 
 The body is the contract of ``crds/nodetopology.yaml``: ``nodetopo discover -o json`` prints exactly
-this object, the agent applies it, and the consumers read it back (``nodetopo.resource.reader``).
+this object, the agent applies it, and the consumers read it back (``nodetopo.resource.reader``);
+``topology_from_nodetopology`` is the inverse, for the views that render a ``Topology``.
 """
 
 from __future__ import annotations
@@ -9,13 +10,17 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from nodetopo import __version__
 from nodetopo.model import (
+    Condition,
+    ConditionReason,
     Gpu,
     GpuAllocation,
     GpuLink,
+    GpuNicDistance,
     LinkClass,
     Nic,
     NumaNode,
@@ -24,7 +29,7 @@ from nodetopo.model import (
     Topology,
     format_cpulist,
 )
-from nodetopo.resource.conditions import conditions, unique_sources
+from nodetopo.resource.conditions import NOT_READY_REASONS, condition_type, conditions, unique_sources
 from nodetopo.resource.identity import API_VERSION, KIND
 from nodetopo.resource.limits import (
     MAX_GPU_LINKS,
@@ -36,6 +41,8 @@ from nodetopo.resource.limits import (
     MAX_TIER_MEMBERS,
     MAX_TIERS,
 )
+from nodetopo.resource.published import ALL, PublishedCondition, ResourceError
+from nodetopo.resource.reader import read_nodetopology
 from nodetopo.topology.network import nvlink_domain
 
 
@@ -294,3 +301,95 @@ def _source(s: SourceStatus) -> dict[str, Any]:
         s.message if len(s.message) <= MAX_SOURCE_MESSAGE else s.message[: MAX_SOURCE_MESSAGE - 3] + "..."
     )
     return {"name": s.name, "ok": s.ok, "message": message}
+
+
+# --------------------------------------------------------------------------------------------
+# The inverse: a published body back into a ``Topology`` (``kubectl ntopo`` renders it)
+# --------------------------------------------------------------------------------------------
+
+#: What the round trip reads: every section but the allocation and the summary (not facts of a scan).
+TOPOLOGY_SECTIONS = ALL - {"allocation", "summary"}
+
+
+def topology_from_nodetopology(body: Mapping[str, Any]) -> Topology:
+    """The inverse of ``to_nodetopology``: what the object says, as the ``Topology`` every view renders.
+
+    The object carries no PCIe tree (``pci_devices`` is empty); ``gpu_links`` is None when the object
+    has no ``gpuLinks`` (a node of over 64 GPUs, an older agent). Everything else round-trips:
+    ``to_nodetopology(topology_from_nodetopology(b), name)`` has ``b``'s status. A source condition
+    whose status is False becomes that source's condition again (with its reason), so Ready and
+    Consistent are recomputed from the same facts.
+    Raises ``ResourceError`` naming the field when the body is not a NodeTopology status: the first
+    problem the reader found there (a round trip of part of an object would not be one).
+    """
+    read = read_nodetopology(body, sections=TOPOLOGY_SECTIONS)
+    name = read.name or "?"
+    if read.status is None:
+        raise ResourceError(f"NodeTopology/{name}: no status (not published yet?)")
+    problem = next((p for p in read.problems if p.section in TOPOLOGY_SECTIONS), None)
+    if problem is not None:
+        raise ResourceError(f"NodeTopology/{name}: {problem}")
+    status = read.status
+    return Topology(
+        numa_nodes=status.numa_nodes,
+        gpus=tuple(g.gpu for g in status.gpus),
+        nics=status.nics,
+        nvlink_islands=status.islands,
+        mig_devices=status.mig_devices,
+        preferred_gpu_sets=status.preferred_gpu_sets,
+        gpu_nic_distances=tuple(
+            GpuNicDistance(gpu=g.gpu.index, nic=name, distance=cls)
+            for g in status.gpus
+            for name, cls in g.nics
+        ),
+        fabric=status.fabric,
+        pci_devices=(),
+        sources=status.sources,
+        conditions=_conditions_back(status.conditions, status.sources),
+        network=status.network,
+        gpu_links=status.gpu_links,
+    )
+
+
+def _conditions_back(
+    items: tuple[PublishedCondition, ...], sources: tuple[SourceStatus, ...]
+) -> tuple[Condition, ...]:
+    """Each failing source condition as the ``Condition`` it was made from. A not-ready reason that
+    no source condition carries (a join-level finding) comes back from Ready or Consistent."""
+    by_type = {condition_type(s.name): s for s in sources}
+    reasons = {r.value: r for r in ConditionReason}
+    result: list[Condition] = []
+    top: dict[str, PublishedCondition] = {}
+    for c in items:
+        source = by_type.get(c.type)
+        message = c.message if c.message is not None else ""
+        if c.type in ("Ready", "Consistent"):
+            top[c.type] = c
+        elif source is not None and message == source.message and not source.ok:
+            continue  # the source's own status, not a condition of it (``conditions`` writes it again)
+        elif c.status == "False" and source is not None and c.reason is not None and c.reason in reasons:
+            result.append(Condition(source=source.name, reason=reasons[c.reason], message=message))
+    consistent = top.get("Consistent")
+    if (
+        consistent is not None
+        and consistent.status == "False"
+        and not any(c.reason is ConditionReason.INCONSISTENT for c in result)
+    ):
+        result.append(
+            Condition(
+                source="Consistent", reason=ConditionReason.INCONSISTENT, message=str(consistent.message)
+            )
+        )
+    ready = top.get("Ready")
+    if (
+        ready is not None
+        and ready.status == "False"
+        and not any(c.reason in NOT_READY_REASONS for c in result)
+        and ready.reason is not None
+        and ready.reason in reasons
+    ):
+        who, _, said = str(ready.message).partition(": ")  # Ready says "source: message"
+        result.append(
+            Condition(source=who if said else "Ready", reason=reasons[ready.reason], message=said or who)
+        )
+    return tuple(result)

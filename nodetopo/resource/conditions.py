@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from nodetopo.model import Condition, ConditionReason, SourceStatus, Topology
+from nodetopo.resource.published import PublishedCondition
 
 #: Condition reasons that make the resource "not Ready": consumers should treat it as partial.
 NOT_READY_REASONS = frozenset(
@@ -82,6 +83,14 @@ def conditions(topology: Topology) -> list[dict[str, Any]]:
             }
         )
     return result
+
+
+def typed_conditions(topology: Topology) -> tuple[PublishedCondition, ...]:
+    """``conditions(topology)`` as the reader gives a published object's conditions."""
+    return tuple(
+        PublishedCondition(type=c["type"], status=c["status"], reason=c["reason"], message=c["message"])
+        for c in conditions(topology)
+    )
 
 
 def _status_reason(s: SourceStatus) -> str:

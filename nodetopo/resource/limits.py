@@ -41,3 +41,5 @@ MAX_NEIGHBOURS = 64
 MAX_TIER_MEMBERS = 16
 MAX_TIERS = 8
 MAX_TEXT = 256
+#: A GPU's index, island and NUMA node, which placement groups GPUs on: non-negative int32 values.
+MAX_ID = 2**31

@@ -1,18 +1,52 @@
-"""The reader of a published NodeTopology: the body back into a ``Topology`` (``kubectl ntopo``)."""
+"""The one reader of a published NodeTopology: the object as the API (or a file) gives it → typed facts.
+
+Every consumer projects from what ``read_nodetopology`` returns (the extender's ``NodeShape``, the
+summary's facts, the probe's promise, the Ray labels, the exports, the fleet rows, the ``Topology``
+``kubectl ntopo`` renders); none indexes the object's ``status`` itself. The facts are the model's own
+types where the schema and the model agree (``Gpu``, ``Nic``, ``NvlinkIsland``, ``GpuLink``,
+``NumaNode``, ``MigDevice``, ``PreferredGpuSets``, ``FabricInfo``, ``SourceStatus``, the network), and
+``Published*`` records for what only the object says (conditions, summary, allocation, holders).
+
+Reading is bounded: a list longer than its schema bound (``nodetopo.resource.limits``) is not read,
+so any object costs at most those many entries. ``sections`` reads only the parts a consumer uses.
+
+Reading is tolerant in one way, for every consumer. What the reader cannot take as the schema says
+is left out or read as unknown, never guessed, and recorded as a ``Problem``:
+
+1. an object that is not a JSON object is a ``ResourceError``;
+2. a status that is absent, null or empty is *no status yet* (``status`` None); one that is not an
+   object is no status too, and **malformed**;
+3. a list field that is not a list, or longer than its bound, reads as empty and is **malformed**;
+4. an entry of a list that is not an object is left out and is **malformed**;
+5. an entry whose key is missing or of the wrong type is left out: **malformed** for a GPU
+   (``index``) and a NIC (``name``), the entries placement counts; unknown for the others (an
+   island's ``id``/``gpus``, a condition's ``type``, a GPU's NIC ``name``/``distance``, a tier's
+   ``level``/``id``, ...);
+6. any other field of the wrong type, or a word the schema does not allow (a class other than
+   PIX, PXB, PHB, NODE, SYS), reads as unknown (None; False for a NIC's ``rdma``, 0 or "" for the
+   few fields the model cannot leave unknown, which only the strict round trip reads): a GPU's
+   ``island`` and ``numaNode`` are integers from 0 to 2^31-1, and a wrong one is **malformed**
+   (placement groups GPUs on them);
+7. a GPU's holders (``heldBy``) that are not all readable (over their bound included) are unknown as
+   a whole (None): who holds a GPU is never guessed from part of a list.
+
+What each consumer does with problems is its own rule: placement and the Ray bridge refuse an object
+with a malformed problem in what they read (``Published.malformed``); the round trip to a
+``Topology`` refuses any problem; the probe, the summary, the exports and the fleet view use what
+was read (the summary through placement's shape: a malformed node offers no GPU). For an object
+the API server can store (the CRD's types and bounds) the reader finds no problem.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from nodetopo.model import (
-    Condition,
-    ConditionReason,
     FabricInfo,
     FabricTier,
     Gpu,
     GpuLink,
-    GpuNicDistance,
     LinkClass,
     MigDevice,
     NetworkPosition,
@@ -20,250 +54,547 @@ from nodetopo.model import (
     NumaNode,
     NvlinkIsland,
     PciAddress,
+    PodRef,
     PreferredGpuSets,
     SourceStatus,
     SwitchPort,
-    Topology,
     parse_cpulist,
 )
-from nodetopo.resource.conditions import NOT_READY_REASONS, condition_type
+from nodetopo.resource.limits import (
+    MAX_CONDITIONS,
+    MAX_GPU_LINKS,
+    MAX_GPUS,
+    MAX_HOLDERS,
+    MAX_ID,
+    MAX_ISLANDS,
+    MAX_MIG_DEVICES,
+    MAX_NEIGHBOURS,
+    MAX_NICS,
+    MAX_NUMA_NODES,
+    MAX_SOURCES,
+    MAX_TIER_MEMBERS,
+    MAX_TIERS,
+)
+from nodetopo.resource.published import (
+    ALL,
+    SECTIONS,
+    NvlinkDomain,
+    Problem,
+    Published,
+    PublishedAllocation,
+    PublishedCondition,
+    PublishedGpu,
+    PublishedStatus,
+    PublishedSummary,
+    ResourceError,
+    Severity,
+)
 
 
-class ResourceError(ValueError):
-    """A NodeTopology body that is not the shape ``to_nodetopology`` writes."""
+def read_nodetopology(obj: Any, *, sections: Collection[str] = ALL) -> Published:
+    """What the NodeTopology ``obj`` (a dict as the API serves it) says, by the module's rule.
 
-
-def topology_from_nodetopology(body: Mapping[str, Any]) -> Topology:
-    """The inverse of ``to_nodetopology``: what the object says, as the ``Topology`` every view renders.
-
-    The object carries no PCIe tree (``pci_devices`` is empty); ``gpu_links`` is None when the object
-    has no ``gpuLinks`` (a node of over 64 GPUs, an older agent). Everything else round-trips:
-    ``to_nodetopology(topology_from_nodetopology(b), name)`` has ``b``'s status. A source condition
-    whose status is False becomes that source's condition again (with its reason), so Ready and
-    Consistent are recomputed from the same facts.
-    Raises ``ResourceError`` naming the field when the body is not a NodeTopology status.
+    Raises ``ResourceError`` when ``obj`` is not a JSON object.
     """
-    name = str((body.get("metadata") or {}).get("name") or "?")
-    status = body.get("status")
-    if not isinstance(status, Mapping):
-        raise ResourceError(f"NodeTopology/{name}: no status (not published yet?)")
-    field = "status"
-    try:
-        field = "status.gpus"
-        gpus = tuple(_gpu_back(g) for g in status.get("gpus") or [])
-        distances = tuple(
-            GpuNicDistance(gpu=int(g["index"]), nic=str(d["name"]), distance=LinkClass[d["distance"]])
-            for g in status.get("gpus") or []
-            for d in g.get("nics") or []
-        )
-        field = "status.nics"
-        nics = tuple(_nic_back(n) for n in status.get("nics") or [])
-        field = "status.nvlinkIslands"
-        islands = tuple(
-            NvlinkIsland(
-                id=int(i["id"]),
-                gpus=tuple(int(x) for x in i["gpus"]),
-                links_per_pair=int(i["linksPerPair"]),
-                fully_connected=bool(i["fullyConnected"]),
-                nvswitch=bool(i["nvswitch"]),
+    if not isinstance(obj, Mapping):
+        raise ResourceError(f"a NodeTopology must be an object, not {type(obj).__name__}")
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    read = read_status(obj.get("status"), sections=sections) if obj.get("status") else None
+    return Published(
+        name=name if isinstance(name, str) else None,
+        status=read.status if read is not None else None,
+        problems=read.problems if read is not None else (),
+    )
+
+
+def read_status(raw: Any, *, sections: Collection[str] = ALL) -> Published:
+    """``read_nodetopology`` of an object whose ``status`` is ``raw`` (and which has no name)."""
+    reader = _Reader()
+    if not isinstance(raw, Mapping):
+        reader.note("status", "status is not an object", Severity.MALFORMED, field="status")
+        return Published(name=None, status=None, problems=tuple(reader.problems))
+    status = reader.status(raw, frozenset(sections))
+    return Published(name=None, status=status, problems=tuple(reader.problems))
+
+
+# --------------------------------------------------------------------------------------------
+# Values
+# --------------------------------------------------------------------------------------------
+
+
+#: The JSON types a field takes (``True`` is not an integer: ``bool`` is a type of its own).
+Kind = tuple[type, ...]
+INT: Kind = (int,)
+STR: Kind = (str,)
+BOOL: Kind = (bool,)
+NUMBER: Kind = (int, float)
+_KINDS = {INT: "an integer", STR: "a string", BOOL: "true or false", NUMBER: "a number"}
+
+
+#: (JSON key, attribute, kind) of the plain fields of an entry, read by ``_Reader.fields``
+Fields = tuple[tuple[str, str, Kind], ...]
+_GPU: Fields = (
+    ("uuid", "uuid", STR),
+    ("model", "model", STR),
+    ("pcieRoot", "pcie_root", STR),
+    ("gpuNumaNode", "gpu_numa_node", INT),
+    ("migEnabled", "mig_enabled", BOOL),
+    ("memoryBytes", "memory_bytes", INT),
+)
+_NIC: Fields = (
+    ("netdev", "netdev", STR),
+    ("pcieRoot", "pcie_root", STR),
+    ("numaNode", "numa_node", INT),
+    ("linkLayer", "link_layer", STR),
+    ("state", "state", STR),
+    ("rateGbps", "rate_gbps", NUMBER),
+    ("rdma", "rdma", BOOL),
+)
+_CONDITION: Fields = (
+    ("status", "status", STR),
+    ("reason", "reason", STR),
+    ("message", "message", STR),
+    ("lastTransitionTime", "last_transition_time", STR),
+)
+_CLASSES: dict[str, LinkClass] = dict(LinkClass.__members__)
+
+
+def _of(value: Any, kind: Kind) -> bool:
+    """``value`` is of ``kind`` (exactly, as JSON gives it, or a subclass: an enum member)."""
+    if type(value) in kind:
+        return True
+    return isinstance(value, kind) and not (isinstance(value, bool) and bool not in kind)
+
+
+class _Reader:
+    """One read: the problems found so far, and the readers of each part."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.section = "status"
+        self._field = "status"
+        self._cpulists: dict[str, frozenset[int]] = {}
+
+    def note(self, section: str, what: str, severity: Severity = Severity.UNKNOWN, field: str = "") -> None:
+        self.problems.append(Problem(section, field or f"status.{section}", what, severity))
+
+    def _here(self, what: str, severity: Severity = Severity.UNKNOWN) -> None:
+        self.note(self.section, what, severity, field=self._field)
+
+    # ---- fields -------------------------------------------------------------------------
+
+    def get(self, item: Mapping[str, Any], key: str, kind: Kind, *, required: bool = False) -> Any:
+        """``item[key]`` when it is of ``kind`` (``INT``, ``STR``, ...); else None, noted when it
+        is present and wrong, or missing though ``required``."""
+        raw = item.get(key)
+        if raw is None:
+            if required:
+                self._here(f"missing {key!r}")
+            return None
+        if _of(raw, kind):
+            return raw
+        self._here(_wrong(key, raw, kind))
+        return None
+
+    def fields(self, item: Mapping[str, Any], spec: Fields) -> dict[str, Any]:
+        """``get`` of each (key, attribute, kind) of ``spec``, by attribute: one pass, cheap when
+        every value is of its kind (the common case, the cost of reading every object)."""
+        out = {attr: item.get(key) for key, attr, _ in spec}
+        for key, attr, kind in spec:
+            if type(out[attr]) not in kind and out[attr] is not None:
+                out[attr] = self.get(item, key, kind)
+        return out
+
+    def key(
+        self, item: Mapping[str, Any], key: str, kind: Kind, severity: Severity = Severity.UNKNOWN
+    ) -> Any:
+        """A key of an entry: its value, or None (the entry is left out) with the reason noted."""
+        raw = item.get(key)
+        if raw is not None and _of(raw, kind):
+            return raw
+        self._here(f"missing {key!r}" if raw is None else _wrong(key, raw, kind), severity)
+        return None
+
+    def link_class(self, item: Mapping[str, Any], key: str) -> LinkClass | None:
+        raw = item.get(key)
+        if not raw:
+            return None
+        if isinstance(raw, str) and raw in _CLASSES:
+            return _CLASSES[raw]
+        self._here(f"missing {str(raw)[:32]!r}")  # the word is not a class: the round trip's wording
+        return None
+
+    def identifier(self, item: Mapping[str, Any], key: str, what: str) -> int | None:
+        """A GPU's ``island`` or ``numaNode``: an int from 0 to 2^31-1, else unknown and malformed."""
+        raw = item.get(key)
+        if raw is None or (type(raw) is int and 0 <= raw < MAX_ID):
+            return raw
+        if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw < MAX_ID:
+            self._here(f"GPU {what} {str(raw)[:32]!r}", Severity.MALFORMED)
+            return None
+        return raw
+
+    def cpus(self, item: Mapping[str, Any], key: str) -> frozenset[int] | None:
+        text = self.get(item, key, STR)
+        if text is None:
+            return None
+        cpus = self._cpulists.get(text)  # the GPUs of one NUMA node share their lists
+        if cpus is None:
+            try:
+                cpus = self._cpulists[text] = parse_cpulist(text)
+            except ValueError as e:
+                self._here(str(e))
+        return cpus
+
+    def address(self, item: Mapping[str, Any]) -> PciAddress | None:
+        text = self.get(item, "pciBusID", STR)
+        if not text:
+            return None
+        try:
+            return PciAddress.parse(text)
+        except ValueError as e:
+            self._here(str(e))
+            return None
+
+    def strings(self, value: Any, what: str, bound: int) -> tuple[str, ...]:
+        if type(value) is list and len(value) <= bound and all(type(v) is str for v in value):
+            return tuple(value)
+        items = self.items(value, what, bound, objects=False)
+        kept = tuple(v for v in items if isinstance(v, str))
+        if len(kept) < len(items):
+            self._here(f"{what}: not all strings")
+        return kept
+
+    def ints(self, item: Mapping[str, Any], key: str, what: str, bound: int) -> tuple[int, ...] | None:
+        """The list of ints ``item[key]`` (a key of the entry), or None (noted) when it is missing, not
+        a list of ints or over ``bound``: the entry holding it is left out."""
+        value = item.get(key)
+        if value is None:
+            self._here(f"missing {key!r}")
+            return None
+        if not isinstance(value, list) or len(value) > bound:
+            self.items(value, what, bound, objects=False)
+            return None
+        kept = tuple(v for v in value if _of(v, INT))
+        if len(kept) < len(value):
+            self._here(f"{what}: not all integers")
+            return None
+        return kept
+
+    # ---- lists --------------------------------------------------------------------------
+
+    def items(self, value: Any, what: str, bound: int, *, objects: bool = True, one: str = "") -> list[Any]:
+        """The entries of a list field: [] when absent; not a list or over ``bound``: [] and
+        malformed; with ``objects`` an entry that is not an object is left out (malformed)."""
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self._here(f"{what} is not a list", Severity.MALFORMED)
+            return []
+        if len(value) > bound:
+            self._here(f"{len(value)} {what}, at most {bound}", Severity.BOUNDS)
+            return []
+        if not objects:
+            return value
+        kept = [v for v in value if type(v) is dict or isinstance(v, Mapping)]
+        if len(kept) < len(value):
+            self._here(f"{one or 'an entry of ' + what} is not an object", Severity.MALFORMED)
+        return kept
+
+    # ---- the status ---------------------------------------------------------------------
+
+    def enter(self, section: str, field: str = "") -> None:
+        self.section = section
+        self._field = field or f"status.{section}"
+
+    def status(self, raw: Mapping[str, Any], sections: frozenset[str]) -> PublishedStatus:
+        self.enter("status", "status")
+        values: dict[str, Any] = {
+            "node_name": self.get(raw, "nodeName", STR),
+            "agent_version": self.get(raw, "agentVersion", STR),
+            "content_hash": self.get(raw, "contentHash", STR),
+        }
+        readers = {
+            "gpus": self._gpus,
+            "nics": self._nics,
+            "nvlinkIslands": self._islands,
+            "gpuLinks": self._gpu_links,
+            "numaNodes": self._numa_nodes,
+            "migDevices": self._mig_devices,
+            "preferredGPUSets": self._preferred_gpu_sets,
+            "fabric": self._fabric,
+            "network": self._network,
+            "sources": self._sources,
+            "conditions": self._conditions,
+            "allocation": self._allocation,
+            "summary": self._summary,
+        }
+        for section in SECTIONS:
+            if section in readers and section in sections:
+                self.enter(section)
+                readers[section](raw, values, sections)
+        return PublishedStatus(**values)
+
+    def _gpus(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        gpus = []
+        for g in self.items(raw.get("gpus"), "GPUs", MAX_GPUS, one="a GPU"):
+            index = g.get("index")
+            if index is None:
+                self._here("missing 'index'", Severity.MALFORMED)
+                continue
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < MAX_ID:
+                self._here(f"GPU index {str(index)[:32]!r}", Severity.MALFORMED)
+                continue
+            nics = []
+            for n in self.items(g.get("nics"), "NICs of a GPU", MAX_NICS, one="a NIC of a GPU"):
+                name, word = n.get("name"), n.get("distance")
+                if type(name) is not str or type(word) is not str or word not in _CLASSES:
+                    name, word = self.key(n, "name", STR), self.key(n, "distance", STR)
+                    if name is None or word is None or self.link_class(n, "distance") is None:
+                        continue
+                nics.append((name, _CLASSES[word]))
+            gpu = Gpu(
+                index=index,
+                address=self.address(g) if "addresses" in sections else None,
+                numa_node=self.identifier(g, "numaNode", "numaNode"),
+                numa_affinity=self.cpus(g, "numaAffinity") if "affinity" in sections else None,
+                cpu_affinity=self.cpus(g, "cpuAffinity") if "affinity" in sections else None,
+                island=self.identifier(g, "island", "island"),
+                nearest_nics=self.strings(g.get("nearestNICs"), "nearestNICs", MAX_NICS),
+                nic_distance=self.link_class(g, "nicDistance"),
+                **self.fields(g, _GPU),
             )
-            for i in status.get("nvlinkIslands") or []
-        )
-        field = "status.gpuLinks"
-        links_body = status.get("gpuLinks")
-        links = (
-            tuple(
-                GpuLink(
-                    a=int(p["a"]),
-                    b=int(p["b"]),
-                    nvlinks=int(p["nvlinks"]) if p.get("nvlinks") else None,
-                    pcie=LinkClass[p["pcie"]] if p.get("pcie") else None,
+            held = self._held_by(g.get("heldBy")) if "allocation" in sections else None
+            gpus.append(PublishedGpu(gpu=gpu, nics=tuple(nics), held_by=held))
+        out["gpus"] = tuple(gpus)
+
+    def _held_by(self, value: Any) -> tuple[PodRef, ...] | None:
+        """Rule 7: every holder readable, or None. (Noted under ``allocation``.)"""
+        if value is None:
+            return None
+        section, field = self.section, self._field
+        self.enter("allocation", "status.gpus[].heldBy")
+        try:
+            if not isinstance(value, list) or len(value) > MAX_HOLDERS:
+                self._here(f"holders of a GPU: not a list of at most {MAX_HOLDERS}")
+                return None
+            holders = []
+            for h in value:
+                ns, name = (h.get("namespace"), h.get("name")) if isinstance(h, Mapping) else (None, None)
+                if not (isinstance(ns, str) and isinstance(name, str)):
+                    self._here("a holder without a namespace and name")
+                    return None
+                container = h.get("container")
+                holders.append(
+                    PodRef(namespace=ns, name=name, container=container if isinstance(container, str) else "")
                 )
-                for p in links_body
+            return tuple(holders)
+        finally:
+            self.enter(section, field)
+
+    def _nics(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        nics = []
+        for n in self.items(raw.get("nics"), "NICs", MAX_NICS, one="a NIC"):
+            name = self.key(n, "name", STR, Severity.MALFORMED)
+            if name is None:
+                continue
+            nic = self.fields(n, _NIC)
+            address = self.address(n) if "addresses" in sections else None
+            nics.append(Nic(name=name, address=address, rdma=bool(nic.pop("rdma")), **nic))
+        out["nics"] = tuple(nics)
+
+    def _islands(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        islands = []
+        for i in self.items(raw.get("nvlinkIslands"), "NVLink islands", MAX_ISLANDS, one="an island"):
+            ident, gpus = self.key(i, "id", INT), self.ints(i, "gpus", "GPUs of an island", MAX_GPUS)
+            if ident is None or gpus is None:
+                continue
+            islands.append(
+                NvlinkIsland(
+                    id=ident,
+                    gpus=gpus,
+                    links_per_pair=self.get(i, "linksPerPair", INT, required=True) or 0,
+                    fully_connected=bool(self.get(i, "fullyConnected", BOOL, required=True)),
+                    nvswitch=bool(self.get(i, "nvswitch", BOOL, required=True)),
+                )
             )
-            if links_body is not None
-            else None
-        )
-        field = "status.numaNodes"
-        numa = tuple(
-            NumaNode(
-                id=int(n["id"]),
-                cpus=parse_cpulist(n.get("cpus") or ""),
-                memory_bytes=n.get("memoryBytes"),
-                distances=tuple((int(d["node"]), int(d["distance"])) for d in n.get("distances") or []),
+        out["islands"] = tuple(islands)
+
+    def _gpu_links(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        if raw.get("gpuLinks") is None:
+            return
+        links = []
+        for p in self.items(raw.get("gpuLinks"), "GPU links", MAX_GPU_LINKS, one="a GPU link"):
+            a, b = self.key(p, "a", INT), self.key(p, "b", INT)
+            if a is not None and b is not None:
+                nvlinks = self.get(p, "nvlinks", INT)
+                links.append(GpuLink(a=a, b=b, nvlinks=nvlinks or None, pcie=self.link_class(p, "pcie")))
+        out["gpu_links"] = tuple(links)
+
+    def _numa_nodes(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        nodes = []
+        for n in self.items(raw.get("numaNodes"), "NUMA nodes", MAX_NUMA_NODES, one="a NUMA node"):
+            ident = self.key(n, "id", INT)
+            if ident is None:
+                continue
+            distances = []
+            for d in self.items(n.get("distances"), "NUMA distances", MAX_NUMA_NODES, one="a distance"):
+                other, distance = self.key(d, "node", INT), self.key(d, "distance", INT)
+                if other is not None and distance is not None:
+                    distances.append((other, distance))
+            nodes.append(
+                NumaNode(
+                    id=ident,
+                    cpus=self.cpus(n, "cpus") or frozenset(),
+                    memory_bytes=self.get(n, "memoryBytes", INT),
+                    distances=tuple(distances),
+                )
             )
-            for n in status.get("numaNodes") or []
+        out["numa_nodes"] = tuple(nodes)
+
+    def _mig_devices(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        migs = []
+        for m in self.items(raw.get("migDevices"), "MIG devices", MAX_MIG_DEVICES, one="a MIG device"):
+            uuid = self.key(m, "uuid", STR)
+            if uuid is not None:
+                migs.append(
+                    MigDevice(
+                        uuid=uuid,
+                        parent_uuid=self.get(m, "parentUUID", STR),
+                        parent_index=self.get(m, "parentIndex", INT),
+                        profile=self.get(m, "profile", STR),
+                        gpu_instance=self.get(m, "gpuInstance", INT),
+                        compute_instance=self.get(m, "computeInstance", INT),
+                    )
+                )
+        out["mig_devices"] = tuple(migs)
+
+    def _preferred_gpu_sets(
+        self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]
+    ) -> None:
+        preferred = []
+        for p in self.items(raw.get("preferredGPUSets"), "preferred GPU sets", MAX_GPUS, one="a size"):
+            size = self.key(p, "size", INT)
+            raw_sets = p.get("sets")
+            if raw_sets is None:
+                self._here("missing 'sets'")
+            sets = [
+                self.ints({"set": s}, "set", "GPUs of a set", MAX_GPUS)
+                for s in self.items(raw_sets, "sets", MAX_GPUS, objects=False)
+            ]
+            if size is not None and raw_sets is not None and all(s is not None for s in sets):
+                preferred.append(PreferredGpuSets(size=size, sets=tuple(s for s in sets if s is not None)))
+        out["preferred_gpu_sets"] = tuple(preferred)
+
+    def _fabric(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        body = raw.get("fabric")
+        if not body:
+            return
+        if not isinstance(body, Mapping):
+            self._here("fabric is not an object", Severity.MALFORMED)
+            return
+        out["fabric"] = FabricInfo(
+            cluster_uuid=self.get(body, "clusterUUID", STR, required=True) or "",
+            clique_id=self.get(body, "cliqueID", INT, required=True) or 0,
+            state=self.get(body, "state", STR, required=True) or "",
+            health=self.get(body, "health", STR),
         )
-        field = "status.migDevices"
-        migs = tuple(
-            MigDevice(
-                uuid=str(m["uuid"]),
-                parent_uuid=m.get("parentUUID"),
-                parent_index=m.get("parentIndex"),
-                profile=m.get("profile"),
-                gpu_instance=m.get("gpuInstance"),
-                compute_instance=m.get("computeInstance"),
+
+    def _network(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        body = raw.get("network") or {}
+        if not isinstance(body, Mapping):
+            self._here("network is not an object", Severity.MALFORMED)
+            return
+        neighbours = []
+        for n in self.items(body.get("neighbours"), "neighbours", MAX_NEIGHBOURS, one="a neighbour"):
+            nic = self.key(n, "nic", STR)
+            if nic is not None:
+                neighbours.append(
+                    SwitchPort(
+                        nic=nic,
+                        port=self.get(n, "port", INT),
+                        source=self.get(n, "source", STR) or "",
+                        state=self.get(n, "state", STR),
+                        switch_id=self.get(n, "switchID", STR),
+                        switch_name=self.get(n, "switchName", STR),
+                        switch_port=self.get(n, "switchPort", STR),
+                        peer_is_switch=self.get(n, "peerIsSwitch", BOOL),
+                    )
+                )
+        tiers = []
+        for t in self.items(body.get("tiers"), "tiers", MAX_TIERS, one="a tier"):
+            level, ident = self.key(t, "level", INT), self.key(t, "id", STR)
+            if level is not None and ident is not None:
+                tiers.append(
+                    FabricTier(
+                        level=level,
+                        id=ident,
+                        name=self.get(t, "name", STR),
+                        members=self.strings(t.get("members"), "members", MAX_TIER_MEMBERS),
+                    )
+                )
+        out["network"] = NetworkPosition(
+            neighbours=tuple(neighbours), tiers=tuple(tiers), tier_source=self.get(body, "tierSource", STR)
+        )
+        domain = body.get("nvlinkDomain")
+        if isinstance(domain, Mapping):
+            out["nvlink_domain"] = NvlinkDomain(
+                id=self.get(domain, "id", STR), healthy=self.get(domain, "healthy", BOOL)
             )
-            for m in status.get("migDevices") or []
+        elif domain:
+            self._here("nvlinkDomain is not an object")
+
+    def _sources(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        sources = []
+        for s in self.items(raw.get("sources"), "sources", MAX_SOURCES, one="a source"):
+            name = self.key(s, "name", STR)
+            if name is not None:
+                ok = self.get(s, "ok", BOOL, required=True)
+                sources.append(
+                    SourceStatus(name=name, ok=bool(ok), message=self.get(s, "message", STR) or "")
+                )
+        out["sources"] = tuple(sources)
+
+    def _conditions(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        conditions = []
+        for c in self.items(raw.get("conditions"), "conditions", MAX_CONDITIONS, one="a condition"):
+            kind = self.key(c, "type", STR)
+            if kind is not None:
+                conditions.append(PublishedCondition(type=kind, **self.fields(c, _CONDITION)))
+        out["conditions"] = tuple(conditions)
+
+    def _allocation(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        body = raw.get("allocation")
+        if body is None:
+            return
+        if not isinstance(body, Mapping):
+            self._here("allocation is not an object")
+            return
+        out["allocation"] = PublishedAllocation(
+            state=self.get(body, "state", STR), message=self.get(body, "message", STR)
         )
-        field = "status.preferredGPUSets"
-        preferred = tuple(
-            PreferredGpuSets(size=int(p["size"]), sets=tuple(tuple(int(x) for x in s) for s in p["sets"]))
-            for p in status.get("preferredGPUSets") or []
+
+    def _summary(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        body = raw.get("summary")
+        if body is None:
+            return
+        if not isinstance(body, Mapping):
+            self._here("summary is not an object")
+            return
+        out["summary"] = PublishedSummary(
+            gpu_count=self.get(body, "gpuCount", INT),
+            gpu_model=self.get(body, "gpuModel", STR),
+            islands=self.get(body, "islands", STR),
+            nvswitch=self.get(body, "nvswitch", BOOL),
+            rdma_nics=self.get(body, "rdmaNICs", INT),
+            worst_nic_distance=self.link_class(body, "worstNICDistance"),
+            mig_devices=self.get(body, "migDevices", INT),
+            numa_nodes=self.get(body, "numaNodes", INT),
         )
-        field = "status.fabric"
-        fabric_body = status.get("fabric")
-        fabric = (
-            FabricInfo(
-                cluster_uuid=str(fabric_body["clusterUUID"]),
-                clique_id=int(fabric_body["cliqueID"]),
-                state=str(fabric_body["state"]),
-                health=fabric_body.get("health"),
-            )
-            if fabric_body
-            else None
-        )
-        field = "status.network"
-        network_position = _network_back(status.get("network") or {})
-        field = "status.sources"
-        sources = tuple(
-            SourceStatus(name=str(s["name"]), ok=bool(s["ok"]), message=str(s.get("message") or ""))
-            for s in status.get("sources") or []
-        )
-        field = "status.conditions"
-        conditions_back = _conditions_back(status.get("conditions") or [], sources)
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        what = f"missing {e}" if isinstance(e, KeyError) else str(e)
-        raise ResourceError(f"NodeTopology/{name}: {field}: {what}") from None
-    return Topology(
-        numa_nodes=numa,
-        gpus=gpus,
-        nics=nics,
-        nvlink_islands=islands,
-        mig_devices=migs,
-        preferred_gpu_sets=preferred,
-        gpu_nic_distances=distances,
-        fabric=fabric,
-        pci_devices=(),
-        sources=sources,
-        conditions=conditions_back,
-        network=network_position,
-        gpu_links=links,
-    )
 
 
-def _address(text: str | None) -> PciAddress | None:
-    return PciAddress.parse(text) if text else None
-
-
-def _cpus(text: str | None) -> frozenset[int] | None:
-    return parse_cpulist(text) if text is not None else None
-
-
-def _gpu_back(g: Mapping[str, Any]) -> Gpu:
-    return Gpu(
-        index=int(g["index"]),
-        uuid=g.get("uuid"),
-        model=g.get("model"),
-        address=_address(g.get("pciBusID")),
-        pcie_root=g.get("pcieRoot"),
-        numa_node=g.get("numaNode"),
-        numa_affinity=_cpus(g.get("numaAffinity")),
-        gpu_numa_node=g.get("gpuNumaNode"),
-        cpu_affinity=_cpus(g.get("cpuAffinity")),
-        island=g.get("island"),
-        nearest_nics=tuple(str(n) for n in g.get("nearestNICs") or []),
-        nic_distance=LinkClass[g["nicDistance"]] if g.get("nicDistance") else None,
-        mig_enabled=g.get("migEnabled"),
-        memory_bytes=g.get("memoryBytes"),
-    )
-
-
-def _nic_back(n: Mapping[str, Any]) -> Nic:
-    return Nic(
-        name=str(n["name"]),
-        netdev=n.get("netdev"),
-        address=_address(n.get("pciBusID")),
-        pcie_root=n.get("pcieRoot"),
-        numa_node=n.get("numaNode"),
-        link_layer=n.get("linkLayer"),
-        state=n.get("state"),
-        rate_gbps=n.get("rateGbps"),
-        rdma=bool(n.get("rdma")),
-    )
-
-
-def _network_back(body: Mapping[str, Any]) -> NetworkPosition:
-    return NetworkPosition(
-        neighbours=tuple(
-            SwitchPort(
-                nic=str(n["nic"]),
-                port=n.get("port"),
-                source=str(n.get("source") or ""),
-                state=n.get("state"),
-                switch_id=n.get("switchID"),
-                switch_name=n.get("switchName"),
-                switch_port=n.get("switchPort"),
-                peer_is_switch=n.get("peerIsSwitch"),
-            )
-            for n in body.get("neighbours") or []
-        ),
-        tiers=tuple(
-            FabricTier(
-                level=int(t["level"]),
-                id=str(t["id"]),
-                name=t.get("name"),
-                members=tuple(str(m) for m in t.get("members") or []),
-            )
-            for t in body.get("tiers") or []
-        ),
-        tier_source=body.get("tierSource"),
-    )
-
-
-def _conditions_back(items: Any, sources: tuple[SourceStatus, ...]) -> tuple[Condition, ...]:
-    """Each failing source condition as the ``Condition`` it was made from. A not-ready reason that
-    no source condition carries (a join-level finding) comes back from Ready or Consistent."""
-    by_type = {condition_type(s.name): s for s in sources}
-    reasons = {r.value: r for r in ConditionReason}
-    result: list[Condition] = []
-    top: dict[str, Mapping[str, Any]] = {}
-    for c in items:
-        kind = str(c["type"])
-        source = by_type.get(kind)
-        message = str(c.get("message", ""))
-        if kind in ("Ready", "Consistent"):
-            top[kind] = c
-        elif source is not None and message == source.message and not source.ok:
-            continue  # the source's own status, not a condition of it (``conditions`` writes it again)
-        elif c.get("status") == "False" and source is not None and c.get("reason") in reasons:
-            result.append(Condition(source=source.name, reason=reasons[c["reason"]], message=message))
-    consistent = top.get("Consistent")
-    if (
-        consistent is not None
-        and consistent.get("status") == "False"
-        and not any(c.reason is ConditionReason.INCONSISTENT for c in result)
-    ):
-        result.append(
-            Condition(
-                source="Consistent",
-                reason=ConditionReason.INCONSISTENT,
-                message=str(consistent.get("message")),
-            )
-        )
-    ready = top.get("Ready")
-    if (
-        ready is not None
-        and ready.get("status") == "False"
-        and not any(c.reason in NOT_READY_REASONS for c in result)
-        and ready.get("reason") in reasons
-    ):
-        who, _, said = str(ready.get("message")).partition(": ")  # Ready says "source: message"
-        result.append(
-            Condition(
-                source=who if said else "Ready",
-                reason=reasons[ready["reason"]],
-                message=said or who,
-            )
-        )
-    return tuple(result)
+def _wrong(key: str, value: Any, kind: Kind) -> str:
+    """``rateGbps '400' is not a number``: a value of the wrong type, shown short."""
+    shown = repr(value)[:32] if isinstance(value, (str, int, float, bool)) else f"a {type(value).__name__}"
+    return f"{key} {shown} is not {_KINDS.get(kind, 'readable')}"

@@ -1,0 +1,123 @@
+"""The NodeTopology contract has one home (nodetopo/resource/): its names once, one reader of a
+published object."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nodetopo.resource import identity
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "nodetopo"
+BUNDLES = REPO / "tests" / "fixtures" / "bundles"
+MACHINES = sorted(p.name for p in BUNDLES.iterdir() if p.is_dir())
+
+#: ``X["status"]`` or ``X.get("status")``: reading an object's status (or a condition's)
+STATUS_INDEX = re.compile(r"""\[\s*["']status["']\s*\]|\.get\(\s*["']status["']""")
+
+#: The modules outside nodetopo/resource/ that index a ``status``, and why that is not reading a
+#: published NodeTopology around the reader.
+NOT_A_PUBLISHED_NODETOPOLOGY = {
+    # the publish chain writes the agent's own body: the status apply with its conditions'
+    # transition times, the stored object's facts kept on a Missing scan (held_body), the stored
+    # hash compared before the first write
+    "publish/nodetopology.py": "the publisher's own body and the object it stored",
+    "agent/publisher.py": "the agent's own body and the stored object's contentHash",
+    # not NodeTopology objects
+    "publish/client.py": "a Kubernetes Status document (an API error)",
+    "extender/cache.py": "a Pod's status.phase",
+    "admission/controller.py": "the summary controller's own NodeTopologySummary",
+    "admission/rules.py": "the NodeTopologySummary the admission rules are given",
+}
+
+
+def _indexing_status() -> set[str]:
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative.startswith("resource/"):
+            continue
+        if STATUS_INDEX.search(path.read_text(encoding="utf-8")):
+            found.add(relative)
+    return found
+
+
+def test_no_module_reads_a_nodetopology_status_around_the_reader() -> None:
+    """Every consumer projects from nodetopo.resource.reader; the exceptions are named and current."""
+    assert _indexing_status() == set(NOT_A_PUBLISHED_NODETOPOLOGY)
+
+
+def test_the_status_scan_sees_an_index() -> None:
+    """The scan is not vacuous: both spellings are found, a condition list's ``status`` too."""
+    assert STATUS_INDEX.search('s = obj.get("status") or {}')
+    assert STATUS_INDEX.search("x = body['status']['gpus']")
+    assert not STATUS_INDEX.search("status = read.facts; c.status == 'True'")
+
+
+def _key_literals(path: Path) -> set[int]:
+    """Lines of string constants (docstrings aside) that start with the group or the prefix: a key,
+    a group name or a pattern spelled out, as opposed to prose that mentions it."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return {
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and node.value.lstrip("^").startswith(("nodetopo.io", "nodetopo\\.io"))
+    }
+
+
+def test_the_prefix_and_the_group_are_written_once() -> None:
+    """``nodetopo.io`` as a value is written only in resource/identity.py; everything else builds
+    keys from ``PREFIX``. The fabric map's kind stays in sources/, which sits below the resource."""
+    where = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py") if _key_literals(p)}
+    assert where == {"resource/identity.py", "sources/fabric/infiniband.py"}
+    assert _key_literals(PACKAGE / "resource" / "identity.py")  # the scan finds what it looks for
+
+
+def test_the_identity_is_the_crds() -> None:
+    crd = yaml.safe_load((REPO / "crds" / "nodetopology.yaml").read_text())
+    names = crd["spec"]["names"]
+    assert crd["spec"]["group"] == identity.GROUP
+    assert [v["name"] for v in crd["spec"]["versions"]] == [identity.VERSION]
+    assert (names["kind"], names["plural"], names["shortNames"]) == (
+        identity.KIND,
+        identity.PLURAL,
+        [identity.SHORT_NAME],
+    )
+    assert f"{crd['spec']['group']}/{identity.VERSION}" == identity.API_VERSION
+    assert identity.PREFIX == "nodetopo.io/"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "valid"),
+    [
+        ("nodetopo.io/gpu.count", "8", True),
+        ("nodetopo.io/gpu-domain", "", True),
+        ("nodetopo.io/gpu.model", "-bad", False),
+        ("nodetopo.io/-bad", "x", False),
+        ("nodetopo.io/" + "a" * 64, "x", False),
+        ("ray.io/gpu.count", "8", False),
+    ],
+)
+def test_one_label_validator(key: str, value: str, valid: bool) -> None:
+    assert identity.is_valid(key, value) is valid
+    if identity.label_key_problem(key) is None:
+        identity.check_label_keys([key])
+    else:
+        with pytest.raises(ValueError, match=re.escape(key)):
+            identity.check_label_keys([key])

@@ -45,7 +45,7 @@ from nodetopo.allocation import allocation_of
 from nodetopo.errors import ForbiddenError, PublishError
 from nodetopo.model import GpuAllocation, KubeletAllocation, Topology
 from nodetopo.resource.body import to_nodetopology
-from nodetopo.resource.labels import to_labels, uncertain_keys
+from nodetopo.resource.labels import node_labels, uncertain_keys
 from nodetopo.resource.reader import read_nodetopology
 from nodetopo.topology.discover import Scan
 
@@ -340,7 +340,7 @@ class Agent:
         self.stats.record_scan(trigger, scan.results, topology, self.keeper.stale_sources)
         self._topology = topology
         body = to_nodetopology(topology, self.config.node_name, self._allocation(topology)[0])
-        labels = to_labels(topology, self.config.node_name)
+        labels = node_labels(body)
         uncertain = uncertain_keys(topology)
         rdma_nics = sum(1 for n in topology.nics if n.rdma)
         ready = read_nodetopology(body, sections={"conditions"}).facts.condition("Ready")

@@ -27,10 +27,10 @@ from nodetopo.publish.client import ApiSession
 from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelOutcome, LabelTracker
 from nodetopo.publish.nodetopology import (
     ApplyOutcome,
-    essential_missing,
     held_body,
     status_content_hash,
 )
+from nodetopo.resource.conditions import essential_missing
 from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)

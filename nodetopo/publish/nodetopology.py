@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from nodetopo.errors import PublishError
-from nodetopo.model import ConditionReason
 from nodetopo.publish.client import ApiSession
 from nodetopo.resource.body import content_hash
 from nodetopo.resource.identity import API_VERSION, GROUP, KIND, PLURAL, VERSION
@@ -108,12 +107,6 @@ def status_patch(
     if not status.get("contentHash"):
         status["contentHash"] = status_content_hash(status)
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "status": status}
-
-
-def essential_missing(body: Mapping[str, Any]) -> bool:
-    """The body comes from a scan whose essential sources observed nothing (reason ``Missing``)."""
-    conditions = (body.get("status") or {}).get("conditions") or ()
-    return any(c.get("reason") == ConditionReason.MISSING.value for c in conditions)
 
 
 def held_body(body: Mapping[str, Any], stored: Mapping[str, Any] | None) -> Mapping[str, Any]:

@@ -14,9 +14,9 @@ from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelOutcome, NodeLabe
 from nodetopo.publish.nodetopology import (
     ApplyOutcome,
     NodeTopologyPublisher,
-    essential_missing,
     held_body,
 )
+from nodetopo.resource.conditions import essential_missing
 from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 
 __all__ = ["PublishOutcome", "Publisher", "run_publish"]

@@ -8,10 +8,12 @@ when a condition's status did not change), so that discovery output is determini
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from nodetopo.model import Condition, ConditionReason, SourceStatus, Topology
 from nodetopo.resource.published import PublishedCondition
+from nodetopo.resource.reader import read_nodetopology
 
 #: Condition reasons that make the resource "not Ready": consumers should treat it as partial.
 NOT_READY_REASONS = frozenset(
@@ -105,3 +107,19 @@ def _status_reason(s: SourceStatus) -> str:
 def _join(messages: Any, limit: int = 1024) -> str:
     text = "; ".join(dict.fromkeys(messages))
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def essential_missing(scan: Topology | Mapping[str, Any]) -> bool:
+    """An essential source (sysfs PCI or NUMA) observed nothing in this scan (a wrong host root): one
+    of its conditions has reason ``Missing``.
+
+    ``scan`` is the ``Topology`` or the NodeTopology body made from it: the rule is the same on
+    both, because ``conditions`` carries a Missing condition into the body as its source's own
+    condition (``check_essential`` gives that source a failed status and that condition first).
+    Then no label may be published from the scan and its facts never replace published ones.
+    """
+    if isinstance(scan, Topology):
+        reasons: list[str | None] = [c.reason.value for c in scan.conditions]
+    else:
+        reasons = [c.reason for c in read_nodetopology(scan, sections={"conditions"}).facts.conditions]
+    return ConditionReason.MISSING.value in reasons

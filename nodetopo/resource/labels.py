@@ -4,7 +4,8 @@ Every key is under ``nodetopo.io/`` and is a public API, documented in the READM
 reference. Names are a dotted hierarchy of kebab-case words; values are valid label values
 (≤ 63 characters; longer ones are shortened deterministically with a hash suffix).
 
-``to_labels`` returns what this round observed. ``uncertain_keys`` says which keys this round could
+``node_labels`` (of the body the agent publishes) and ``to_labels`` (of a ``Topology``) return what
+this round observed. ``uncertain_keys`` says which keys this round could
 not observe reliably (their source failed): the publisher keeps their last good value instead of
 removing them, because a missing observation is not evidence of absence.
 """
@@ -15,10 +16,12 @@ import hashlib
 import logging
 import re
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from nodetopo.model import ConditionReason, FabricInfo, Gpu, Topology
 from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.conditions import essential_missing
 from nodetopo.resource.identity import PREFIX, is_valid
 from nodetopo.resource.published import PublishedStatus
 from nodetopo.resource.reader import read_nodetopology
@@ -71,19 +74,27 @@ def label_value(text: str) -> str:
 
 
 def to_labels(topology: Topology, node_name: str | None = None) -> dict[str, str]:
-    """The label set for a topology (keys with the prefix). Invalid pairs are logged and dropped.
+    """The label set for a topology (keys with the prefix): ``node_labels`` of its NodeTopology body.
 
-    The projection of the NodeTopology status (``labels_of``): the node labels and the Ray bridge's
-    labels come from that one function. ``node_name`` names the node-local island in
-    ``gpu-domain`` (without it, a node outside a multi-node NVLink domain has no ``gpu-domain``).
-
-    Empty when an essential source is ``Missing``: such a round observed nothing a label may say
-    (``gpu.count=0``, ``rdma=false`` would be confident wrong answers); ``uncertain_keys`` then
-    names every key, so published labels keep their last good values.
+    For callers that have only the ``Topology``; the agent projects the labels from the body it
+    publishes (``node_labels``), so the body is built once. ``node_name`` names the node-local
+    island in ``gpu-domain`` (without it, a node outside a multi-node NVLink domain has no
+    ``gpu-domain``).
     """
-    if essential_missing(topology):
+    return node_labels(to_nodetopology(topology, node_name or ""))
+
+
+def node_labels(body: Mapping[str, Any]) -> dict[str, str]:
+    """The Node's ``nodetopo.io/`` labels: the projection of a NodeTopology body (``labels_of``, all
+    GPUs), read as every consumer reads one (``nodetopo.resource.reader``). Invalid pairs are
+    logged and dropped.
+
+    Empty when an essential source is ``Missing`` (``essential_missing``): such a round observed
+    nothing a label may say (``gpu.count=0``, ``rdma=false`` would be confident wrong answers);
+    ``uncertain_keys`` then names every key, so published labels keep their last good values.
+    """
+    if essential_missing(body):
         return {}
-    body = to_nodetopology(topology, node_name or "")
     return labels_of(read_nodetopology(body, sections=SECTIONS).facts)
 
 
@@ -210,11 +221,6 @@ def uncertain_keys(topology: Topology) -> frozenset[str]:
         if gpus_hidden and set(producers) & set(GPU_SOURCES) and name != "gpu.count":
             uncertain.add(PREFIX + name)
     return frozenset(uncertain)
-
-
-def essential_missing(topology: Topology) -> bool:
-    """An essential source (sysfs PCI or NUMA) observed nothing this round (a wrong host root)."""
-    return any(c.reason is ConditionReason.MISSING for c in topology.conditions)
 
 
 def _bool(value: bool) -> str:

@@ -1,16 +1,23 @@
 """The NodeTopology contract has one home (nodetopo/resource/): its names once, one reader of a
-published object."""
+published object, one ``essential_missing``, and the labels projected from the body the agent built."""
 
 from __future__ import annotations
 
 import ast
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from nodetopo.host import ReplayRunner
+from nodetopo.model import GpuAllocation
 from nodetopo.resource import identity
+from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.conditions import essential_missing
+from nodetopo.resource.labels import node_labels, to_labels
+from nodetopo.topology.discover import bundle_context, host_context, scan
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "nodetopo"
@@ -121,3 +128,62 @@ def test_one_label_validator(key: str, value: str, valid: bool) -> None:
     else:
         with pytest.raises(ValueError, match=re.escape(key)):
             identity.check_label_keys([key])
+
+
+def _scans() -> list[tuple[str, Any]]:
+    scans = [(m, scan(bundle_context(str(BUNDLES / m))).topology) for m in MACHINES]
+    return scans
+
+
+@pytest.fixture(scope="module")
+def topologies(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, Any]]:
+    wrong = tmp_path_factory.mktemp("host") / "nothing-mounted"
+    missing = scan(host_context(wrong, runner=ReplayRunner({}), nvml="off")).topology
+    return [*_scans(), ("wrong-root", missing)]
+
+
+def test_one_essential_missing_on_the_topology_and_its_body(topologies: list[tuple[str, Any]]) -> None:
+    """The one rule, on both forms of a scan: they agree on every bundle and on a wrong host root."""
+    verdicts = {name: essential_missing(t) for name, t in topologies}
+    assert verdicts["wrong-root"] and not any(v for n, v in verdicts.items() if n != "wrong-root")
+    for name, topology in topologies:
+        assert essential_missing(to_nodetopology(topology, name)) == verdicts[name], name
+
+
+def test_labels_come_from_the_body_the_agent_publishes(topologies: list[tuple[str, Any]]) -> None:
+    """``node_labels`` of the published body (with the kubelet's allocation) is ``to_labels``."""
+    known = GpuAllocation(known=True)
+    for name, topology in topologies:
+        body = to_nodetopology(topology, name, known)
+        assert node_labels(body) == to_labels(topology, name), name
+    assert node_labels(to_nodetopology(topologies[-1][1], "w")) == {}  # a Missing scan says nothing
+
+
+def test_the_agent_builds_the_body_once_per_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The labels are projected from the body the cycle built, not from a second body."""
+    from agent.support import DGX_H100, FakeClock, FakePublisher, SwitchableScan, config
+
+    import nodetopo.agent.loop as loop
+    import nodetopo.resource.labels as labels
+
+    built: list[str] = []
+
+    def counting(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        built.append(args[1])
+        return to_nodetopology(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "to_nodetopology", counting)
+    monkeypatch.setattr(labels, "to_nodetopology", counting)
+    clock = FakeClock()
+    publisher = FakePublisher()
+    agent = loop.Agent(
+        config(),
+        scan=SwitchableScan(bundle_context(DGX_H100)),
+        publisher=publisher,
+        clock=clock,
+        sleep=clock.sleep,
+        random=lambda: 0.5,
+    )
+    assert agent.run_cycle("start").published
+    assert built == ["node-a"]
+    assert publisher.applied_labels["nodetopo.io/gpu.count"] == "8"

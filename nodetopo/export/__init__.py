@@ -63,13 +63,13 @@ def places_from_nodetopologies(objects: Iterable[Mapping[str, Any]]) -> tuple[No
         if not read.node:
             continue
         tiers = read.facts.network.tiers
-        domain = read.facts.nvlink_domain
+        domain, _ = read.facts.nvlink_domain or (None, None)
         places.append(
             NodePlace(
                 name=read.node,
                 tiers={t.level: t.id for t in tiers},
                 tier_names={t.level: t.name for t in tiers},
-                nvlink_domain=domain.id if domain is not None else None,
+                nvlink_domain=domain,
             )
         )
     return tuple(sorted(places, key=lambda p: p.name))

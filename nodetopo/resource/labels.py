@@ -151,11 +151,11 @@ def labels_of(status: PublishedStatus, gpus: Collection[int] | None = None) -> d
         labels["gpu-nic.distance"] = max(classes).name
     if status.numa_nodes:
         labels["numa.count"] = str(len(status.numa_nodes))
-    domain = status.nvlink_domain
-    if domain is not None and domain.id:
-        labels["nvlink.domain"] = label_value(domain.id)
-        if domain.healthy is not None:
-            labels["nvlink.domain-healthy"] = _bool(domain.healthy)
+    domain, healthy = status.nvlink_domain or (None, None)
+    if domain:
+        labels["nvlink.domain"] = label_value(domain)
+        if healthy is not None:
+            labels["nvlink.domain-healthy"] = _bool(healthy)
     for tier in status.network.tiers[:MAX_FABRIC_TIERS]:
         labels[f"fabric.tier-{tier.level}"] = label_value(tier.id)
     gpu_domain = _gpu_domain(status.node_name, chosen, clique, labels.get("nvlink.domain"))

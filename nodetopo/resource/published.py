@@ -11,20 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from nodetopo.model import (
-    FabricInfo,
-    Gpu,
-    GpuLink,
-    LinkClass,
-    MigDevice,
-    NetworkPosition,
-    Nic,
-    NumaNode,
-    NvlinkIsland,
-    PodRef,
-    PreferredGpuSets,
-    SourceStatus,
-)
+from nodetopo import model
 
 #: The sections of a status, in the order they are read (``gpuLinks`` and the rest as the schema
 #: names them). ``allocation`` is ``status.allocation`` with every GPU's ``heldBy``. Two are parts of
@@ -89,10 +76,10 @@ class Problem:
 class PublishedGpu:
     """One entry of ``status.gpus``: the GPU, its NICs by class, and who holds it."""
 
-    gpu: Gpu
-    nics: tuple[tuple[str, LinkClass], ...] = ()  #: ``nics[]`` (name, distance), in the object's order
+    gpu: model.Gpu
+    nics: tuple[tuple[str, model.LinkClass], ...] = ()  #: ``nics[]`` (name, distance), in the object's order
     #: ``heldBy``; None when not said (no allocation read, an agent that does not ask) or unreadable
-    held_by: tuple[PodRef, ...] | None = None
+    held_by: tuple[model.PodRef, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,28 +93,18 @@ class PublishedCondition:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PublishedSummary:
+    """What consumers read of ``status.summary`` (the rest is the facts themselves)."""
+
     gpu_count: int | None = None
     gpu_model: str | None = None
     islands: str | None = None  #: ``1x8``, ``4x2``, "" without NVLink
-    nvswitch: bool | None = None
-    rdma_nics: int | None = None
-    worst_nic_distance: LinkClass | None = None
-    mig_devices: int | None = None
-    numa_nodes: int | None = None
+    worst_nic_distance: model.LinkClass | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PublishedAllocation:
     state: str | None = None  #: Known | Unknown
     message: str | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class NvlinkDomain:
-    """``status.network.nvlinkDomain``."""
-
-    id: str | None = None
-    healthy: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,16 +116,17 @@ class PublishedStatus:
     content_hash: str | None = None
     summary: PublishedSummary | None = None
     gpus: tuple[PublishedGpu, ...] = ()
-    nics: tuple[Nic, ...] = ()
-    islands: tuple[NvlinkIsland, ...] = ()
-    gpu_links: tuple[GpuLink, ...] | None = None  #: None: the object has no ``gpuLinks``
-    numa_nodes: tuple[NumaNode, ...] = ()
-    mig_devices: tuple[MigDevice, ...] = ()
-    preferred_gpu_sets: tuple[PreferredGpuSets, ...] = ()
-    fabric: FabricInfo | None = None
-    network: NetworkPosition = dataclasses.field(default_factory=NetworkPosition)
-    nvlink_domain: NvlinkDomain | None = None
-    sources: tuple[SourceStatus, ...] = ()
+    nics: tuple[model.Nic, ...] = ()
+    islands: tuple[model.NvlinkIsland, ...] = ()
+    gpu_links: tuple[model.GpuLink, ...] | None = None  #: None: the object has no ``gpuLinks``
+    numa_nodes: tuple[model.NumaNode, ...] = ()
+    mig_devices: tuple[model.MigDevice, ...] = ()
+    preferred_gpu_sets: tuple[model.PreferredGpuSets, ...] = ()
+    fabric: model.FabricInfo | None = None
+    network: model.NetworkPosition = dataclasses.field(default_factory=model.NetworkPosition)
+    #: ``status.network.nvlinkDomain`` (id, healthy), as ``topology.network.nvlink_domain`` says it
+    nvlink_domain: tuple[str | None, bool | None] | None = None
+    sources: tuple[model.SourceStatus, ...] = ()
     conditions: tuple[PublishedCondition, ...] = ()
     allocation: PublishedAllocation | None = None
 

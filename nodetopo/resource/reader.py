@@ -39,8 +39,9 @@ the API server can store (the CRD's types and bounds) the reader finds no proble
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from typing import Any
+import re
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, TypeVar
 
 from nodetopo.model import (
     FabricInfo,
@@ -78,7 +79,6 @@ from nodetopo.resource.limits import (
 from nodetopo.resource.published import (
     ALL,
     SECTIONS,
-    NvlinkDomain,
     Problem,
     Published,
     PublishedAllocation,
@@ -134,29 +134,22 @@ _KINDS = {INT: "an integer", STR: "a string", BOOL: "true or false", NUMBER: "a 
 
 #: (JSON key, attribute, kind) of the plain fields of an entry, read by ``_Reader.fields``
 Fields = tuple[tuple[str, str, Kind], ...]
-_GPU: Fields = (
-    ("uuid", "uuid", STR),
-    ("model", "model", STR),
-    ("pcieRoot", "pcie_root", STR),
-    ("gpuNumaNode", "gpu_numa_node", INT),
-    ("migEnabled", "mig_enabled", BOOL),
-    ("memoryBytes", "memory_bytes", INT),
-)
-_NIC: Fields = (
-    ("netdev", "netdev", STR),
-    ("pcieRoot", "pcie_root", STR),
-    ("numaNode", "numa_node", INT),
-    ("linkLayer", "link_layer", STR),
-    ("state", "state", STR),
-    ("rateGbps", "rate_gbps", NUMBER),
-    ("rdma", "rdma", BOOL),
-)
-_CONDITION: Fields = (
-    ("status", "status", STR),
-    ("reason", "reason", STR),
-    ("message", "message", STR),
-    ("lastTransitionTime", "last_transition_time", STR),
-)
+
+
+def _fields(**kinds: Kind) -> Fields:
+    """``Fields`` from the JSON keys (the attribute is the key in snake case: ``pcieRoot``, ``pcie_root``)."""
+    return tuple(
+        (key, re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower(), kind) for key, kind in kinds.items()
+    )
+
+
+_GPU = _fields(uuid=STR, model=STR, pcieRoot=STR, gpuNumaNode=INT, migEnabled=BOOL, memoryBytes=INT)
+_NIC = _fields(netdev=STR, pcieRoot=STR, numaNode=INT, linkLayer=STR, state=STR, rateGbps=NUMBER, rdma=BOOL)
+_CONDITION = _fields(status=STR, reason=STR, message=STR, lastTransitionTime=STR)
+_SUMMARY = _fields(gpuCount=INT, gpuModel=STR, islands=STR)
+_ALLOCATION = _fields(state=STR, message=STR)
+_MIG = _fields(parentUUID=STR, parentIndex=INT, profile=STR, gpuInstance=INT, computeInstance=INT)
+_NEIGHBOUR = _fields(port=INT, state=STR, switchID=STR, switchName=STR, switchPort=STR, peerIsSwitch=BOOL)
 _CLASSES: dict[str, LinkClass] = dict(LinkClass.__members__)
 
 
@@ -165,6 +158,9 @@ def _of(value: Any, kind: Kind) -> bool:
     if type(value) in kind:
         return True
     return isinstance(value, kind) and not (isinstance(value, bool) and bool not in kind)
+
+
+T = TypeVar("T")
 
 
 class _Reader:
@@ -301,6 +297,37 @@ class _Reader:
         if len(kept) < len(value):
             self._here(f"{one or 'an entry of ' + what} is not an object", Severity.MALFORMED)
         return kept
+
+    def mapping(
+        self, raw: Mapping[str, Any], key: str, severity: Severity = Severity.UNKNOWN
+    ) -> Mapping[str, Any] | None:
+        """The object ``raw[key]``; None when absent, or (noted) when it is not an object."""
+        body = raw.get(key)
+        if body is None or isinstance(body, Mapping):
+            return body
+        self._here(f"{key} is not an object", severity)
+        return None
+
+    def keyed(
+        self, value: Any, what: tuple[str, str, int], key: str, make: Callable[[str, Any], T]
+    ) -> tuple[T, ...]:
+        """The entries of a list (``what``: its name, an entry's, its bound) whose string ``key`` is
+        readable, each made by ``make(key, entry)``; the others are left out (rule 5)."""
+        name, one, bound = what
+        made = []
+        for entry in self.items(value, name, bound, one=one):
+            ident = self.key(entry, key, STR)
+            if ident is not None:
+                made.append(make(ident, entry))
+        return tuple(made)
+
+    def plain(
+        self, value: Any, what: tuple[str, str, int], key: str, record: Callable[..., T], spec: Fields
+    ) -> tuple[T, ...]:
+        """``keyed`` entries that are their key and plain ``fields``: ``record(key=..., **fields)``."""
+        return self.keyed(
+            value, what, key, lambda ident, entry: record(**{key: ident}, **self.fields(entry, spec))
+        )
 
     # ---- the status ---------------------------------------------------------------------
 
@@ -454,21 +481,8 @@ class _Reader:
         out["numa_nodes"] = tuple(nodes)
 
     def _mig_devices(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
-        migs = []
-        for m in self.items(raw.get("migDevices"), "MIG devices", MAX_MIG_DEVICES, one="a MIG device"):
-            uuid = self.key(m, "uuid", STR)
-            if uuid is not None:
-                migs.append(
-                    MigDevice(
-                        uuid=uuid,
-                        parent_uuid=self.get(m, "parentUUID", STR),
-                        parent_index=self.get(m, "parentIndex", INT),
-                        profile=self.get(m, "profile", STR),
-                        gpu_instance=self.get(m, "gpuInstance", INT),
-                        compute_instance=self.get(m, "computeInstance", INT),
-                    )
-                )
-        out["mig_devices"] = tuple(migs)
+        what = ("MIG devices", "a MIG device", MAX_MIG_DEVICES)
+        out["mig_devices"] = self.plain(raw.get("migDevices"), what, "uuid", MigDevice, _MIG)
 
     def _preferred_gpu_sets(
         self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]
@@ -488,11 +502,8 @@ class _Reader:
         out["preferred_gpu_sets"] = tuple(preferred)
 
     def _fabric(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
-        body = raw.get("fabric")
+        body = self.mapping(raw, "fabric", Severity.MALFORMED)
         if not body:
-            return
-        if not isinstance(body, Mapping):
-            self._here("fabric is not an object", Severity.MALFORMED)
             return
         out["fabric"] = FabricInfo(
             cluster_uuid=self.get(body, "clusterUUID", STR, required=True) or "",
@@ -506,22 +517,14 @@ class _Reader:
         if not isinstance(body, Mapping):
             self._here("network is not an object", Severity.MALFORMED)
             return
-        neighbours = []
-        for n in self.items(body.get("neighbours"), "neighbours", MAX_NEIGHBOURS, one="a neighbour"):
-            nic = self.key(n, "nic", STR)
-            if nic is not None:
-                neighbours.append(
-                    SwitchPort(
-                        nic=nic,
-                        port=self.get(n, "port", INT),
-                        source=self.get(n, "source", STR) or "",
-                        state=self.get(n, "state", STR),
-                        switch_id=self.get(n, "switchID", STR),
-                        switch_name=self.get(n, "switchName", STR),
-                        switch_port=self.get(n, "switchPort", STR),
-                        peer_is_switch=self.get(n, "peerIsSwitch", BOOL),
-                    )
-                )
+        neighbours = self.keyed(
+            body.get("neighbours"),
+            ("neighbours", "a neighbour", MAX_NEIGHBOURS),
+            "nic",
+            lambda nic, n: SwitchPort(
+                nic=nic, source=self.get(n, "source", STR) or "", **self.fields(n, _NEIGHBOUR)
+            ),
+        )
         tiers = []
         for t in self.items(body.get("tiers"), "tiers", MAX_TIERS, one="a tier"):
             level, ident = self.key(t, "level", INT), self.key(t, "id", STR)
@@ -539,59 +542,36 @@ class _Reader:
         )
         domain = body.get("nvlinkDomain")
         if isinstance(domain, Mapping):
-            out["nvlink_domain"] = NvlinkDomain(
-                id=self.get(domain, "id", STR), healthy=self.get(domain, "healthy", BOOL)
-            )
+            out["nvlink_domain"] = (self.get(domain, "id", STR), self.get(domain, "healthy", BOOL))
         elif domain:
             self._here("nvlinkDomain is not an object")
 
     def _sources(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
-        sources = []
-        for s in self.items(raw.get("sources"), "sources", MAX_SOURCES, one="a source"):
-            name = self.key(s, "name", STR)
-            if name is not None:
-                ok = self.get(s, "ok", BOOL, required=True)
-                sources.append(
-                    SourceStatus(name=name, ok=bool(ok), message=self.get(s, "message", STR) or "")
-                )
-        out["sources"] = tuple(sources)
+        out["sources"] = self.keyed(
+            raw.get("sources"),
+            ("sources", "a source", MAX_SOURCES),
+            "name",
+            lambda name, s: SourceStatus(
+                name=name,
+                ok=bool(self.get(s, "ok", BOOL, required=True)),
+                message=self.get(s, "message", STR) or "",
+            ),
+        )
 
     def _conditions(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
-        conditions = []
-        for c in self.items(raw.get("conditions"), "conditions", MAX_CONDITIONS, one="a condition"):
-            kind = self.key(c, "type", STR)
-            if kind is not None:
-                conditions.append(PublishedCondition(type=kind, **self.fields(c, _CONDITION)))
-        out["conditions"] = tuple(conditions)
+        what = ("conditions", "a condition", MAX_CONDITIONS)
+        out["conditions"] = self.plain(raw.get("conditions"), what, "type", PublishedCondition, _CONDITION)
 
     def _allocation(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
-        body = raw.get("allocation")
-        if body is None:
-            return
-        if not isinstance(body, Mapping):
-            self._here("allocation is not an object")
-            return
-        out["allocation"] = PublishedAllocation(
-            state=self.get(body, "state", STR), message=self.get(body, "message", STR)
-        )
+        body = self.mapping(raw, "allocation")
+        if body is not None:
+            out["allocation"] = PublishedAllocation(**self.fields(body, _ALLOCATION))
 
     def _summary(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
-        body = raw.get("summary")
-        if body is None:
-            return
-        if not isinstance(body, Mapping):
-            self._here("summary is not an object")
-            return
-        out["summary"] = PublishedSummary(
-            gpu_count=self.get(body, "gpuCount", INT),
-            gpu_model=self.get(body, "gpuModel", STR),
-            islands=self.get(body, "islands", STR),
-            nvswitch=self.get(body, "nvswitch", BOOL),
-            rdma_nics=self.get(body, "rdmaNICs", INT),
-            worst_nic_distance=self.link_class(body, "worstNICDistance"),
-            mig_devices=self.get(body, "migDevices", INT),
-            numa_nodes=self.get(body, "numaNodes", INT),
-        )
+        body = self.mapping(raw, "summary")
+        if body is not None:
+            worst = self.link_class(body, "worstNICDistance")
+            out["summary"] = PublishedSummary(worst_nic_distance=worst, **self.fields(body, _SUMMARY))
 
 
 def _wrong(key: str, value: Any, kind: Kind) -> str:

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from nodetopo.errors import InvalidError, PublishError
+from nodetopo.kube.session import ApiSession
 from nodetopo.publish import Publisher
-from nodetopo.publish.client import ApiSession
 from nodetopo.resource.body import to_nodetopology
 from nodetopo.resource.identity import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from nodetopo.resource.labels import to_labels, uncertain_keys

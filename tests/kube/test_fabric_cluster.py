@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from nodetopo import export
+from nodetopo.kube.session import ApiSession
 from nodetopo.model import FabricTier, Facts, NetworkObservation, SwitchPort
 from nodetopo.publish import Publisher
-from nodetopo.publish.client import ApiSession
 from nodetopo.resource.body import to_nodetopology
 from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 from nodetopo.resource.labels import to_labels, uncertain_keys

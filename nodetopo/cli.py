@@ -277,7 +277,7 @@ def _context(args: argparse.Namespace) -> Any:
 
 
 def cmd_discover(args: argparse.Namespace) -> int:
-    from nodetopo.crd import to_nodetopology
+    from nodetopo.resource.body import to_nodetopology
     from nodetopo.topology.discover import scan
 
     result = scan(_context(args))
@@ -309,7 +309,7 @@ def cmd_discover(args: argparse.Namespace) -> int:
 
             sys.stdout.write(yaml.safe_dump(body, sort_keys=False))
     if args.strict:
-        from nodetopo.crd import NOT_READY_REASONS
+        from nodetopo.resource.conditions import NOT_READY_REASONS
 
         if any(c.reason in NOT_READY_REASONS for c in result.topology.conditions):
             return 3
@@ -410,9 +410,9 @@ def _capture_nvml(path: Path) -> str:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from nodetopo.crd import to_nodetopology
-    from nodetopo.labels import to_labels, uncertain_keys
     from nodetopo.publish import run_publish
+    from nodetopo.resource.body import to_nodetopology
+    from nodetopo.resource.labels import node_labels, uncertain_keys
     from nodetopo.topology.discover import scan
 
     result = scan(_context(args))
@@ -426,7 +426,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
             print(f"nodetopo: the GPU allocation is unknown: {strip_control(answer)}", file=sys.stderr)
         allocation = allocation_of(result.topology, answer)
     body = to_nodetopology(result.topology, args.node_name, allocation)
-    labels = to_labels(result.topology, args.node_name)
+    labels = node_labels(body)
     run_publish(
         body,
         labels,

@@ -9,9 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nodetopo.labels import KEYS, PREFIX
 from nodetopo.model import ConditionReason
 from nodetopo.probe.checks import Attribution
+from nodetopo.resource.identity import PREFIX
+from nodetopo.resource.labels import KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

@@ -11,9 +11,9 @@ import yaml
 
 from nodetopo import export
 from nodetopo.cli import main
-from nodetopo.crd import to_nodetopology
 from nodetopo.export import NodePlace
 from nodetopo.model import Facts, NetworkObservation
+from nodetopo.resource.body import to_nodetopology
 from nodetopo.sources.fabric import infiniband as ib
 from nodetopo.topology.derive import derive_topology
 

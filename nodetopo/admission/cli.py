@@ -133,7 +133,8 @@ def _objects(documents: list[Any]) -> list[Any]:
 
 def _summary(args: argparse.Namespace) -> dict[str, Any] | None:
     from nodetopo.admission.summary import KIND, NAME, PLURAL, summarize_objects
-    from nodetopo.crd import GROUP, VERSION
+    from nodetopo.resource.identity import GROUP, VERSION
+    from nodetopo.resource.identity import KIND as NODETOPOLOGY_KIND
 
     if args.summary:
         found = [
@@ -146,7 +147,7 @@ def _summary(args: argparse.Namespace) -> dict[str, Any] | None:
         objects = [
             d
             for d in _objects(_documents(args.nodetopologies))
-            if isinstance(d, dict) and d.get("kind") == "NodeTopology"
+            if isinstance(d, dict) and d.get("kind") == NODETOPOLOGY_KIND
         ]
         if not objects:
             raise ValueError(f"{args.nodetopologies}: no NodeTopology object in it")
@@ -166,7 +167,7 @@ def cmd_admit(args: argparse.Namespace) -> int:
     import yaml
 
     from nodetopo.admission.rules import check_documents
-    from nodetopo.extender.request import AnnotationError
+    from nodetopo.placement.request import AnnotationError
 
     try:
         documents = [d for path in args.files for d in _documents(path)]

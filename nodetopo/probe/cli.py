@@ -279,7 +279,7 @@ def _nvml_view() -> Any:
 
 
 def _promised(args: argparse.Namespace, connection: Any) -> tuple[Any, str | None]:
-    from nodetopo.probe.checks import parse_nodetopology
+    from nodetopo.probe.promised import parse_nodetopology
 
     if args.nodetopology:
         try:
@@ -291,7 +291,7 @@ def _promised(args: argparse.Namespace, connection: Any) -> tuple[Any, str | Non
         return None, "no node name (--node-name or $NODE_NAME): the NodeTopology cannot be read"
     if connection is None:
         return None, "the API server cannot be reached: no credentials"
-    from nodetopo.crd import GROUP, PLURAL, VERSION
+    from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 
     try:
         obj = bounded(

@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nodetopo.extender.request import ANNOTATIONS, PREFIX, AnnotationError, PodRequest, parse_pod_request
 from nodetopo.model import parse_cpulist
+from nodetopo.placement.request import ANNOTATIONS, AnnotationError, PodRequest, parse_pod_request
 from nodetopo.probe.checks import Declared, IbDevice, IbPort, NvmlPair, NvmlView
+from nodetopo.resource.identity import PREFIX
 
 #: the largest file a reader reads (an annotations file, a sysfs attribute, /proc/self/status)
 MAX_READ = 256 * 1024

@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from nodetopo.crd import GROUP, PLURAL, VERSION
 from nodetopo.errors import BundleError, NodetopoError
 from nodetopo.kube.flags import add_kube_args
+from nodetopo.resource.identity import GROUP, KIND, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def _read_file(path: str) -> dict[str, Any]:
         raise BundleError(f"{path}: not JSON or YAML{where}") from None
     except RecursionError:
         raise BundleError(f"{path}: nested too deeply to be a NodeTopology object") from None
-    if not isinstance(data, dict) or data.get("kind") != "NodeTopology":
+    if not isinstance(data, dict) or data.get("kind") != KIND:
         raise BundleError(f"{path}: not a NodeTopology object")
     return data
 
@@ -131,7 +131,7 @@ def _seconds(text: str) -> float:
 
 def _from_bundle(path: str, node_name: str | None) -> dict[str, Any]:
     # Offline only: consumers otherwise never discover; the lead's import contract decides this seam.
-    from nodetopo.crd import to_nodetopology
+    from nodetopo.resource.body import to_nodetopology
     from nodetopo.topology.discover import bundle_context, scan
 
     return to_nodetopology(scan(bundle_context(path)).topology, node_name or Path(path).name)

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from nodetopo.crd import to_nodetopology
 from nodetopo.errors import InvalidError, PublishError
 from nodetopo.kube.session import ApiSession
-from nodetopo.labels import to_labels, uncertain_keys
 from nodetopo.publish import Publisher
-from nodetopo.publish.nodetopology import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.identity import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from nodetopo.resource.labels import to_labels, uncertain_keys
 from nodetopo.topology.discover import bundle_context, scan
 
 from . import bodies

@@ -38,8 +38,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from nodetopo import export
-from nodetopo.crd import to_nodetopology
-from nodetopo.labels import to_labels
 from nodetopo.model import (
     FabricInfo,
     FabricTier,
@@ -50,6 +48,8 @@ from nodetopo.model import (
     PciAddress,
     SwitchPort,
 )
+from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.labels import to_labels
 from nodetopo.topology.derive import derive_topology
 
 from .cluster import LocalCluster, free_port

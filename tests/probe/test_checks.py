@@ -26,10 +26,10 @@ from nodetopo.probe.checks import (
     check_one_island,
     check_rdma,
     check_shm,
-    parse_nodetopology,
     run_checks,
     verdict,
 )
+from nodetopo.probe.promised import parse_nodetopology
 from nodetopo.sources.nvml import RecordedNvml
 
 GIB = 2**30

@@ -17,7 +17,7 @@ BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
 
 
 def body_of(bundle: str, node: str | None = None) -> dict[str, Any]:
-    from nodetopo.crd import to_nodetopology
+    from nodetopo.resource.body import to_nodetopology
     from nodetopo.topology.discover import bundle_context, scan
 
     logging.getLogger("nodetopo").setLevel(logging.ERROR)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nodetopo.crd import to_nodetopology
-from nodetopo.labels import to_labels
 from nodetopo.ray.labels import GPU_DOMAIN, ray_labels
+from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.labels import to_labels
 from nodetopo.topology.discover import bundle_context, scan
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,9 +20,9 @@ import h2.events
 import pytest
 
 from nodetopo.allocation import device_key, gpu_allocation, unknown_allocation
-from nodetopo.crd import to_nodetopology
 from nodetopo.errors import ParseError
 from nodetopo.model import DeviceAssignment, KubeletAllocation, PodRef
+from nodetopo.resource.body import to_nodetopology
 from nodetopo.sources.podresources import (
     ALLOCATABLE_METHOD,
     LIST_METHOD,

@@ -31,8 +31,8 @@ from typing import Any
 
 from nodetopo.errors import NodetopoError
 from nodetopo.model import LinkClass
+from nodetopo.resource.identity import PREFIX
 
-PREFIX = "nodetopo.io/"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 ONE_ISLAND = PREFIX + "gpus-in-one-island"

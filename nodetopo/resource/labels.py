@@ -1,10 +1,11 @@
-"""Node labels: the coarse, public projection of a ``Topology`` (details live in the resource).
+"""Node labels: the coarse, public projection of a NodeTopology body (details live in the resource).
 
 Every key is under ``nodetopo.io/`` and is a public API, documented in the README's label
 reference. Names are a dotted hierarchy of kebab-case words; values are valid label values
 (≤ 63 characters; longer ones are shortened deterministically with a hash suffix).
 
-``to_labels`` returns what this round observed. ``uncertain_keys`` says which keys this round could
+``node_labels`` (of the body the agent publishes) and ``to_labels`` (of a ``Topology``) return what
+this round observed. ``uncertain_keys`` says which keys this round could
 not observe reliably (their source failed): the publisher keeps their last good value instead of
 removing them, because a missing observation is not evidence of absence.
 """
@@ -18,17 +19,16 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from nodetopo.crd import to_nodetopology
-from nodetopo.model import ConditionReason, Topology
+from nodetopo.model import ConditionReason, FabricInfo, Gpu, Topology
+from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.conditions import essential_missing
+from nodetopo.resource.identity import PREFIX, is_valid
+from nodetopo.resource.published import PublishedStatus
+from nodetopo.resource.reader import read_nodetopology
 from nodetopo.topology.graph import GRAPH_SOURCE
 
 log = logging.getLogger(__name__)
 
-PREFIX = "nodetopo.io/"
-
-_CLASSES = ("PIX", "PXB", "PHB", "NODE", "SYS")
-_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 
 #: Every key nodetopo may write, with the sources whose failure makes it uncertain.
 GPU_SOURCES = ("nvml", "nvidia-smi")
@@ -73,87 +73,92 @@ def label_value(text: str) -> str:
     return value
 
 
-def is_valid(key: str, value: str) -> bool:
-    if not key.startswith(PREFIX):
-        return False
-    name = key[len(PREFIX) :]
-    return bool(_NAME.match(name)) and len(name) <= 63 and len(value) <= 63 and bool(_VALUE.match(value))
-
-
 def to_labels(topology: Topology, node_name: str | None = None) -> dict[str, str]:
-    """The label set for a topology (keys with the prefix). Invalid pairs are logged and dropped.
+    """The label set for a topology (keys with the prefix): ``node_labels`` of its NodeTopology body.
 
-    The projection of the NodeTopology status (``labels_of``): the node labels and the Ray bridge's
-    labels come from that one function. ``node_name`` names the node-local island in
-    ``gpu-domain`` (without it, a node outside a multi-node NVLink domain has no ``gpu-domain``).
-
-    Empty when an essential source is ``Missing``: such a round observed nothing a label may say
-    (``gpu.count=0``, ``rdma=false`` would be confident wrong answers); ``uncertain_keys`` then
-    names every key, so published labels keep their last good values.
+    For callers that have only the ``Topology``; the agent projects the labels from the body it
+    publishes (``node_labels``), so the body is built once. ``node_name`` names the node-local
+    island in ``gpu-domain`` (without it, a node outside a multi-node NVLink domain has no
+    ``gpu-domain``).
     """
-    if essential_missing(topology):
+    return node_labels(to_nodetopology(topology, node_name or ""))
+
+
+def node_labels(body: Mapping[str, Any]) -> dict[str, str]:
+    """The Node's ``nodetopo.io/`` labels: the projection of a NodeTopology body (``labels_of``, all
+    GPUs), read as every consumer reads one (``nodetopo.resource.reader``). Invalid pairs are
+    logged and dropped.
+
+    Empty when an essential source is ``Missing`` (``essential_missing``): such a round observed
+    nothing a label may say (``gpu.count=0``, ``rdma=false`` would be confident wrong answers);
+    ``uncertain_keys`` then names every key, so published labels keep their last good values.
+    """
+    if essential_missing(body):
         return {}
-    return labels_of(to_nodetopology(topology, node_name or "")["status"])
+    return labels_of(read_nodetopology(body, sections=SECTIONS).facts)
 
 
-def labels_of(status: Mapping[str, Any], gpus: Collection[int] | None = None) -> dict[str, str]:
-    """The ``nodetopo.io/`` labels of a NodeTopology ``status`` (what the API serves), for the GPUs
-    whose indices are in ``gpus`` (all when None): THE label function, used for the Node (all
-    GPUs) and by the Ray bridge (the GPUs a Ray node owns).
+#: What the labels read of a NodeTopology (``nodetopo.resource.reader`` sections).
+SECTIONS = frozenset({"gpus", "nics", "nvlinkIslands", "numaNodes", "fabric", "network"})
+
+
+def labels_of(status: PublishedStatus, gpus: Collection[int] | None = None) -> dict[str, str]:
+    """The ``nodetopo.io/`` labels of a NodeTopology ``status`` (what the API serves, read by
+    ``nodetopo.resource.reader``), for the GPUs whose indices are in ``gpus`` (all when None): THE
+    label function, used for the Node (all GPUs) and by the Ray bridge (the GPUs a Ray node owns).
 
     Per selected GPUs: ``gpu.*``, ``nvlink.island-*`` (islands cut to the selection),
     ``nvlink.nvswitch``, ``mig.enabled``, ``gpu-nic.distance``, ``rdma.link-layer``/``rate-gbps``
     (the selected GPUs' nearest RDMA NICs), ``gpu-domain``. Per node: ``rdma``, ``rdma.nic-count``,
     ``numa.count``, ``nvlink.clique``, ``nvlink.domain``, ``fabric.tier-N``.
     """
-    every = [g for g in status.get("gpus") or () if isinstance(g, Mapping)]
-    chosen = every if gpus is None else [g for g in every if g.get("index") in gpus]
-    indices = {g.get("index") for g in chosen}
+    every = [g.gpu for g in status.gpus]
+    chosen = every if gpus is None else [g for g in every if g.index in gpus]
+    indices = {g.index for g in chosen}
     labels: dict[str, str] = {"gpu.count": str(len(chosen))}
-    models = Counter(str(g["model"]) for g in chosen if g.get("model"))
+    models = Counter(g.model for g in chosen if g.model)
     if models:
         labels["gpu.model"] = label_value(sorted(models.items(), key=lambda kv: (-kv[1], kv[0]))[0][0])
     islands = [
         members
-        for i in status.get("nvlinkIslands") or ()
-        if (members := indices & set(i.get("gpus") or ())) and (gpus is None or len(members) > 1)
+        for i in status.islands
+        if (members := indices & set(i.gpus)) and (gpus is None or len(members) > 1)
     ]
-    cut = [i for i in status.get("nvlinkIslands") or () if len(indices & set(i.get("gpus") or ())) > 1]
+    cut = [i for i in status.islands if len(indices & set(i.gpus)) > 1]
     if chosen:
         labels["nvlink.island-count"] = str(len(islands))
         labels["nvlink.island-size"] = str(max((len(m) for m in islands), default=1))
-        labels["nvlink.nvswitch"] = _bool(any(i.get("nvswitch") for i in cut))
-        labels["mig.enabled"] = _bool(any(g.get("migEnabled") for g in chosen))
-    clique = _clique(status)
+        labels["nvlink.nvswitch"] = _bool(any(i.nvswitch for i in cut))
+        labels["mig.enabled"] = _bool(any(g.mig_enabled for g in chosen))
+    clique = _clique(status.fabric)
     if clique is not None:
         labels["nvlink.clique"] = clique
-    rdma = [n for n in status.get("nics") or () if isinstance(n, Mapping) and n.get("rdma")]
+    rdma = [n for n in status.nics if n.rdma]
     labels["rdma"] = _bool(bool(rdma))
     labels["rdma.nic-count"] = str(len(rdma))
     # Link layer and rate describe the GPU fabric: the RDMA NICs nearest to a GPU (a DGX's storage
     # RoCE ports do not make its InfiniBand compute fabric "mixed"); all RDMA NICs without GPUs.
-    nearest = {str(name) for g in chosen for name in g.get("nearestNICs") or ()}
-    fabric = [n for n in rdma if n.get("name") in nearest] or (rdma if not chosen or gpus is None else [])
-    layers = sorted({str(n["linkLayer"]) for n in fabric if n.get("linkLayer")})
+    nearest = {name for g in chosen for name in g.nearest_nics}
+    fabric = [n for n in rdma if n.name in nearest] or (rdma if not chosen or gpus is None else [])
+    layers = sorted({n.link_layer for n in fabric if n.link_layer})
     if layers:
         labels["rdma.link-layer"] = layers[0] if len(layers) == 1 else "Mixed"
-    rates = [float(n["rateGbps"]) for n in fabric if n.get("rateGbps")]
+    rates = [n.rate_gbps for n in fabric if n.rate_gbps]
     if rates:
         labels["rdma.rate-gbps"] = _number(max(rates))
-    classes = [str(g["nicDistance"]) for g in chosen if g.get("nicDistance") in _CLASSES]
+    classes = [g.nic_distance for g in chosen if g.nic_distance is not None]
     if classes:
-        labels["gpu-nic.distance"] = max(classes, key=_CLASSES.index)
-    if status.get("numaNodes"):
-        labels["numa.count"] = str(len(status["numaNodes"]))
-    network = status.get("network") or {}
-    domain = network.get("nvlinkDomain") or None
-    if domain and domain.get("id"):
-        labels["nvlink.domain"] = label_value(str(domain["id"]))
-        if domain.get("healthy") is not None:
-            labels["nvlink.domain-healthy"] = _bool(bool(domain["healthy"]))
-    for tier in (network.get("tiers") or ())[:MAX_FABRIC_TIERS]:
-        labels[f"fabric.tier-{tier['level']}"] = label_value(str(tier["id"]))
-    gpu_domain = _gpu_domain(status, chosen, clique, labels.get("nvlink.domain"))
+        labels["gpu-nic.distance"] = max(classes).name
+    if status.numa_nodes:
+        labels["numa.count"] = str(len(status.numa_nodes))
+    domain, healthy = status.nvlink_domain or (None, None)
+    if domain:
+        labels["nvlink.domain"] = label_value(domain)
+        if healthy is not None:
+            labels["nvlink.domain-healthy"] = _bool(healthy)
+    for tier in status.network.tiers[:MAX_FABRIC_TIERS]:
+        labels[f"fabric.tier-{tier.level}"] = label_value(tier.id)
+    gpu_domain = _gpu_domain(status.node_name, chosen, clique, labels.get("nvlink.domain"))
     if gpu_domain is not None:
         labels["gpu-domain"] = gpu_domain
     result: dict[str, str] = {}
@@ -166,25 +171,23 @@ def labels_of(status: Mapping[str, Any], gpus: Collection[int] | None = None) ->
     return dict(sorted(result.items()))
 
 
-def _clique(status: Mapping[str, Any]) -> str | None:
+def _clique(fabric: FabricInfo | None) -> str | None:
     """``<clusterUUID>.<cliqueID>`` of the GPUs' multi-node NVLink fabric; None outside one (NVML
     reports an all-zero cluster UUID for a GPU that is in no fabric)."""
-    fabric = status.get("fabric") or None
-    if not fabric or not str(fabric.get("clusterUUID") or "").strip("0-"):
+    if fabric is None or not fabric.cluster_uuid.strip("0-"):
         return None
-    return label_value(f"{fabric['clusterUUID']}.{fabric.get('cliqueID', 0)}")
+    return label_value(f"{fabric.cluster_uuid}.{fabric.clique_id}")
 
 
 def _gpu_domain(
-    status: Mapping[str, Any], chosen: Sequence[Mapping[str, Any]], clique: str | None, domain: str | None
+    node: str | None, chosen: Sequence[Gpu], clique: str | None, domain: str | None
 ) -> str | None:
     """``gpu-domain``: the NVLink domain the (selected) GPUs belong to, for keeping a gang inside
     one. The multi-node NVLink clique, else the NVLink domain, else ``<node>.nvl<island>`` when the
     GPUs share one node-local island; None when they span islands or have no NVLink peer."""
     if clique is not None or domain is not None:
         return clique or domain
-    islands = {g.get("island") for g in chosen}
-    node = str(status.get("nodeName") or "")
+    islands = {g.island for g in chosen}
     if not chosen or not node or len(islands) != 1 or None in islands:
         return None
     return label_value(f"{node}.nvl{islands.pop()}")
@@ -218,11 +221,6 @@ def uncertain_keys(topology: Topology) -> frozenset[str]:
         if gpus_hidden and set(producers) & set(GPU_SOURCES) and name != "gpu.count":
             uncertain.add(PREFIX + name)
     return frozenset(uncertain)
-
-
-def essential_missing(topology: Topology) -> bool:
-    """An essential source (sysfs PCI or NUMA) observed nothing this round (a wrong host root)."""
-    return any(c.reason is ConditionReason.MISSING for c in topology.conditions)
 
 
 def _bool(value: bool) -> str:

@@ -44,9 +44,10 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nodetopo.crd import MAX_GPUS, MAX_HOLDERS, MAX_NICS
-from nodetopo.extender.request import PodRequest
 from nodetopo.model import LinkClass
+from nodetopo.placement.request import PodRequest
+from nodetopo.resource.published import Published
+from nodetopo.resource.reader import read_status
 
 MAX_SCORE = 10
 REASON_PREFIX = "nodetopo: "
@@ -115,13 +116,8 @@ class Verdict:
     gpus: tuple[int, ...] = ()
 
 
-def _link_class(text: Any) -> LinkClass | None:
-    if not text:
-        return None
-    try:
-        return LinkClass[str(text)]
-    except KeyError:
-        return None
+#: What placement reads of a NodeTopology (``nodetopo.resource.reader`` sections).
+SECTIONS = frozenset({"gpus", "nics", "conditions", "allocation"})
 
 
 def node_shape(status: Any) -> NodeShape:
@@ -130,73 +126,44 @@ def node_shape(status: Any) -> NodeShape:
     The cost is linear in the object and bounded: a status over the schema's bounds (``MAX_GPUS``
     GPUs, ``MAX_NICS`` NICs, per GPU too) or of the wrong shape yields an ``invalid`` shape at once.
     """
-    try:
-        return _node_shape(status)
-    except _Unusable as e:
-        return NodeShape(gpus=(), rdma_layers=(), ready=False, invalid=str(e))
-    except (TypeError, ValueError, KeyError, AttributeError) as e:
-        return NodeShape(gpus=(), rdma_layers=(), ready=False, invalid=f"malformed NodeTopology ({e})")
+    return shape_of(read_status(status, sections=SECTIONS))
 
 
-class _Unusable(Exception):
-    pass
-
-
-def _items(value: Any, what: str, bound: int) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise _Unusable(f"malformed NodeTopology ({what} is not a list)")
-    if len(value) > bound:
-        raise _Unusable(f"NodeTopology over the schema's bounds ({len(value)} {what}, at most {bound})")
-    return value
-
-
-def _node_shape(status: Any) -> NodeShape:
-    if not isinstance(status, Mapping):
-        raise _Unusable("malformed NodeTopology (status is not an object)")
-    usable_rdma: dict[str, str | None] = {}
-    for nic in _items(status.get("nics"), "NICs", MAX_NICS):
-        if nic.get("rdma") and str(nic.get("state") or "").upper() != "DOWN":
-            usable_rdma[str(nic.get("name"))] = nic.get("linkLayer")
+def shape_of(read: Published) -> NodeShape:
+    """The ``NodeShape`` of a read NodeTopology (``read_nodetopology(obj, sections=SECTIONS)``): an
+    ``invalid`` one when the reader found it malformed (``nodetopo.resource.reader``'s rule) in what
+    placement reads; an object without a status yet is a node with no GPU."""
+    malformed = read.malformed
+    if malformed is not None:
+        return NodeShape(gpus=(), rdma_layers=(), ready=False, invalid=malformed.placement)
+    status = read.facts
+    usable_rdma: dict[str, str | None] = {
+        n.name: n.link_layer for n in status.nics if n.rdma and (n.state or "").upper() != "DOWN"
+    }
     slots: dict[int, GpuSlot] = {}
-    for gpu in _items(status.get("gpus"), "GPUs", MAX_GPUS):
-        distances = [
-            (cls, str(n.get("name")))
-            for n in _items(gpu.get("nics"), "NICs of a GPU", MAX_NICS)
-            if (cls := _link_class(n.get("distance"))) is not None
-        ]
-        best = min((c for c, _ in distances), default=_link_class(gpu.get("nicDistance")))
+    for published in status.gpus:
+        gpu = published.gpu
+        distances = [(cls, name) for name, cls in published.nics]
+        best = min((c for c, _ in distances), default=gpu.nic_distance)
         rdma = [(c, name) for c, name in distances if name in usable_rdma]
         best_rdma = min((c for c, _ in rdma), default=None)
         layers = sorted({str(usable_rdma[name]) for c, name in rdma if c == best_rdma and usable_rdma[name]})
-        index = _index(gpu["index"], "index")
-        slots[index] = GpuSlot(
-            index=index,
-            island=_index(gpu.get("island"), "island"),
-            numa=_index(gpu.get("numaNode"), "numaNode"),
+        slots[gpu.index] = GpuSlot(
+            index=gpu.index,
+            island=gpu.island,
+            numa=gpu.numa_node,
             nic=best,
             rdma_nic=best_rdma,
             rdma_layers=tuple(layers),
-            whole=gpu.get("migEnabled") is not True,
+            whole=gpu.mig_enabled is not True,
         )
-    conditions = _items(status.get("conditions"), "conditions", 1024)
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions)
     return NodeShape(
         gpus=tuple(slots[i] for i in sorted(slots)),
         rdma_layers=tuple(sorted({str(v) for v in usable_rdma.values() if v})),
-        ready=ready or not conditions,
+        ready=ready or not status.conditions,
         rdma_nics=len(usable_rdma),
     )
-
-
-def _index(value: Any, what: str) -> Any:
-    """A GPU index, island id or NUMA node: a non-negative int (or None where the field is optional)."""
-    if value is None and what != "index":
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
-        raise _Unusable(f"malformed NodeTopology (GPU {what} {str(value)[:32]!r})")
-    return value
 
 
 def _gpus(n: int) -> str:
@@ -360,19 +327,21 @@ def node_holders(status: Any) -> Holders | None:
     """Who holds which GPU, when the NodeTopology says it knows (``status.allocation.state`` Known);
     None when it does not say or does not know (then placement estimates, see ``free_after``).
     Bounded like ``node_shape``: a malformed or oversized allocation is treated as unknown."""
-    try:
-        allocation = status.get("allocation")
-        if not isinstance(allocation, Mapping) or allocation.get("state") != "Known":
-            return None
-        held: dict[str, set[int]] = {}
-        for gpu in _items(status.get("gpus"), "GPUs", MAX_GPUS):
-            holders = gpu.get("heldBy")
-            if holders is None:  # a Known allocation lists every GPU's holders: this one is unknown
-                return None
-            for holder in _items(holders, "holders of a GPU", MAX_HOLDERS):
-                held.setdefault(f"{holder['namespace']}/{holder['name']}", set()).add(int(gpu["index"]))
-    except (_Unusable, TypeError, ValueError, KeyError, AttributeError):
+    return holders_of(read_status(status, sections=SECTIONS))
+
+
+def holders_of(read: Published) -> Holders | None:
+    """``node_holders`` of a read NodeTopology: None unless the allocation is Known and every GPU's
+    holders were readable (a Known allocation lists every GPU's holders: a GPU without is unknown)."""
+    status = read.facts
+    if read.malformed is not None or status.allocation is None or status.allocation.state != "Known":
         return None
+    held: dict[str, set[int]] = {}
+    for gpu in status.gpus:
+        if gpu.held_by is None:
+            return None
+        for holder in gpu.held_by:
+            held.setdefault(f"{holder.namespace}/{holder.name}", set()).add(gpu.gpu.index)
     return {pod: frozenset(gpus) for pod, gpus in held.items()}
 
 

@@ -25,6 +25,7 @@ from nodetopo.expect.hardware import UNKNOWN, GpuSpec, gpu_spec, nic_pcie_genera
 from nodetopo.model import Gpu, LinkClass, Nic, Topology
 
 PLACEHOLDER = "@"
+_GDR_LEVEL = LinkClass[c.GDR_MAX_CLASS]
 #: a same-socket NUMA hop, and the source's feed into GPUs, are not modelled as limiting
 UNLIMITED = 1e6
 
@@ -199,11 +200,10 @@ def node_view(
                 "whole node; a pod gets only the RDMA devices allocated to it)"
             )
     held_set = {g.index for g in held}
-    gdr_level = LinkClass[c.GDR_MAX_CLASS]
     name_set = set(names)
     gdr: set[str] = set()
     for d in topology.gpu_nic_distances:
-        if d.gpu in held_set and d.nic in name_set and (d.distance <= gdr_level or specs[d.gpu].c2c):
+        if d.nic in name_set and d.gpu in held_set and (d.distance <= _GDR_LEVEL or specs[d.gpu].c2c):
             gdr.add(d.nic)
     return NodeView(
         node, topology, held, specs, tuple(rdma[n] for n in names), frozenset(gdr), domain_of(topology)
@@ -232,9 +232,14 @@ def shape_key(view: NodeView, observed: tuple[ObservedLink, ...]) -> tuple[objec
         ),
         None
         if t.gpu_links is None
-        else tuple((x.a, x.b, x.nvlinks, x.pcie) for x in t.gpu_links if x.a in held and x.b in held),
+        else tuple(
+            (x.a, x.b, x.nvlinks, x.pcie.value if x.pcie is not None else 0)
+            for x in t.gpu_links
+            if x.a in held and x.b in held
+        ),
         tuple((n.name, n.rate_gbps, n.state, n.link_layer, n.numa_node) for n in view.nics),
-        tuple((d.gpu, d.nic, d.distance) for d in t.gpu_nic_distances if d.gpu in held and d.nic in names),
+        # the classes as plain ints: an enum member's hash is a Python call, and the key is hashed per node
+        tuple((d.gpu, d.nic, d.distance.value) for d in t.gpu_nic_distances if d.gpu in held and d.nic in names),
         tuple((n.id, n.distances) for n in t.numa_nodes),
         view.domain,
         observed,

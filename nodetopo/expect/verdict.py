@@ -102,6 +102,17 @@ def _span(e: Expectation) -> str:
     return e.fabric_span
 
 
+def _narrowing(e: Expectation) -> str:
+    """How to find which of the alike links is short: the run loads them all at once."""
+    if e.limiting_class in ("NVLink", "NVLink SHARP"):
+        how = "nvbandwidth -t device_to_device_memcpy_read_ce on each node (or nvidia-smi nvlink -s) names the GPU"
+    elif e.limiting_class == "network":
+        how = "ib_write_bw per NIC pair, or the run per node and per rail (NCCL_TESTS_SPLIT), names the NIC"
+    else:
+        how = "nvbandwidth's host and device copies name the PCIe link"
+    return f"the suspect is the binding link class, not one link: every link like it carries the run; {how}"
+
+
 def implied_ranks(collective: str, row: NcclRow) -> tuple[int, int] | None:
     """The communicator sizes busbw/algbw allows (nccl-tests prints both with two decimals): (low, high)."""
     kind = COLLECTIVES.get(collective)
@@ -286,6 +297,8 @@ def judge(
         )
     if measured.busbw < band.low:
         suspects = degraded or expected.limiting
+        if not degraded:
+            notes.append(_narrowing(expected))
         return Judgement(
             verdict=Verdict.RESOURCE_NOT_REAL,
             reason=f"{where} is {fraction:.2f} of the expected {band.expected:.0f} GB/s, below the band "

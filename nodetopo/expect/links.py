@@ -151,6 +151,7 @@ class NodeView:
     nics: tuple[Nic, ...]
     gdr_nics: frozenset[str]
     domain: str | None
+    notes: set[str] = dataclasses.field(default_factory=set)  #: assumptions about this node alone
 
 
 def domain_of(topology: Topology) -> str | None:
@@ -177,11 +178,12 @@ def node_view(
             f"{node}: MIG is enabled on a held GPU: NCCL does not run collectives across MIG devices"
         )
     specs: dict[int, GpuSpec] = {}
+    own: set[str] = set()  #: what holds for this node (the caller names it)
     for g in held:
         spec = gpu_spec(g.model)
         if spec is None:
-            notes.add(
-                f"{node}: GPU model {g.model or 'unknown'} is not in the model's table: PCIe Gen4 x16 and "
+            own.add(
+                f"GPU model {g.model or 'unknown'} is not in the model's table: PCIe Gen4 x16 and "
                 f"{UNKNOWN.nvlink_gbs_per_link:g} GB/s per NVLink assumed"
             )
             spec = UNKNOWN
@@ -206,7 +208,7 @@ def node_view(
         if d.nic in name_set and d.gpu in held_set and (d.distance <= _GDR_LEVEL or specs[d.gpu].c2c):
             gdr.add(d.nic)
     return NodeView(
-        node, topology, held, specs, tuple(rdma[n] for n in names), frozenset(gdr), domain_of(topology)
+        node, topology, held, specs, tuple(rdma[n] for n in names), frozenset(gdr), domain_of(topology), own
     )
 
 
@@ -239,7 +241,9 @@ def shape_key(view: NodeView, observed: tuple[ObservedLink, ...]) -> tuple[objec
         ),
         tuple((n.name, n.rate_gbps, n.state, n.link_layer, n.numa_node) for n in view.nics),
         # the classes as plain ints: an enum member's hash is a Python call, and the key is hashed per node
-        tuple((d.gpu, d.nic, d.distance.value) for d in t.gpu_nic_distances if d.gpu in held and d.nic in names),
+        tuple(
+            (d.gpu, d.nic, d.distance.value) for d in t.gpu_nic_distances if d.gpu in held and d.nic in names
+        ),
         tuple((n.id, n.distances) for n in t.numa_nodes),
         view.domain,
         observed,

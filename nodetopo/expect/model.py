@@ -300,7 +300,8 @@ def _fabric(units: Sequence[_Unit], oversubscription: float) -> _Fabric:
 
     # one unit alone: its egress
     single = min(units, key=lambda u: u.egress)
-    value, limiting, binding = single.egress, egress_links(single), single
+    value, limiting = single.egress, egress_links(single)
+    binding: _Unit | None = single
     sides = [(u.egress, u.ranks) for u in (m[0] for m in members)]
     if len(members) > 1:
         g = _digraph(links)
@@ -311,13 +312,15 @@ def _fabric(units: Sequence[_Unit], oversubscription: float) -> _Fabric:
         sides += [(x.value, sum(r for v, r in ranks.items() if v in x.side)) for x in cuts]
         if best.value < value - 1e-9:
             by_vertex = {vertex[id(m[0])]: m[0] for m in members}
-            value, limiting, binding = best.value, [], None
+            value, limiting = best.value, []
+            found_binding: _Unit | None = None
             for link in _links_of(g, best):
                 if link.kind is LinkKind.NIC:
-                    binding = binding or by_vertex[link.a]
+                    found_binding = found_binding or by_vertex[link.a]
                     limiting += egress_links(by_vertex[link.a])
                 else:
                     limiting.append(link)
+            binding = found_binding
     return _Fabric(value, tuple(dict.fromkeys(limiting)), binding, sides, _span(units))
 
 
@@ -408,6 +411,7 @@ def expect(
         by_node[o.node] += (o,)
     shapes: dict[tuple[object, ...], Shape] = {}
     shape_of: dict[str, Shape] = {}
+    per_node: dict[str, list[str]] = {}  #: a node's assumption -> the nodes it holds for
     for v in views:
         mine = by_node.get(v.name, ())
         key = shape_key(v, tuple(sorted(mine, key=repr)))
@@ -418,7 +422,12 @@ def expect(
             except ExpectError as e:
                 raise ExpectError(f"{v.name}: {e}") from None
         shape_of[v.name] = shape
-        notes.update(f"{v.name}: {n}" for n in shape.notes)
+        for n in v.notes | shape.notes:
+            per_node.setdefault(n, []).append(v.name)
+    for n, where in per_node.items():
+        notes.add(
+            f"{where[0]}: {n}" if len(where) == 1 else f"{len(where)} nodes ({where[0]} … {where[-1]}): {n}"
+        )
     units = _units(views, shape_of)
     multi = len(units) > 1
     inner_cache: dict[int, _Inner | None] = {}

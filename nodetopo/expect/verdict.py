@@ -105,7 +105,10 @@ def _span(e: Expectation) -> str:
 def _narrowing(e: Expectation) -> str:
     """How to find which of the alike links is short: the run loads them all at once."""
     if e.limiting_class in ("NVLink", "NVLink SHARP"):
-        how = "nvbandwidth -t device_to_device_memcpy_read_ce on each node (or nvidia-smi nvlink -s) names the GPU"
+        how = (
+            "nvbandwidth -t device_to_device_memcpy_read_ce on each node (or nvidia-smi nvlink -s) names "
+            "the GPU"
+        )
     elif e.limiting_class == "network":
         how = "ib_write_bw per NIC pair, or the run per node and per rail (NCCL_TESTS_SPLIT), names the NIC"
     else:

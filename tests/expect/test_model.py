@@ -288,3 +288,12 @@ def test_assumptions_name_what_the_model_cannot_know() -> None:
         "NVLS: needs",
     ):
         assert needle in text
+
+
+def test_an_assumption_about_many_nodes_is_said_once() -> None:
+    odd = machine("NVIDIA Imaginary 9000", 8, nics=8)
+    e = expect([Placement(node=f"n{i}", topology=odd) for i in range(3)])
+    said = [a for a in e.assumptions if "Imaginary 9000" in a]
+    assert said == [said[0]] and said[0].startswith("3 nodes (n0 … n2): GPU model NVIDIA Imaginary 9000")
+    one = expect([Placement(node="solo", topology=odd)])
+    assert any(a.startswith("solo: GPU model NVIDIA Imaginary 9000") for a in one.assumptions)

@@ -134,7 +134,13 @@ def implied_ranks(collective: str, row: NcclRow) -> tuple[int, int] | None:
     def ranks(f: float) -> float:
         return math.inf if f >= top else top / (top - f) if kind == "2(n-1)/n" else 1 / (1 - f)
 
-    return max(1, math.floor(ranks(lo_f))), math.ceil(ranks(hi_f)) if math.isfinite(ranks(hi_f)) else 1 << 30
+    low, high = ranks(lo_f), ranks(hi_f)
+    if not math.isfinite(high):
+        return max(1, math.ceil(low - 1e-9)), 1 << 30
+    first, last = max(1, math.ceil(low - 1e-9)), math.floor(high + 1e-9)
+    if first > last:  # no whole rank count fits the printed digits: the nearest one
+        first = last = max(1, round((low + high) / 2))
+    return first, last
 
 
 def measure(output: NcclOutput, collective: str | None = None) -> Measurement | Judgement:

@@ -49,7 +49,7 @@ def test_a_log_judged_against_fewer_gpus_than_it_ran_on_is_a_harness_error(corpu
     assert j.verdict is Verdict.HARNESS_ERROR and "64 ranks" in j.reason and "4 GPUs" in j.reason
     # a tail without a rank list: busbw/algbw = 1.875 says 16 ranks, not 8
     j = _verdict(_log(corpus, "nebius-h100-2x8-ib-k8s-tail.txt"), [Placement(node="a", topology=hgx(H100))])
-    assert j.verdict is Verdict.HARNESS_ERROR and "15-17 ranks" in j.reason and "8 GPUs" in j.reason
+    assert j.verdict is Verdict.HARNESS_ERROR and "16-16 ranks" in j.reason and "8 GPUs" in j.reason
 
 
 @pytest.mark.corpus
@@ -211,3 +211,14 @@ def test_no_rows_is_a_harness_error() -> None:
     j = measure(out)
     assert isinstance(j, Judgement) and j.verdict is Verdict.HARNESS_ERROR and "no result rows" in j.reason
     assert dataclasses.replace(j, reason="x").exit_code == 3
+
+
+def test_a_rank_list_that_busbw_over_algbw_contradicts_is_a_harness_error() -> None:
+    """Four rank lines but busbw/algbw = 1.75 (8 ranks): the listed ranks did not run this collective."""
+    text = (OWN / "allreduce-per-iteration-I1.txt").read_text()
+    cut = "\n".join(
+        line for line in text.splitlines() if not any(f"Rank  {k} " in line for k in (4, 5, 6, 7))
+    )
+    j = measure(parse_nccl_tests(cut))
+    assert isinstance(j, Judgement) and j.verdict is Verdict.HARNESS_ERROR
+    assert "8-8 ranks" in j.reason and "the rank list 4" in j.reason

@@ -238,6 +238,8 @@ _MODULE_COMMANDS: tuple[tuple[str, str], ...] = (
     ("admit", "nodetopo.admission.cli"),
     ("summary-controller", "nodetopo.admission.cli"),
     ("probe", "nodetopo.probe.cli"),
+    ("expect", "nodetopo.delivery.cli"),
+    ("accept", "nodetopo.delivery.cli"),
 )
 _BUILTIN_COMMANDS = ("discover", "capture", "publish")
 

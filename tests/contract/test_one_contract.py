@@ -40,6 +40,7 @@ NOT_A_PUBLISHED_NODETOPOLOGY = {
     "extender/cache.py": "a Pod's status.phase",
     "admission/controller.py": "the summary controller's own NodeTopologySummary",
     "admission/rules.py": "the NodeTopologySummary the admission rules are given",
+    "perf/nvbandwidth.py": "an nvbandwidth -j testcase's status (Passed, Waived, Error)",
 }
 
 

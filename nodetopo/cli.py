@@ -320,8 +320,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
-    from nodetopo.bundle import ARCHIVE_SUFFIXES, NVML_DUMP, capture_commands, write_archive
-    from nodetopo.capture import capture_bundle, write_manifest
+    from nodetopo.bundle import ARCHIVE_SUFFIXES, NVML_DUMP, write_archive
+    from nodetopo.capture import capture_bundle, capture_commands, write_manifest
     from nodetopo.host import HostRoot, SubprocessRunner
 
     target = Path(args.directory)

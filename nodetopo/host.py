@@ -332,7 +332,12 @@ class CommandResult:
     duration_s: float = 0.0
 
 
-class CommandNotFound(Exception):
+class CommandError(Exception):
+    """A command that gave no output to read: ``CommandNotFound``, ``CommandTimeout`` or
+    ``CommandOutputRefused`` (``nodetopo.sources.commands`` maps each to a condition)."""
+
+
+class CommandNotFound(CommandError):
     """The program is not there: not installed (live host) or not in the bundle (a replay).
 
     ``detail`` completes "<program> is ..." for messages.
@@ -347,11 +352,11 @@ class CommandNotFound(Exception):
         return f"{self.program} is {self.detail}"
 
 
-class CommandTimeout(Exception):
+class CommandTimeout(CommandError):
     """The program did not finish within its timeout (and was killed)."""
 
 
-class CommandOutputRefused(Exception):
+class CommandOutputRefused(CommandError):
     """The program's output was not read: larger than its limit (the program was killed), or, when
     replayed from a bundle, its file is not a regular file inside the bundle."""
 

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from typing import Protocol
 
 from nodetopo.errors import ParseError
-from nodetopo.host import CommandRunner, HostRoot
+from nodetopo.host import CommandError, CommandRunner, HostRoot
 from nodetopo.model import Condition, ConditionReason, Facts, SourceStatus
+from nodetopo.sources.commands import Command, describe
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +64,11 @@ class Context:
 
 
 class Source(Protocol):
-    """A source module: ``NAME`` plus ``collect``."""
+    """A source module: ``NAME``, the commands it runs (``COMMANDS``, see sources.commands) and
+    ``collect``."""
 
     NAME: str
+    COMMANDS: tuple[Command, ...]
 
     def collect(self, ctx: Context) -> SourceResult: ...
 
@@ -148,13 +151,16 @@ def guarded(name: str, collect: Callable[[], Facts]) -> SourceResult:
     """Run one source's collection, so that nothing it raises escapes as a crash.
 
     A ``ParseError`` that reached here (the source did not handle it itself) becomes a ParseError
-    condition; any other exception is a bug, logged with its traceback and reported as Degraded.
+    condition, and a command's failure the condition ``sources.commands`` maps it to; any other
+    exception is a bug, logged with its traceback and reported as Degraded.
     """
     start = time.monotonic()
     try:
         facts = collect()
     except ParseError as e:
         facts = failed(name, ConditionReason.PARSE_ERROR, str(e))
+    except CommandError as e:
+        facts = failed(name, *describe(e))
     except Exception as e:
         log.exception("source %s failed unexpectedly", name, extra={"source": name})
         facts = failed(name, ConditionReason.DEGRADED, f"internal error: {type(e).__name__}: {e}")

@@ -24,20 +24,28 @@ from typing import Generic, TypeVar
 
 from nodetopo import model
 from nodetopo.errors import ParseError, clip, excerpt
-from nodetopo.host import CommandNotFound, CommandOutputRefused, CommandRunner, CommandTimeout
+from nodetopo.host import CommandRunner
 from nodetopo.model import Condition, ConditionReason, Facts, LinkClass, SourceStatus
 from nodetopo.reuse import ReuseLast, reuse_last
+from nodetopo.sources import commands
 from nodetopo.sources.base import Context, SourceResult, condition, failure_level, guarded
+from nodetopo.sources.commands import Command
 
 log = logging.getLogger(__name__)
 
 NAME = "nvidia-smi"
 
-#: the command lines this source runs (the same as ``nodetopo.bundle.COMMANDS``; a test keeps them equal)
-TOPO_ARGV: tuple[str, ...] = ("nvidia-smi", "topo", "-m")
-LIST_ARGV: tuple[str, ...] = ("nvidia-smi", "-L")
-QUERY_XML_ARGV: tuple[str, ...] = ("nvidia-smi", "-q", "-x")
-NVLINK_ARGV: tuple[str, ...] = ("nvidia-smi", "nvlink", "-s")
+_HUNG = " (a hung GPU or driver?)"
+#: the commands this source runs, each on its own (a capture bundle keeps each output in its file)
+TOPO_COMMAND = Command(argv=("nvidia-smi", "topo", "-m"), output="nvidia-smi-topo-m.txt", hung=_HUNG)
+LIST_COMMAND = Command(argv=("nvidia-smi", "-L"), output="nvidia-smi-L.txt", hung=_HUNG)
+QUERY_XML_COMMAND = Command(argv=("nvidia-smi", "-q", "-x"), output="nvidia-smi-q.xml", hung=_HUNG)
+NVLINK_COMMAND = Command(argv=("nvidia-smi", "nvlink", "-s"), output="nvidia-smi-nvlink-s.txt", hung=_HUNG)
+COMMANDS: tuple[Command, ...] = (TOPO_COMMAND, LIST_COMMAND, QUERY_XML_COMMAND, NVLINK_COMMAND)
+TOPO_ARGV = TOPO_COMMAND.argv
+LIST_ARGV = LIST_COMMAND.argv
+QUERY_XML_ARGV = QUERY_XML_COMMAND.argv
+NVLINK_ARGV = NVLINK_COMMAND.argv
 
 _T = TypeVar("_T")
 
@@ -894,22 +902,16 @@ def _outcome_of(
 
 def _run(
     runner: CommandRunner,
-    argv: Sequence[str],
+    command: Command,
     timeout: float,
     outcome: Callable[[str, str, str, int], _Outcome[_T]],
 ) -> _Outcome[_T]:
     """Run one command and read its output with ``outcome`` (``_outcome_of`` a reader)."""
-    command = " ".join(argv)
-    try:
-        result = runner.run(argv, timeout=timeout)
-    except CommandNotFound as e:
-        return _logged(command, _failure(command, ConditionReason.UNAVAILABLE, str(e)))
-    except CommandTimeout:
-        message = f"no answer within {timeout:g}s (a hung GPU or driver?)"
-        return _logged(command, _failure(command, ConditionReason.TIMEOUT, message))
-    except CommandOutputRefused as e:
-        return _logged(command, _failure(command, ConditionReason.PARSE_ERROR, f"output not read: {e}"))
-    return _logged(command, outcome(command, result.stdout, result.stderr, result.returncode))
+    line = command.line
+    result = commands.run(runner, command, timeout=timeout)
+    if isinstance(result, commands.Failed):
+        return _logged(line, _failure(line, result.reason, result.message))
+    return _logged(line, outcome(line, result.stdout, result.stderr, result.returncode))
 
 
 _TOPO = _outcome_of(_read_topo_matrix)
@@ -930,10 +932,10 @@ _NVLINK = _outcome_of(_read_nvlink_status)
 
 def read_facts(runner: CommandRunner, *, timeout: float) -> Facts:
     """Run the four nvidia-smi commands, each on its own: one failing keeps the others' facts."""
-    topo = _run(runner, TOPO_ARGV, timeout, _TOPO)
-    listed = _run(runner, LIST_ARGV, timeout, _LIST)
-    queried = _run(runner, QUERY_XML_ARGV, timeout, _query_xml_outcome)
-    nvlink = _run(runner, NVLINK_ARGV, timeout, _NVLINK)
+    topo = _run(runner, TOPO_COMMAND, timeout, _TOPO)
+    listed = _run(runner, LIST_COMMAND, timeout, _LIST)
+    queried = _run(runner, QUERY_XML_COMMAND, timeout, _query_xml_outcome)
+    nvlink = _run(runner, NVLINK_COMMAND, timeout, _NVLINK)
     statuses = (topo.status, listed.status, queried.status, nvlink.status)
     conditions = (*topo.conditions, *listed.conditions, *queried.conditions, *nvlink.conditions)
 

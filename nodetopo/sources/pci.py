@@ -52,11 +52,14 @@ from nodetopo.model import (
 )
 from nodetopo.sources import _sysfs
 from nodetopo.sources.base import Context, SourceResult, failed, guarded
+from nodetopo.sources.commands import Command
 from nodetopo.sources.numa import parse_cpulist_text
 
 log = logging.getLogger(__name__)
 
 NAME = "sysfs.pci"
+#: reads sysfs only: runs nothing
+COMMANDS: tuple[Command, ...] = ()
 
 _T = TypeVar("_T")
 

@@ -42,7 +42,7 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 
 from nodetopo.errors import ParseError
-from nodetopo.host import CommandNotFound, CommandRunner, CommandTimeout, HostRoot
+from nodetopo.host import CommandRunner, HostRoot
 from nodetopo.model import (
     Condition,
     ConditionReason,
@@ -52,8 +52,9 @@ from nodetopo.model import (
     SourceStatus,
     SwitchPort,
 )
-from nodetopo.sources import _sysfs
+from nodetopo.sources import _sysfs, commands
 from nodetopo.sources.base import Context, SourceResult, failed, guarded
+from nodetopo.sources.commands import Command
 from nodetopo.sources.rdma import parse_lid, parse_port_guid, parse_port_state
 
 NAME = "fabric.ib"
@@ -781,9 +782,18 @@ def neighbour(
 # --------------------------------------------------------------------------------------------
 
 
+#: nothing a capture bundle holds: the neighbour query is asked per port (``neighbour_query``)
+COMMANDS: tuple[Command, ...] = ()
+
+
 def neighbour_query_argv(ca: str, port: int) -> tuple[str, ...]:
     """A partial scan of the one switch at the far end of ``ca``/``port`` (direct route 0,1)."""
     return ("iblinkinfo", "-C", ca, "-P", str(port), "-D", "0,1", "--switches-only")
+
+
+def neighbour_query(ca: str, port: int) -> Command:
+    """``neighbour_query_argv`` as the command the source runs."""
+    return Command(argv=neighbour_query_argv(ca, port), missing=" (iblinkinfo: infiniband-diags)")
 
 
 def position_from_map(
@@ -923,14 +933,11 @@ def read_position(root: HostRoot, runner: CommandRunner, *, timeout: float, map_
                 neighbours.append(neighbour(hp, None, None, None))
                 notes.append(f"{hp.ca} port {hp.port} is {hp.state or 'in an unknown state'}: not used")
                 continue
-            argv = neighbour_query_argv(hp.ca, hp.port)
-            command = " ".join(argv)
-            try:
-                result = runner.run(argv, timeout=timeout)
-            except CommandNotFound as e:
-                return failed(NAME, ConditionReason.UNAVAILABLE, f"{e} (iblinkinfo: infiniband-diags)")
-            except CommandTimeout:
-                return failed(NAME, ConditionReason.TIMEOUT, f"{command}: no answer within {timeout:g}s")
+            query = neighbour_query(hp.ca, hp.port)
+            command = query.line
+            result = commands.run(runner, query, timeout=timeout)
+            if isinstance(result, commands.Failed):
+                return failed(NAME, result.reason, result.text)
             if result.returncode != 0 and not result.stdout.strip():
                 problems.append(f"{command}: exited {result.returncode}: {result.stderr.strip()[:200]}")
                 neighbours.append(neighbour(hp, None, None, None))

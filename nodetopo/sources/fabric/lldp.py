@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from nodetopo.errors import ParseError
-from nodetopo.host import CommandNotFound, CommandRunner, CommandTimeout, HostRoot
+from nodetopo.host import CommandRunner, HostRoot
 from nodetopo.model import ConditionReason, FabricTier, Facts, NetworkObservation, SourceStatus, SwitchPort
+from nodetopo.sources import commands
 from nodetopo.sources.base import Context, SourceResult, condition, failed, guarded
+from nodetopo.sources.commands import Command
 
 NAME = "fabric.lldp"
 
@@ -320,11 +322,21 @@ def lldp_tiers(neighbours: tuple[LldpNeighbour, ...]) -> tuple[FabricTier, ...]:
 
 
 _LOG_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\s+\[[A-Z]+/[a-z]+\]\s*")
-LLDPCLI_ARGV: tuple[str, ...] = ("lldpcli", "-f", "json0", "show", "neighbors")
-
 
 #: where lldpd listens for lldpcli, relative to the host root
 SOCKETS = ("run/lldpd.socket", "var/run/lldpd.socket")
+
+#: the one command: asked only when lldpd runs; capture marks the bundle when lldpd answered
+#: (an empty ``run/lldpd.socket``: the socket itself cannot be copied), so the answer replays
+LLDPCLI = Command(
+    argv=("lldpcli", "-f", "json0", "show", "neighbors"),
+    output="lldpcli-neighbors.json",
+    timeout_s=5.0,
+    answered_mark=SOCKETS[0],
+    missing=" (lldpd is not used here)",
+)
+COMMANDS: tuple[Command, ...] = (LLDPCLI,)
+LLDPCLI_ARGV = LLDPCLI.argv
 
 
 def lldpd_socket(root: HostRoot) -> Path | None:
@@ -358,15 +370,11 @@ def read_lldp(root: HostRoot, runner: CommandRunner, *, timeout: float) -> Facts
     if socket is None:
         where = " or ".join("/" + s for s in SOCKETS)
         return failed(NAME, ConditionReason.UNAVAILABLE, f"lldpd is not running (no {where})")
-    argv = lldpcli_argv(socket)
-    command = " ".join(LLDPCLI_ARGV)
-    try:
-        result = runner.run(argv, timeout=timeout)
-    except CommandNotFound as e:
-        # "not installed" on a host, "not in the bundle" in a replay: the runner knows which
-        return failed(NAME, ConditionReason.UNAVAILABLE, f"{e} (lldpd is not used here)")
-    except CommandTimeout:
-        return failed(NAME, ConditionReason.TIMEOUT, f"{command}: no answer within {timeout:g}s")
+    command = LLDPCLI.line
+    # "not installed" on a host, "not in the bundle" in a replay: the runner knows which
+    result = commands.run(runner, LLDPCLI, timeout=timeout, argv=lldpcli_argv(socket))
+    if isinstance(result, commands.Failed):
+        return failed(NAME, result.reason, result.text)
     if result.returncode != 0:
         # lldpcli stamps its log lines with the time: drop it, or every scan would differ
         lines = [_LOG_STAMP.sub("", line) for line in result.stderr.strip().splitlines()]
@@ -396,4 +404,5 @@ def read_lldp(root: HostRoot, runner: CommandRunner, *, timeout: float) -> Facts
 
 def collect(ctx: Context) -> SourceResult:
     """The LLDP source (lldpd's view of the neighbours of every interface)."""
-    return guarded(NAME, lambda: read_lldp(ctx.root, ctx.runner, timeout=min(ctx.command_timeout_s, 5.0)))
+    timeout = LLDPCLI.timeout(ctx.command_timeout_s)
+    return guarded(NAME, lambda: read_lldp(ctx.root, ctx.runner, timeout=timeout))

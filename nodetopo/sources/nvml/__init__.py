@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from nodetopo.sources.commands import Command
 from nodetopo.sources.nvml.protocol import (
     ERROR_TEXT,
     FUNCTION_NOT_FOUND,
@@ -42,6 +43,9 @@ from nodetopo.sources.nvml.protocol import (
 from nodetopo.sources.nvml.replay import FORMAT, RecordedNvml
 from nodetopo.sources.nvml.source import NOT_THIS_SYSTEM, collect, read_nvml
 
+#: NVML is a library (or a dump replayed): the source runs no command
+COMMANDS: tuple[Command, ...] = ()
+
 if TYPE_CHECKING:
     from nodetopo.sources.nvml.dump import dump_nvml
     from nodetopo.sources.nvml.live import PynvmlApi
@@ -50,6 +54,7 @@ if TYPE_CHECKING:
 _LAZY = {"PynvmlApi": "nodetopo.sources.nvml.live", "dump_nvml": "nodetopo.sources.nvml.dump"}
 
 __all__ = [
+    "COMMANDS",
     "ERROR_TEXT",
     "FORMAT",
     "FUNCTION_NOT_FOUND",

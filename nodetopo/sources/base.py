@@ -11,6 +11,7 @@ from typing import Protocol
 from nodetopo.errors import ParseError
 from nodetopo.host import CommandError, CommandRunner, HostRoot
 from nodetopo.model import Condition, ConditionReason, Facts, SourceStatus
+from nodetopo.reuse import ScanCache
 from nodetopo.sources.commands import Command, describe
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,9 @@ class Context:
     cloud_timeout_s: float = 1.0
     #: ``root`` is a capture bundle (an absent file is "not in the bundle")
     bundle: bool = False
+    #: what the sources and the derivations keep from the last scan through this context, to give
+    #: back for an equal input (nodetopo.reuse): one per agent, shared with nothing else
+    cache: ScanCache = dataclasses.field(default_factory=ScanCache, compare=False, repr=False)
 
 
 class Source(Protocol):

@@ -20,7 +20,7 @@ from nodetopo import model
 from nodetopo.errors import ParseError, clip, excerpt
 from nodetopo.host import CommandRunner
 from nodetopo.model import ConditionReason, Facts, SourceStatus
-from nodetopo.reuse import reuse_last
+from nodetopo.reuse import ScanCache
 from nodetopo.sources import commands
 from nodetopo.sources.base import Context, SourceResult, condition, failure_level, guarded
 from nodetopo.sources.commands import Command
@@ -308,18 +308,17 @@ def _run(
     )
 
 
-#: the readers ``read_facts`` uses: each gives back its last result when the command printed the
-#: same text as last time (an unchanged node, every scan); any other text is read afresh (nodetopo.reuse)
-_READ_IBSTAT = reuse_last(_read_ibstat)
-_READ_IBV_DEVINFO = reuse_last(_read_ibv_devinfo)
+def read_facts(runner: CommandRunner, *, timeout: float, cache: ScanCache | None = None) -> Facts:
+    """``ibstat``, or ``ibv_devinfo`` where only rdma-core is installed; neither -> Unavailable.
 
-
-def read_facts(runner: CommandRunner, *, timeout: float) -> Facts:
-    """``ibstat``, or ``ibv_devinfo`` where only rdma-core is installed; neither -> Unavailable."""
+    Each reader gives back its last result through ``cache`` when the command printed the same
+    text as last time (an unchanged node, every scan); any other text is read afresh (nodetopo.reuse).
+    """
+    cache = cache if cache is not None else ScanCache()
     absent: list[str] = []
-    facts = _run(runner, IBSTAT, timeout, _READ_IBSTAT, absent)
+    facts = _run(runner, IBSTAT, timeout, cache.last(_read_ibstat), absent)
     if facts is None:
-        facts = _run(runner, IBV_DEVINFO, timeout, _READ_IBV_DEVINFO, absent)
+        facts = _run(runner, IBV_DEVINFO, timeout, cache.last(_read_ibv_devinfo), absent)
     if facts is None:
         message = "; ".join(absent) + " (normal on nodes without InfiniBand/RDMA tools)"
         log.info("%s: %s", NAME, message, extra={"source": NAME})
@@ -332,4 +331,4 @@ def read_facts(runner: CommandRunner, *, timeout: float) -> Facts:
 
 def collect(ctx: Context) -> SourceResult:
     """The ibstat source: channel adapters and ports, through ``ctx.runner``."""
-    return guarded(NAME, lambda: read_facts(ctx.runner, timeout=ctx.command_timeout_s))
+    return guarded(NAME, lambda: read_facts(ctx.runner, timeout=ctx.command_timeout_s, cache=ctx.cache))

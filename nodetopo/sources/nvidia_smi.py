@@ -26,7 +26,7 @@ from nodetopo import model
 from nodetopo.errors import ParseError, clip, excerpt
 from nodetopo.host import CommandRunner
 from nodetopo.model import Condition, ConditionReason, Facts, LinkClass, SourceStatus
-from nodetopo.reuse import ReuseLast, reuse_last
+from nodetopo.reuse import ScanCache
 from nodetopo.sources import commands
 from nodetopo.sources.base import Context, SourceResult, condition, failure_level, guarded
 from nodetopo.sources.commands import Command
@@ -887,26 +887,13 @@ def _outcome(
     )
 
 
-def _outcome_of(
-    read: Callable[[str, str], tuple[_T, Sequence[str]]],
-) -> ReuseLast[[str, str, str, int], _Outcome[_T]]:
-    """``_outcome`` with one command's reader, giving back its last outcome when the command printed
-    the same output as last time (an unchanged node, every scan); any other output is read afresh
-    (nodetopo.reuse)."""
-
-    def outcome(command: str, stdout: str, stderr: str, returncode: int) -> _Outcome[_T]:
-        return _outcome(command, stdout, stderr, returncode, read)
-
-    return reuse_last(outcome)
-
-
 def _run(
     runner: CommandRunner,
     command: Command,
     timeout: float,
     outcome: Callable[[str, str, str, int], _Outcome[_T]],
 ) -> _Outcome[_T]:
-    """Run one command and read its output with ``outcome`` (``_outcome_of`` a reader)."""
+    """Run one command and read its output with ``outcome`` (``_outcome`` with its reader)."""
     line = command.line
     result = commands.run(runner, command, timeout=timeout)
     if isinstance(result, commands.Failed):
@@ -914,8 +901,20 @@ def _run(
     return _logged(line, outcome(line, result.stdout, result.stderr, result.returncode))
 
 
-_TOPO = _outcome_of(_read_topo_matrix)
-_LIST = _outcome_of(_read_smi_list)
+def _topo_outcome(command: str, stdout: str, stderr: str, returncode: int) -> _Outcome[model.TopoMatrix]:
+    return _outcome(command, stdout, stderr, returncode, _read_topo_matrix)
+
+
+def _list_outcome(
+    command: str, stdout: str, stderr: str, returncode: int
+) -> _Outcome[tuple[model.ListedGpu, ...]]:
+    return _outcome(command, stdout, stderr, returncode, _read_smi_list)
+
+
+def _nvlink_outcome(
+    command: str, stdout: str, stderr: str, returncode: int
+) -> _Outcome[tuple[model.NvlinkStatus, ...]]:
+    return _outcome(command, stdout, stderr, returncode, _read_nvlink_status)
 
 
 def _query_xml_outcome(
@@ -927,15 +926,18 @@ def _query_xml_outcome(
     return _outcome(command, stdout, stderr, returncode, _read_smi_query_xml)
 
 
-_NVLINK = _outcome_of(_read_nvlink_status)
+def read_facts(runner: CommandRunner, *, timeout: float, cache: ScanCache | None = None) -> Facts:
+    """Run the four nvidia-smi commands, each on its own: one failing keeps the others' facts.
 
-
-def read_facts(runner: CommandRunner, *, timeout: float) -> Facts:
-    """Run the four nvidia-smi commands, each on its own: one failing keeps the others' facts."""
-    topo = _run(runner, TOPO_COMMAND, timeout, _TOPO)
-    listed = _run(runner, LIST_COMMAND, timeout, _LIST)
+    What ``topo -m``, ``-L`` and ``nvlink -s`` said is given back through ``cache`` when the command
+    printed the same output as last time (an unchanged node, every scan); any other output is read
+    afresh (nodetopo.reuse).
+    """
+    cache = cache if cache is not None else ScanCache()
+    topo = _run(runner, TOPO_COMMAND, timeout, cache.last(_topo_outcome))
+    listed = _run(runner, LIST_COMMAND, timeout, cache.last(_list_outcome))
     queried = _run(runner, QUERY_XML_COMMAND, timeout, _query_xml_outcome)
-    nvlink = _run(runner, NVLINK_COMMAND, timeout, _NVLINK)
+    nvlink = _run(runner, NVLINK_COMMAND, timeout, cache.last(_nvlink_outcome))
     statuses = (topo.status, listed.status, queried.status, nvlink.status)
     conditions = (*topo.conditions, *listed.conditions, *queried.conditions, *nvlink.conditions)
 
@@ -959,4 +961,4 @@ def read_facts(runner: CommandRunner, *, timeout: float) -> Facts:
 
 def collect(ctx: Context) -> SourceResult:
     """The nvidia-smi source: ``topo -m``, ``-L``, ``-q -x`` and ``nvlink -s`` through ``ctx.runner``."""
-    return guarded(NAME, lambda: read_facts(ctx.runner, timeout=ctx.command_timeout_s))
+    return guarded(NAME, lambda: read_facts(ctx.runner, timeout=ctx.command_timeout_s, cache=ctx.cache))

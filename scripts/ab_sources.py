@@ -59,7 +59,9 @@ def reader(modules: dict[str, ModuleType], what: str, bundle: Path) -> Callable[
     discover = modules["nodetopo.topology.discover"]
     if what == "smiq":
         xml = (bundle if bundle.is_file() else bundle / "cmd" / "nvidia-smi-q.xml").read_text()
-        return lambda: modules["nodetopo.sources.nvidia_smi"]._read_smi_query_xml(xml, "nvidia-smi -q -x")
+        # the -q -x reader: in the nvidia_smi module, or its query module once that is a package
+        smi = modules.get("nodetopo.sources.nvidia_smi.query", modules["nodetopo.sources.nvidia_smi"])
+        return lambda: smi._read_smi_query_xml(xml, "nvidia-smi -q -x")
     root = modules["nodetopo.bundle"].open_bundle(bundle)[0]
     # a version whose scan caches belong to the context: one cache across the runs (what one agent
     # keeps); an older one kept them in module globals, shared by every run anyway

@@ -266,7 +266,6 @@ class HostRoot:
         finally:
             os.close(fd)
 
-
     def statvfs(self, path: str | os.PathLike[str]) -> os.statvfs_result:
         """``os.statvfs`` of a path under the root (the size of a mount such as ``/dev/shm``);
         ``Refused`` when it resolves outside the root, ``OSError`` as ``os.statvfs`` raises it."""

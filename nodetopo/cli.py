@@ -418,8 +418,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
     result = scan(_context(args))
     allocation = None
     if args.pod_resources_socket:
-        from nodetopo.allocation import allocation_of
-        from nodetopo.sources.podresources import ask_kubelet
+        from nodetopo.kubelet.allocation import allocation_of
+        from nodetopo.kubelet.podresources import ask_kubelet
 
         answer = ask_kubelet(args.pod_resources_socket)
         if isinstance(answer, str):

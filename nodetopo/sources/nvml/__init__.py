@@ -6,8 +6,9 @@ One module per role:
   ``NvmlCallError`` and NVML's enumerations;
 * ``live``: ``PynvmlApi``, the protocol over the real library (the only import of ``pynvml`` in
   nodetopo, and a lazy one: importing nodetopo never needs ``libnvidia-ml.so.1``);
-* ``replay``: ``RecordedNvml``, a dump (``nvml.json``, format ``nodetopo-nvml-dump/v1``) replayed
-  through the protocol; its reader validates the dump per device and per field;
+* ``dumpfile``: the dump format (``nvml.json``, ``nodetopo-nvml-dump/v1``) and its reader, which
+  validates a dump per device and per field;
+* ``replay``: ``RecordedNvml``, a dump replayed through the protocol;
 * ``dump``: ``dump_nvml(api) -> dict``, what ``nodetopo capture`` writes to ``nvml.json``;
 * ``source``: ``read_nvml(api) -> (NvmlSnapshot, conditions)`` (pure over the protocol) and
   ``collect(ctx)``, the source.

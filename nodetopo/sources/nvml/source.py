@@ -31,6 +31,7 @@ from nodetopo.sources.base import (
     guarded,
     unobserved,
 )
+from nodetopo.sources.nvml.dumpfile import SHOWN_PROBLEMS, read_dump
 from nodetopo.sources.nvml.protocol import (
     FUNCTION_NOT_FOUND,
     INVALID_ARGUMENT,
@@ -43,7 +44,7 @@ from nodetopo.sources.nvml.protocol import (
     NvmlCallError,
     sorted_migs,
 )
-from nodetopo.sources.nvml.replay import SHOWN_PROBLEMS, RecordedNvml, read_dump
+from nodetopo.sources.nvml.replay import RecordedNvml
 
 log = logging.getLogger(__name__)
 

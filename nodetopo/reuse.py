@@ -81,7 +81,7 @@ class ScanCache:
         """``fn`` giving back its last result for equal arguments (``reuse_last``), kept here."""
         wrapped = self._last.get(fn)
         if wrapped is None:
-            wrapped = self._last.setdefault(fn, ReuseLast(fn))
+            wrapped = self._last.setdefault(fn, reuse_last(fn))
         return cast(ReuseLast[P, R], wrapped)
 
     def state(self, kind: type[S]) -> S:

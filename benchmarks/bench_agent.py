@@ -55,7 +55,7 @@ IMPORTS = (
     ),
     (
         "everything `nodetopo agent` imports",
-        "import nodetopo.agent.cli, nodetopo.publish.client, "
+        "import nodetopo.agent.cli, nodetopo.kube.session, nodetopo.kube.transport, "
         "nodetopo.topology.discover, nodetopo.crd, nodetopo.labels",
     ),
 )

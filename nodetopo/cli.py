@@ -24,7 +24,7 @@ from typing import Any
 
 from nodetopo import __version__
 from nodetopo.errors import BundleError, NodetopoError
-from nodetopo.kubeflags import add_kube_args
+from nodetopo.kube.flags import add_kube_args
 from nodetopo.logs import configure_logging
 from nodetopo.terminal import strip_control
 

@@ -259,7 +259,8 @@ def test_what_get_and_nodes_import_builds_no_graph() -> None:
     """The plugin reads the object: no networkx, no official client, no discovery, no NVML."""
     probe = (
         "import json, sys, nodetopo.kubectl.cli, nodetopo.kubectl.fleet, nodetopo.render, "
-        "nodetopo.views.published, nodetopo.views.dot, nodetopo.publish.client, nodetopo.crd; "
+        "nodetopo.views.published, nodetopo.views.dot, nodetopo.kube.session, nodetopo.kube.transport, "
+        "nodetopo.crd; "
         "print(json.dumps(sorted(sys.modules)))"
     )
     done = subprocess.run(

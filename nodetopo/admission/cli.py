@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from nodetopo.kubeflags import add_kube_args
+from nodetopo.kube.flags import add_kube_args
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,8 @@ def _summary(args: argparse.Namespace) -> dict[str, Any] | None:
             raise ValueError(f"{args.nodetopologies}: no NodeTopology object in it")
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         return summarize_objects(objects, computed_at=now)
-    from nodetopo.publish.client import ApiSession, connect
+    from nodetopo.kube.session import ApiSession
+    from nodetopo.kube.transport import connect
 
     session = ApiSession(connect(args.kubeconfig, context=args.kube_context))
     try:
@@ -210,7 +211,8 @@ def cmd_summary_controller(args: argparse.Namespace) -> int:
         start_reflector,
     )
     from nodetopo.admission.summary import Thresholds
-    from nodetopo.publish.client import ApiSession, connect
+    from nodetopo.kube.session import ApiSession
+    from nodetopo.kube.transport import connect
 
     thresholds = Thresholds(
         stale_after_s=args.stale_after,

@@ -39,10 +39,10 @@ from nodetopo.agent.health import Health
 from nodetopo.agent.metrics import AgentStats
 from nodetopo.agent.publisher import AgentPublisher, failed_object
 from nodetopo.agent.staleness import StaleKeeper
-from nodetopo.agent.throttle import Backoff
 from nodetopo.agent.udev import EventSource, NoEvents
 from nodetopo.crd import to_nodetopology
 from nodetopo.errors import ForbiddenError, PublishError
+from nodetopo.kube.pacing import Backoff
 from nodetopo.kubelet.allocation import allocation_of
 from nodetopo.labels import to_labels, uncertain_keys
 from nodetopo.model import GpuAllocation, KubeletAllocation, Topology

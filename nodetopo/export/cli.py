@@ -12,7 +12,7 @@ import yaml
 
 from nodetopo import export
 from nodetopo.errors import BundleError
-from nodetopo.kubeflags import add_kube_args
+from nodetopo.kube.flags import add_kube_args
 
 HELP = "write Kueue/Volcano/KAI/Slurm topology from the published NodeTopology objects"
 DESCRIPTION = """\
@@ -90,7 +90,8 @@ def load_objects(paths: Iterable[str]) -> list[dict[str, Any]]:
 
 
 def _from_cluster(kubeconfig: str | None, context: str | None = None) -> list[dict[str, Any]]:
-    from nodetopo.publish.client import ApiSession, connect
+    from nodetopo.kube.session import ApiSession
+    from nodetopo.kube.transport import connect
 
     with connect(kubeconfig, context=context) as api:
         listed = ApiSession(api).list_cluster_objects("nodetopo.io", "v1alpha1", "nodetopologies")

@@ -2,7 +2,7 @@
 
 It reads the NodeTopology objects the agent publishes, turns each back into the ``Topology`` it was
 made from (``crd.topology_from_nodetopology``) and renders it with the views ``nodetopo discover``
-uses. It talks to the API server through the one loader (``publish.client``): the user's kubeconfig
+uses. It talks to the API server through the one client (``nodetopo.kube``): the user's kubeconfig
 as kubectl reads it (``$KUBECONFIG``, contexts, exec credential plugins), ``--kubeconfig`` and
 ``--context``. Imports are lazy: ``--help`` loads neither the client nor a renderer.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 from nodetopo import __version__
 from nodetopo.errors import NodetopoError
-from nodetopo.kubeflags import HELP as KUBECONFIG_HELP
+from nodetopo.kube.flags import HELP as KUBECONFIG_HELP
 from nodetopo.terminal import strip_control
 
 PROG = "kubectl ntopo"
@@ -131,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _read(args: argparse.Namespace) -> dict[str, Any]:
     from nodetopo.crd import GROUP, PLURAL, VERSION
-    from nodetopo.publish.client import ApiSession, connect
+    from nodetopo.kube.session import ApiSession
+    from nodetopo.kube.transport import connect
 
     with connect(args.kubeconfig, context=args.kube_context) as connection:
         body = ApiSession(connection).read_cluster_object(GROUP, VERSION, PLURAL, args.node)
@@ -218,9 +219,10 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 def cmd_nodes(args: argparse.Namespace) -> int:
     from nodetopo.crd import GROUP, PLURAL, VERSION
+    from nodetopo.kube.session import ApiSession
+    from nodetopo.kube.transport import connect
     from nodetopo.kubectl.fleet import FleetFilter, fleet_rows, render_fleet
     from nodetopo.model import LinkClass
-    from nodetopo.publish.client import ApiSession, connect
     from nodetopo.terminal import output_width
 
     with connect(args.kubeconfig, context=args.kube_context) as connection:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nodetopo.host import HostRoot, Refused
-from nodetopo.kubeflags import add_kube_args
+from nodetopo.kube.flags import add_kube_args
 
 T = TypeVar("T")
 
@@ -312,7 +312,8 @@ def _session(args: argparse.Namespace) -> tuple[Any, str | None]:
     if args.nodetopology and (args.no_event or not args.pod_name):
         return None, None
     try:
-        from nodetopo.publish.client import ApiSession, connect
+        from nodetopo.kube.session import ApiSession
+        from nodetopo.kube.transport import connect
 
         return ApiSession(connect(args.kubeconfig, context=args.kube_context, timeout=args.timeout)), None
     except Exception as e:  # noqa: BLE001 - no credentials is a reason, not a crash

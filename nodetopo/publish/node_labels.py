@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nodetopo.publish.client import ApiSession
+from nodetopo.kube.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class TrackedLabelPublisher:
     changed. Subclasses say where the set lives: ``_adopt`` reads what we own there at first use,
     ``_apply`` writes a new set."""
 
-    def __init__(self, session: ApiSession, node_name: str, *, scans_to_remove: int = SCANS_TO_REMOVE):
+    def __init__(self, session: Session, node_name: str, *, scans_to_remove: int = SCANS_TO_REMOVE):
         self._session = session
         self.node_name = node_name
         self._scans_to_remove = scans_to_remove

@@ -17,7 +17,7 @@ import yaml
 
 from nodetopo.crd import GROUP, PLURAL, VERSION
 from nodetopo.errors import BundleError, NodetopoError
-from nodetopo.kubeflags import add_kube_args
+from nodetopo.kube.flags import add_kube_args
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,8 @@ def _from_bundle(path: str, node_name: str | None) -> dict[str, Any]:
 def _from_api(node_name: str, kubeconfig: str | None, context: str | None, wait_s: float) -> dict[str, Any]:
     """NodeTopology/``node_name`` through the stdlib client (one GET; the same loader and error
     translation as ``publish`` and the agent: an unreachable server is one line, not a traceback)."""
-    from nodetopo.publish.client import ApiSession, connect
+    from nodetopo.kube.session import ApiSession
+    from nodetopo.kube.transport import connect
 
     deadline = time.monotonic() + wait_s
     delay = 1.0

@@ -13,9 +13,9 @@ import pytest
 
 from nodetopo.crd import to_nodetopology
 from nodetopo.errors import InvalidError, PublishError
+from nodetopo.kube.session import ApiSession
 from nodetopo.labels import to_labels, uncertain_keys
 from nodetopo.publish import Publisher
-from nodetopo.publish.client import ApiSession
 from nodetopo.publish.nodetopology import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from nodetopo.topology.discover import bundle_context, scan
 

@@ -12,10 +12,10 @@ import yaml
 
 from nodetopo import export
 from nodetopo.crd import to_nodetopology
+from nodetopo.kube.session import ApiSession
 from nodetopo.labels import to_labels, uncertain_keys
 from nodetopo.model import FabricTier, Facts, NetworkObservation, SwitchPort
 from nodetopo.publish import Publisher
-from nodetopo.publish.client import ApiSession
 from nodetopo.publish.nodetopology import GROUP, PLURAL, VERSION
 from nodetopo.topology.derive import derive_topology
 

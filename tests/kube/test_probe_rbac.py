@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from nodetopo.publish.client import connect
+from nodetopo.kube.transport import connect
 
 from .cluster import LocalCluster
 

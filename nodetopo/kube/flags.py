@@ -1,8 +1,8 @@
 """The one set of Kubernetes client flags, for every command that talks to the API server.
 
 Only ``argparse`` and ``os``: commands register their parsers without loading any client. The
-values go to ``nodetopo.publish.client.cluster_access`` (THE loader) through ``connect`` or
-``load_api_client``.
+values go to ``nodetopo.kube.config.cluster_access`` (THE loader) through
+``nodetopo.kube.transport.connect``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Client-side pacing of API requests: a token bucket, and exponential backoff with jitter.
+"""Client-side pacing of API requests: a token bucket (the transport's rate limit,
+``KubeConnection.bucket``), and exponential backoff with jitter (the reflector's relists, the
+agent's retries).
 
 Both take their clock, sleep and random source as parameters, so tests run them on a fake clock.
 """
@@ -6,10 +8,7 @@ Both take their clock, sleep and random source as parameters, so tests run them 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any
-
-from nodetopo.publish.client import ApiSession
+from collections.abc import Callable
 
 
 class TokenBucket:
@@ -71,49 +70,3 @@ class Backoff:
 
     def reset(self) -> None:
         self.failures = 0
-
-
-class RateLimitedSession(ApiSession):
-    """An ``ApiSession`` whose every request first takes a token from ``bucket``.
-
-    ``connection``: a ``nodetopo.publish.client.KubeConnection`` (``connect()``), or an official
-    ``ApiClient`` whose configuration is used (see ``ApiSession``)."""
-
-    def __init__(self, connection: Any, bucket: TokenBucket, **kwargs: Any) -> None:
-        super().__init__(connection, **kwargs)
-        self.bucket = bucket
-        self.requests = 0
-
-    def _take(self) -> None:
-        self.bucket.acquire()
-        self.requests += 1
-
-    def read_node(self, name: str) -> dict[str, Any]:
-        self._take()
-        return super().read_node(name)
-
-    def apply_node(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        self._take()
-        return super().apply_node(name, body)
-
-    def read_cluster_object(self, group: str, version: str, plural: str, name: str) -> dict[str, Any] | None:
-        self._take()
-        return super().read_cluster_object(group, version, plural, name)
-
-    def read_namespaced_object(
-        self, group: str, version: str, namespace: str, plural: str, name: str
-    ) -> dict[str, Any] | None:
-        self._take()
-        return super().read_namespaced_object(group, version, namespace, plural, name)
-
-    def apply_cluster_object(
-        self, group: str, version: str, plural: str, name: str, body: Mapping[str, Any], *, status: bool
-    ) -> dict[str, Any]:
-        self._take()
-        return super().apply_cluster_object(group, version, plural, name, body, status=status)
-
-    def apply_namespaced_object(
-        self, group: str, version: str, namespace: str, plural: str, name: str, body: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        self._take()
-        return super().apply_namespaced_object(group, version, namespace, plural, name, body)

@@ -322,8 +322,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
-    from nodetopo.bundle import ARCHIVE_SUFFIXES, NVML_DUMP, capture_commands, write_archive
-    from nodetopo.capture import capture_bundle, write_manifest
+    from nodetopo.bundle import ARCHIVE_SUFFIXES, NVML_DUMP, write_archive
+    from nodetopo.capture import capture_bundle, capture_commands, write_manifest
     from nodetopo.host import HostRoot, SubprocessRunner
 
     target = Path(args.directory)
@@ -420,8 +420,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
     result = scan(_context(args))
     allocation = None
     if args.pod_resources_socket:
-        from nodetopo.allocation import allocation_of
-        from nodetopo.sources.podresources import ask_kubelet
+        from nodetopo.kubelet.allocation import allocation_of
+        from nodetopo.kubelet.podresources import ask_kubelet
 
         answer = ask_kubelet(args.pod_resources_socket)
         if isinstance(answer, str):

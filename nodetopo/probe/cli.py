@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from nodetopo.host import HostRoot, Refused
 from nodetopo.kube.flags import add_kube_args
 
 T = TypeVar("T")
@@ -190,7 +191,7 @@ def bounded(fn: Callable[[], T], seconds: float, what: str) -> T:
     return result[0]  # type: ignore[no-any-return]
 
 
-def _observe(root: Path, environ: dict[str, str], timeout: float, collective_timeout: float) -> Any:
+def _observe(root: HostRoot, environ: dict[str, str], timeout: float, collective_timeout: float) -> Any:
     from nodetopo.probe import observe
     from nodetopo.probe.checks import Seen
 
@@ -237,9 +238,7 @@ def _observe(root: Path, environ: dict[str, str], timeout: float, collective_tim
         nvml=nvml,
         infiniband=attempt("infiniband", lambda: observe.read_infiniband(root)),
         shm_bytes=attempt("shm", lambda: observe.read_shm_bytes(root)),
-        hugepages_bytes=attempt(
-            "hugepages", lambda: observe.parse_hugepages(observe._read(root / "proc/meminfo"))
-        ),
+        hugepages_bytes=attempt("hugepages", lambda: observe.read_hugepages(root)),
         cpus=cpuset[0] if cpuset else None,
         cpus_from=cpuset[2] if cpuset else "",
         mems=cpuset[1] if cpuset else None,
@@ -248,19 +247,19 @@ def _observe(root: Path, environ: dict[str, str], timeout: float, collective_tim
     )
 
 
-def _nvml_missing(root: Path, environ: dict[str, str]) -> str | None:
+def _nvml_missing(root: HostRoot, environ: dict[str, str]) -> str | None:
     """Why NVML is not to be tried (no GPU device nodes at all), or None to try it."""
-    if not any(n.startswith("nvidia") for n in _listdir(root / "dev")):
+    if not any(n.startswith("nvidia") for n in _listdir(root, root.path / "dev")):
         return "NVML not tried: no /dev/nvidia* in the container"
-    if str(root) != "/":
+    if str(root.path) != "/":
         return "NVML not tried: --root is not /"
     return None
 
 
-def _listdir(path: Path) -> list[str]:
+def _listdir(root: HostRoot, path: Path) -> list[str]:
     try:
-        return os.listdir(path)
-    except OSError:
+        return root.list_directory(path)
+    except (OSError, Refused):
         return []
 
 
@@ -332,7 +331,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     promised, promised_why = _promised(args, session)
     if promised is None and session_error and not args.nodetopology:
         promised_why = f"{promised_why}; {session_error}"
-    seen = _observe(Path(args.root), dict(os.environ), args.timeout, args.collective_timeout)
+    seen = _observe(HostRoot(args.root), dict(os.environ), args.timeout, args.collective_timeout)
     thresholds = Thresholds(
         min_shm_bytes=args.min_shm,
         min_hugepages_bytes=args.min_hugepages,

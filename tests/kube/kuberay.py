@@ -87,8 +87,19 @@ def build_kuberay() -> Path:
 def apply_crds(cluster: LocalCluster) -> None:
     for path in kuberay_crds():
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    names = [f"crd/{name}.ray.io" for name in CRDS]
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    # polled: `kubectl wait` fails at once on a CRD the API server has not given a status yet
+    deadline = time.monotonic() + 60
+    for name in CRDS:
+        while True:
+            done = cluster.kubectl("get", "crd", f"{name}.ray.io", "-o", "json", check=False)
+            conditions = (
+                json.loads(done.stdout).get("status", {}).get("conditions") or [] if done.stdout else []
+            )
+            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                break
+            if time.monotonic() > deadline:
+                raise KubeRayError(f"CRD {name}.ray.io not Established after 60s: {done.stdout[-500:]}")
+            time.sleep(0.5)
 
 
 @contextlib.contextmanager

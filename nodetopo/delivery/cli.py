@@ -76,7 +76,13 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
         choices=sorted(COLLECTIVE_ALGORITHMS),
         help="the collective (default: %(default)s)",
     )
-    p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=["table", "json"],
+        default="table",
+        help="the band as a table, or JSON (default: table)",
+    )
     add_common(p)
     p.set_defaults(func=cmd_expect)
 
@@ -107,7 +113,13 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
         "the "
         "placement gives is PlacedWrong",
     )
-    p.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=["text", "json"],
+        default="text",
+        help="the verdict as text, or JSON (default: text)",
+    )
     add_common(p)
     p.set_defaults(func=cmd_accept)
 

@@ -75,7 +75,10 @@ def register(
         help="GPU indices or UUIDs (comma-separated) the Ray node owns (env NODETOPO_RAY_GPUS; default: all)",
     )
     p.add_argument(
-        "--labels-file", default="-", metavar="PATH", help="where to write the labels YAML (default: stdout)"
+        "--labels-file",
+        default="-",
+        metavar="PATH",
+        help="where to write the labels YAML (default: -, stdout)",
     )
     p.add_argument("--resources-file", metavar="PATH", help="also write the --resources JSON here")
     add_common(p)

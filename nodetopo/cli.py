@@ -155,7 +155,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "--node-name",
         default=None,
         help="name to put in the NodeTopology object (default: with --from, the host the bundle's "
-        "manifest names; else $NODE_NAME or the hostname)",
+        "manifest names, else the bundle's directory or file name; else $NODE_NAME or the hostname)",
     )
     p.add_argument(
         "--strict",
@@ -392,16 +392,14 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
 
 def _node_name(args: argparse.Namespace, bundle: str | None = None) -> str:
-    """--node-name, else (reading a bundle) the host its manifest names, else $NODE_NAME, else the
-    hostname."""
+    """--node-name, else (reading a bundle) the bundle's node (``bundle_node_name``: its manifest's
+    host, else the bundle's name), else $NODE_NAME, else the hostname."""
     if args.node_name:
         return str(args.node_name)
     if bundle:
-        from nodetopo.bundle import read_manifest
+        from nodetopo.bundle import bundle_node_name
 
-        manifest = read_manifest(bundle)
-        if manifest is not None and manifest.host:
-            return manifest.host
+        return bundle_node_name(bundle)
     import socket  # only here: most commands never need a host name
 
     return os.environ.get("NODE_NAME") or socket.gethostname()

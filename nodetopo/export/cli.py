@@ -114,10 +114,11 @@ def _from_cluster(kubeconfig: str | None, context: str | None = None) -> list[di
 
 
 def _from_bundles(paths: Sequence[str]) -> list[dict[str, Any]]:
+    from nodetopo.bundle import bundle_node_name
     from nodetopo.resource.body import to_nodetopology
     from nodetopo.topology.discover import bundle_context, scan
 
-    return [to_nodetopology(scan(bundle_context(p)).topology, Path(p).name) for p in paths]
+    return [to_nodetopology(scan(bundle_context(p)).topology, bundle_node_name(p)) for p in paths]
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -134,10 +134,11 @@ def _seconds(text: str) -> float:
 
 def _from_bundle(path: str, node_name: str | None) -> dict[str, Any]:
     # Offline only: consumers otherwise never discover; the lead's import contract decides this seam.
+    from nodetopo.bundle import bundle_node_name
     from nodetopo.resource.body import to_nodetopology
     from nodetopo.topology.discover import bundle_context, scan
 
-    return to_nodetopology(scan(bundle_context(path)).topology, node_name or Path(path).name)
+    return to_nodetopology(scan(bundle_context(path)).topology, node_name or bundle_node_name(path))
 
 
 def _from_api(node_name: str, kubeconfig: str | None, context: str | None, wait_s: float) -> dict[str, Any]:

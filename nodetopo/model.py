@@ -769,6 +769,9 @@ class CounterBaseline:
     rates against them. ``counters`` holds only non-zero values, by edge, both sorted."""
 
     at: str  #: RFC 3339
+    #: a short hash of the ids of every edge read then: a counter it does not list was 0 for an
+    #: edge set of that hash (for another set only the listed counters are known)
+    edges: str = ""
     counters: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
 
 

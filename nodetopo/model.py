@@ -691,6 +691,9 @@ class GpuNicDistance:
     gpu: int
     nic: str
     distance: LinkClass
+    #: False when the path crosses a degraded edge (the NIC's, the GPU's own PCIe link, a switch
+    #: uplink between them): the class is where the NIC is, not what the GPU can use
+    healthy: bool = True
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

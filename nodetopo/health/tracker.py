@@ -107,9 +107,13 @@ def counter_rates(
 class HealthTracker:
     """Judges the edges scan after scan (module docstring). One per agent; not thread-safe."""
 
-    def __init__(self, policy: HealthPolicy, *, keep_baseline: bool = True) -> None:
+    def __init__(
+        self, policy: HealthPolicy, *, keep_baseline: bool = True, record_since: bool = True
+    ) -> None:
         self.policy = policy
         self.keep_baseline = keep_baseline
+        #: False for one scan judged alone: it cannot know since when an edge has been degraded
+        self.record_since = record_since
         self._edges: dict[str, _Edge] = {}
         self._baseline: CounterBaseline | None = None
         self._baseline_at: float | None = None
@@ -163,7 +167,7 @@ class HealthTracker:
                     state.first_degraded = now
                 state.degraded_streak += 1
                 if state.degraded_streak >= policy.scans_to_degrade:
-                    state.published = _published(reading, findings, rates, state, policy)
+                    state.published = _published(reading, findings, rates, state, policy, self.record_since)
             else:
                 state.degraded_streak = 0
                 state.first_degraded = None
@@ -225,13 +229,14 @@ def _published(
     rates: Mapping[str, float],
     state: _Edge,
     policy: HealthPolicy,
+    record_since: bool = True,
 ) -> EdgeHealth:
     """The edge as published: the judgement that published it, kept while its reasons are the same."""
     reasons = tuple(dict.fromkeys(f.reason for f in findings))
     if state.published is not None and state.published.reasons == reasons:
         return state.published
     judged = {c for c in rates if policy.threshold(reading.kind.value, c) is not None}
-    since = state.first_degraded
+    since = state.first_degraded if record_since else None
     return EdgeHealth(
         edge=reading.edge,
         kind=reading.kind,

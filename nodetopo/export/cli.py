@@ -13,6 +13,7 @@ import yaml
 from nodetopo import export
 from nodetopo.errors import BundleError
 from nodetopo.kubeflags import add_kube_args
+from nodetopo.output import output_help, write_output
 
 HELP = "write Kueue/Volcano/KAI/Slurm topology from the published NodeTopology objects"
 DESCRIPTION = """\
@@ -66,7 +67,7 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
     )
     p.add_argument("--plugin", choices=["tree", "block"], default="tree", help="slurm plugin (default: tree)")
     p.add_argument("--block-size", type=int, default=None, help="slurm block: BlockSizes= (nodes per block)")
-    p.add_argument("-o", "--output", default="-", metavar="FILE", help="where to write (default: stdout)")
+    p.add_argument("-o", "--output", default="-", metavar="FILE", help=output_help("the export"))
     p.add_argument("--strict", action="store_true", help="exit 4 when a node is missing a level")
     add_common(p)
     p.set_defaults(func=cmd_export)
@@ -127,10 +128,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         result = export.slurm_tree(places)
     text = result.text or yaml.safe_dump_all(list(result.objects), sort_keys=False)
-    if args.output == "-":
-        sys.stdout.write(text)
-    else:
-        Path(args.output).write_text(text)
+    write_output(args.output, text)
     for line in (*result.notes, *result.missing):
         print(f"nodetopo export: {line}", file=sys.stderr)
     print(f"nodetopo export: {len(places)} node(s), {len(result.missing)} missing level(s)", file=sys.stderr)

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from nodetopo.errors import BundleError, NodetopoError
+from nodetopo.output import output_help, write_output
 
 HELP = "sweep the InfiniBand fabric once (or read a sweep) and write the fabric map agents read"
 DESCRIPTION = """\
@@ -38,7 +39,7 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
     p.add_argument("--timeout", type=float, default=600.0, help="sweep timeout, s (default: %(default)s)")
     p.add_argument("--configmap", metavar="NAME", help="write a ConfigMap (YAML) holding the map")
     p.add_argument("-n", "--namespace", default="nodetopo", help="the ConfigMap's namespace")
-    p.add_argument("-o", "--output", default="-", metavar="FILE", help="where to write (default: stdout)")
+    p.add_argument("-o", "--output", default="-", metavar="FILE", help=output_help("the map"))
     add_common(p)
     p.set_defaults(func=cmd_fabric)
 
@@ -78,10 +79,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
             },
             sort_keys=False,
         )
-    if args.output == "-":
-        sys.stdout.write(body)
-    else:
-        Path(args.output).write_text(body)
+    write_output(args.output, body)
     switches = fmap["switches"]
     assert isinstance(switches, dict)
     leaves = sum(1 for s in switches.values() if s["tier"] == 0)

@@ -18,6 +18,7 @@ import yaml
 from nodetopo.crd import GROUP, PLURAL, VERSION
 from nodetopo.errors import BundleError, NodetopoError
 from nodetopo.kubeflags import add_kube_args
+from nodetopo.output import output_help, write_output
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +75,12 @@ def register(
         metavar="LIST",
         help="GPU indices or UUIDs (comma-separated) the Ray node owns (env NODETOPO_RAY_GPUS; default: all)",
     )
+    p.add_argument("--labels-file", default="-", metavar="PATH", help=output_help("the labels YAML"))
     p.add_argument(
-        "--labels-file", default="-", metavar="PATH", help="where to write the labels YAML (default: stdout)"
+        "--resources-file",
+        metavar="PATH",
+        help=output_help("the --resources JSON too", default_stdout=False) + "; default: not written",
     )
-    p.add_argument("--resources-file", metavar="PATH", help="also write the --resources JSON here")
     add_common(p)
     p.set_defaults(func=cmd_ray)
 
@@ -158,14 +161,7 @@ def _from_api(node_name: str, kubeconfig: str | None, context: str | None, wait_
 
 
 def _write(path: str, text: str) -> None:
-    if path == "-":
-        sys.stdout.write(text)
-        return
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(target)
+    write_output(path, text)
 
 
 def cmd_ray(args: argparse.Namespace) -> int:

@@ -222,11 +222,16 @@ class _WaitingRoom:
                         dropped = self._forget(oldest)
                     else:
                         dropped = self._ready.popleft()
-                self._waiting[conn.fileno()] = entry
-                # registered last: an edge for bytes already there is reported at once
-                self._epoll.register(conn.fileno(), self._EVENTS)
+                try:  # registered last: an edge for bytes already there is reported at once
+                    fd = conn.fileno()
+                    self._epoll.register(fd, self._EVENTS)
+                    self._waiting[fd] = entry
+                except (OSError, ValueError):  # closed meanwhile (fileno -1), or not pollable
+                    closed, dropped = dropped, entry
+                    if closed is not None:
+                        _close(closed.conn)
         if dropped is not None:
-            log.debug("waiting room full: closing the connection of %s", _peer(dropped.address))
+            log.debug("waiting room full or closed: closing the connection of %s", _peer(dropped.address))
             _close(dropped.conn)
 
     def wake(self) -> None:

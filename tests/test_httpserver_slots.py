@@ -281,3 +281,14 @@ def test_the_waiting_room_is_bounded_and_drops_its_oldest_silent_connection() ->
 def test_limits_refuse_a_waiting_room_of_nothing() -> None:
     with pytest.raises(ValueError, match="max_waiting"):
         Limits(max_waiting=0)
+
+
+def test_a_connection_closed_before_the_room_takes_it_costs_nothing() -> None:
+    """A handler parks a connection whose socket was closed under it (a reaper, a reset): the room
+    drops it instead of raising in the thread that must still give its slot back."""
+    with small_server() as server:
+        gone = socket.socket()
+        gone.close()
+        for _ in range(8):  # more than the four slots: none may leak
+            server.room.add(gone, ("127.0.0.1", 0), time.monotonic() + 5)
+        assert [timed(server.port, "GET", "/")[0] for _ in range(6)] == [200] * 6

@@ -66,6 +66,10 @@ def is_stream(path: str | Path) -> bool:
 
 def write_output(path: str | Path, data: str | bytes) -> None:
     """Write ``data`` (text as UTF-8) to ``path`` by the rules of the module doc."""
+    if str(path) == "-" and isinstance(data, str):
+        sys.stdout.write(data)  # text as text: sys.stdout may be replaced (no .buffer) by a caller
+        sys.stdout.flush()
+        return
     with open_output(path) as f:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
 

@@ -11,6 +11,7 @@ machine even where the code under test is wrong.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import select
 import socket
@@ -345,3 +346,10 @@ def test_a_regular_file_this_user_may_not_write_is_refused_like_a_redirection(
     with pytest.raises(OutputError, match="permission denied"):
         write_output(target, "x")
     assert target.read_text() == "keep\n"
+
+
+def test_dash_writes_text_to_whatever_sys_stdout_is() -> None:
+    """A caller that replaced sys.stdout (contextlib.redirect_stdout, an embedding) gets the text."""
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        write_output("-", "labels: 1\n")
+    assert out.getvalue() == "labels: 1\n"

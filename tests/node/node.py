@@ -35,11 +35,13 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -158,6 +160,85 @@ def missing_prerequisites() -> list[str]:
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         missing.append(f"network interface {BRIDGE} already exists (another test node running?)")
     return missing
+
+
+#: The programs a node runs that outlive a test run killed before its teardown (SIGKILL, OOM, a CI
+#: job cancelled): each started with a path under the run's pytest base temp on its command line.
+NODE_PROGRAMS = ("kubelet", "containerd", "containerd-shim-runc-v2", "deviceplugin", "draplugin")
+
+
+def reclaim_after_a_dead_run(
+    *,
+    bridge: str = BRIDGE,
+    temp_root: Path | None = None,
+    own: Path | None = None,
+    netns_dir: Path = NETNS_DIR,
+) -> list[str]:
+    """Remove what a test node left when its run died before ``stop()``, and say what it removed.
+
+    Only for the holder of the machine's node lock (tests/node/conftest.py): with the lock held no
+    other run has a node, so a node program whose command line names a pytest base temp other than
+    ``own`` (this run's), a mount under another run's ``node*`` work directory, a CNI network namespace
+    no process is in and the bridge itself are all a dead run's. Without this, one killed run leaves
+    ``BRIDGE`` behind and every later run on the machine fails with "already exists"."""
+    temp_root = temp_root if temp_root is not None else Path(tempfile.gettempdir()) / f"pytest-of-{_user()}"
+    prefix = str(temp_root) + "/"
+    mine = str(own) + "/" if own is not None else None
+    reclaimed: list[str] = []
+    for pid in _pids():
+        if pid == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if not cmdline or Path(cmdline[0]).name not in NODE_PROGRAMS:
+            continue
+        args = [a for a in cmdline[1:] if prefix in a]
+        if args and not (mine and all(mine in a for a in args)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                reclaimed.append(f"process {pid} ({Path(cmdline[0]).name})")
+    stale = [
+        point
+        for point in _mount_points_under(temp_root)
+        if re.match(r"pytest-\d+/node\d*(/|$)", point[len(prefix) :])
+        and not (mine and (point + "/").startswith(mine))
+    ]
+    for point in sorted(stale, key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+        reclaimed.append(f"mount {point}")
+    in_use = _network_namespaces_in_use()
+    for name in sorted(_names(netns_dir)):
+        path = netns_dir / name
+        if not name.startswith("cni-"):
+            continue
+        with contextlib.suppress(OSError):
+            if path.stat().st_ino in in_use:
+                continue
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        reclaimed.append(f"netns {name}")
+    if Path(f"/sys/class/net/{bridge}").exists():
+        _run(["ip", "link", "del", bridge])
+        reclaimed.append(f"interface {bridge}")
+    return reclaimed
+
+
+def _user() -> str:
+    import getpass
+
+    return getpass.getuser() or "unknown"
+
+
+def _network_namespaces_in_use() -> set[int]:
+    """The inodes of every network namespace a process is in now."""
+    inodes = set()
+    for pid in _pids():
+        with contextlib.suppress(OSError):
+            inodes.add(os.stat(f"/proc/{pid}/ns/net").st_ino)
+    return inodes
 
 
 @dataclasses.dataclass(slots=True)

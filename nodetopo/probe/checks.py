@@ -110,6 +110,7 @@ class Promised:
     #: the node's agent asked its kubelet who holds each GPU (``status.allocation.state`` Known)
     allocation_known: bool = False
     allocation_why: str = ""  #: why not, when the NodeTopology says
+    leaf: str | None = None  #: the node's tier-0 group (leaf switch, local block), when known
 
     def held_by(self, namespace: str, name: str) -> tuple[PromisedGpu, ...] | None:
         """The GPUs the kubelet handed the pod ``namespace/name`` (None: who holds what is unknown)."""
@@ -190,6 +191,16 @@ def parse_nodetopology(obj: Any) -> Promised:
             islands[g.island] = islands.get(g.island, 0) + 1
     allocation = status.get("allocation")
     allocation = allocation if isinstance(allocation, Mapping) else {}
+    network = status.get("network")
+    tiers = network.get("tiers") if isinstance(network, Mapping) else None
+    leaf = next(
+        (
+            str(t["id"])
+            for t in (tiers if isinstance(tiers, list) else ())
+            if isinstance(t, Mapping) and t.get("level") == 0 and isinstance(t.get("id"), str) and t["id"]
+        ),
+        None,
+    )
     return Promised(
         node=node,
         gpus=tuple(gpus),
@@ -197,6 +208,7 @@ def parse_nodetopology(obj: Any) -> Promised:
         islands=islands,
         allocation_known=allocation.get("state") == "Known",
         allocation_why=why if isinstance(why := allocation.get("message"), str) else "",
+        leaf=leaf,
     )
 
 
@@ -665,6 +677,27 @@ def run_checks(
         check_collective(seen, promised, t),
     ]
     return checks
+
+
+def placement(seen: Seen, promised: Promised | None, node: str | None) -> dict[str, Any]:
+    """What the probe learnt about the pod's place, for the workload's own metrics
+    (``nodetopo.acceptance`` labels its series with it): the node, its leaf, the container's GPUs
+    with their island and NUMA node, and the share of the container's CPUs on its GPUs' NUMA
+    nodes. An unknown fact is null (no NodeTopology: no island, no leaf)."""
+    found, _ = container_gpus(seen, promised) if promised is not None else ([], [])
+    ratio: float | None = None
+    if seen.cpus and found and all(g.numa_cpus is not None for g in found):
+        local: frozenset[int] = frozenset().union(*(g.numa_cpus or frozenset() for g in found))
+        ratio = round(len(seen.cpus & local) / len(seen.cpus), 4)
+    return {
+        "node": node or (promised.node if promised is not None else None) or None,
+        "leaf": promised.leaf if promised is not None else None,
+        "gpus": [
+            {"index": g.index, "uuid": g.uuid, "island": g.island, "numaNode": g.numa_node}
+            for g in sorted(found, key=lambda g: g.index)
+        ],
+        "cpuNumaLocalRatio": ratio,
+    }
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

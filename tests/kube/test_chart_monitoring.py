@@ -13,7 +13,7 @@ import pytest
 import yaml
 from monitoring.promtool import run as promtool
 
-from kube.chart_support import CHART, REPO, by_identity, render, template
+from kube.chart_support import CHART, REPO, by_identity, helm, render, template
 
 pytestmark = pytest.mark.k8s
 
@@ -27,6 +27,11 @@ def test_chart_copies_are_the_repository_files() -> None:
         assert copy.read_bytes() == original.read_bytes(), (
             f"cp {original.relative_to(REPO)} {copy.relative_to(REPO)}"
         )
+
+
+def test_helm_lint_passes_with_both_enabled() -> None:
+    done = helm("lint", "--strict", str(CHART), *BOTH)
+    assert "0 chart(s) failed" in done.stdout, done.stdout
 
 
 def test_off_by_default() -> None:

@@ -96,3 +96,29 @@ def expr_tests_file(
     path = directory / "expr_test.yaml"
     path.write_text(yaml.safe_dump(body, sort_keys=False, width=10_000))
     return path
+
+
+def _quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def series_of(name: str, labels: Mapping[str, str]) -> str:
+    """A series as promtool's input_series and exp_samples write it: ``name{k="v",...}``."""
+    return name + "{" + ",".join(f"{k}={_quoted(v)}" for k, v in sorted(labels.items())) + "}"
+
+
+def input_series_from_scrape(
+    text: str, target: Mapping[str, str], names: Sequence[str], samples: int = 10
+) -> list[dict[str, str]]:
+    """The samples of the families ``names`` in a /metrics text, with the target labels Prometheus
+    would add (``target``: job, instance), held for ``samples`` one-minute steps."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = []
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name in names:
+                out.append(
+                    {"series": series_of(s.name, {**s.labels, **target}), "values": f"{s.value!r}x{samples}"}
+                )
+    return out

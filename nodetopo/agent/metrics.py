@@ -70,7 +70,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from nodetopo import __version__
 from nodetopo.crd import conditions
-from nodetopo.model import ConditionReason, GpuAllocation, LinkClass, PciAddress, Topology
+from nodetopo.model import ConditionReason, GpuAllocation, PciAddress, Topology
 from nodetopo.sources.base import SourceResult
 from nodetopo.topology.network import nvlink_domain
 
@@ -149,7 +149,7 @@ def gpu_info(topology: Topology, node: str) -> tuple[Labels, ...]:
                     ("island", str(g.island) if g.island is not None else None),
                     ("numa_node", str(g.numa_node) if g.numa_node is not None else None),
                     ("nearest_nic", _joined(g.nearest_nics)),
-                    ("nic_class", g.nic_distance.name if isinstance(g.nic_distance, LinkClass) else None),
+                    ("nic_class", g.nic_distance.name if g.nic_distance is not None else None),
                     ("nvlink_domain", gpu_domain),
                     ("leaf", leaf),
                 )

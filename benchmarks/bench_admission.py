@@ -65,7 +65,8 @@ def _grown(status: dict[str, Any], gpus: int) -> dict[str, Any]:
 
 
 def _populate(cluster: Any, nodes: int, statuses: list[dict[str, Any]]) -> float:
-    from nodetopo.publish.client import ApiSession, connect
+    from nodetopo.kube.session import ApiSession
+    from nodetopo.kube.transport import connect
 
     local = threading.local()
 
@@ -110,7 +111,8 @@ def run(quick: bool) -> Section:
     ensure_paths()
     from bench_agent import local_cluster
 
-    from nodetopo.publish.client import ApiSession, connect
+    from nodetopo.kube.session import ApiSession
+    from nodetopo.kube.transport import connect
 
     section = Section(
         "admission", "6. Admission: `nodetopo summary-controller` at 5,000 NodeTopology objects"

@@ -58,8 +58,8 @@ IMPORTS = (
     ),
     (
         "everything `nodetopo agent` imports",
-        "import nodetopo.agent.cli, nodetopo.publish.client, "
-        "nodetopo.topology.discover, nodetopo.crd, nodetopo.labels",
+        "import nodetopo.agent.cli, nodetopo.kube.session, nodetopo.kube.transport, "
+        "nodetopo.topology.discover, nodetopo.resource.body, nodetopo.resource.labels",
     ),
 )
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from nodetopo import __version__
 from nodetopo.errors import BundleError, NodetopoError
-from nodetopo.kubeflags import add_kube_args
+from nodetopo.kube.flags import add_kube_args
 from nodetopo.logs import configure_logging
 from nodetopo.terminal import strip_control
 
@@ -238,6 +238,8 @@ _MODULE_COMMANDS: tuple[tuple[str, str], ...] = (
     ("admit", "nodetopo.admission.cli"),
     ("summary-controller", "nodetopo.admission.cli"),
     ("probe", "nodetopo.probe.cli"),
+    ("expect", "nodetopo.delivery.cli"),
+    ("accept", "nodetopo.delivery.cli"),
 )
 _BUILTIN_COMMANDS = ("discover", "capture", "publish")
 
@@ -277,7 +279,7 @@ def _context(args: argparse.Namespace) -> Any:
 
 
 def cmd_discover(args: argparse.Namespace) -> int:
-    from nodetopo.crd import to_nodetopology
+    from nodetopo.resource.body import to_nodetopology
     from nodetopo.topology.discover import scan
 
     result = scan(_context(args))
@@ -309,7 +311,7 @@ def cmd_discover(args: argparse.Namespace) -> int:
 
             sys.stdout.write(yaml.safe_dump(body, sort_keys=False))
     if args.strict:
-        from nodetopo.crd import NOT_READY_REASONS
+        from nodetopo.resource.conditions import NOT_READY_REASONS
 
         if any(c.reason in NOT_READY_REASONS for c in result.topology.conditions):
             return 3
@@ -320,8 +322,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
-    from nodetopo.bundle import ARCHIVE_SUFFIXES, NVML_DUMP, capture_commands, write_archive
-    from nodetopo.capture import capture_bundle, write_manifest
+    from nodetopo.bundle import ARCHIVE_SUFFIXES, NVML_DUMP, write_archive
+    from nodetopo.capture import capture_bundle, capture_commands, write_manifest
     from nodetopo.host import HostRoot, SubprocessRunner
 
     target = Path(args.directory)
@@ -410,23 +412,23 @@ def _capture_nvml(path: Path) -> str:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from nodetopo.crd import to_nodetopology
-    from nodetopo.labels import to_labels, uncertain_keys
     from nodetopo.publish import run_publish
+    from nodetopo.resource.body import to_nodetopology
+    from nodetopo.resource.labels import node_labels, uncertain_keys
     from nodetopo.topology.discover import scan
 
     result = scan(_context(args))
     allocation = None
     if args.pod_resources_socket:
-        from nodetopo.allocation import allocation_of
-        from nodetopo.sources.podresources import ask_kubelet
+        from nodetopo.kubelet.allocation import allocation_of
+        from nodetopo.kubelet.podresources import ask_kubelet
 
         answer = ask_kubelet(args.pod_resources_socket)
         if isinstance(answer, str):
             print(f"nodetopo: the GPU allocation is unknown: {strip_control(answer)}", file=sys.stderr)
         allocation = allocation_of(result.topology, answer)
     body = to_nodetopology(result.topology, args.node_name, allocation)
-    labels = to_labels(result.topology, args.node_name)
+    labels = node_labels(body)
     run_publish(
         body,
         labels,

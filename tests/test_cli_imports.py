@@ -87,7 +87,7 @@ def test_ray_from_a_nodetopology_file_builds_no_graph(tmp_path: Path) -> None:
 
 
 #: modules `probe` (an init container in every GPU pod) has no use for: discovery, the graph, the
-#: publishers (it only reads its NodeTopology and posts an Event through ``nodetopo.publish.client``)
+#: publishers (it only reads its NodeTopology and posts an Event through ``nodetopo.kube``)
 NOT_FOR_PROBE = (
     "nodetopo.topology.discover",
     "nodetopo.sources",
@@ -132,8 +132,8 @@ def test_probe_from_a_file_imports_no_client_and_no_discovery(tmp_path: Path) ->
 
 
 def test_probe_through_the_api_imports_the_client_only(tmp_path: Path) -> None:
-    """Reading the NodeTopology and posting the Event need ``nodetopo.publish.client``; importing it
-    must not load every publisher of the package (``nodetopo/publish/__init__.py`` is lazy)."""
+    """Reading the NodeTopology and posting the Event need the client (``nodetopo.kube``); importing
+    it must not load any publisher (``nodetopo/publish/``) nor the official client."""
     kubeconfig = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -152,7 +152,7 @@ def test_probe_through_the_api_imports_the_client_only(tmp_path: Path) -> None:
         ]
     )
     assert code == 0  # undeclared and nothing promised: warnings and skips, no failure
-    assert "nodetopo.publish.client" in modules  # it did try the API
+    assert "nodetopo.kube.session" in modules  # it did try the API
     assert _loaded(modules, NOT_FOR_PROBE) == []
 
 
@@ -164,7 +164,9 @@ def test_the_in_cluster_client_reads_no_yaml(tmp_path: Path) -> None:
     script = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from nodetopo.publish.client import ApiSession, KubeConnection, in_cluster_access\n"
+        "from nodetopo.kube.config import in_cluster_access\n"
+        "from nodetopo.kube.session import ApiSession\n"
+        "from nodetopo.kube.transport import KubeConnection\n"
         "env = {'KUBERNETES_SERVICE_HOST': '127.0.0.1', 'KUBERNETES_SERVICE_PORT': '1'}\n"
         "access = in_cluster_access(env, directory=Path(sys.argv[1]))\n"
         "print(json.dumps({'server': access.server, 'modules': sorted(sys.modules)}))\n"

@@ -16,15 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from nodetopo.publish.client import (
-    ExecPluginError,
-    KubeConfigError,
-    _environment_proxy,
-    cluster_access,
-    parse_exec_credential,
-    parse_kubeconfig,
-    translate_api_error,
-)
+from nodetopo.kube.config import _environment_proxy, cluster_access, parse_kubeconfig
+from nodetopo.kube.errors import ExecPluginError, KubeConfigError, translate_api_error
+from nodetopo.kube.exec import parse_exec_credential
 
 RUN = [sys.executable, "-m", "nodetopo"]
 SECRET = "s3cr3t-t0ken-do-not-print-0123456789"

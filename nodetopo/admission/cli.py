@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from nodetopo.kubeflags import add_kube_args
+from nodetopo.kube.flags import add_kube_args
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,8 @@ def _objects(documents: list[Any]) -> list[Any]:
 
 def _summary(args: argparse.Namespace) -> dict[str, Any] | None:
     from nodetopo.admission.summary import KIND, NAME, PLURAL, summarize_objects
-    from nodetopo.crd import GROUP, VERSION
+    from nodetopo.resource.identity import GROUP, VERSION
+    from nodetopo.resource.identity import KIND as NODETOPOLOGY_KIND
 
     if args.summary:
         found = [
@@ -146,13 +147,14 @@ def _summary(args: argparse.Namespace) -> dict[str, Any] | None:
         objects = [
             d
             for d in _objects(_documents(args.nodetopologies))
-            if isinstance(d, dict) and d.get("kind") == "NodeTopology"
+            if isinstance(d, dict) and d.get("kind") == NODETOPOLOGY_KIND
         ]
         if not objects:
             raise ValueError(f"{args.nodetopologies}: no NodeTopology object in it")
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         return summarize_objects(objects, computed_at=now)
-    from nodetopo.publish.client import ApiSession, connect
+    from nodetopo.kube.session import ApiSession
+    from nodetopo.kube.transport import connect
 
     session = ApiSession(connect(args.kubeconfig, context=args.kube_context))
     try:
@@ -165,7 +167,7 @@ def cmd_admit(args: argparse.Namespace) -> int:
     import yaml
 
     from nodetopo.admission.rules import check_documents
-    from nodetopo.extender.request import AnnotationError
+    from nodetopo.placement.request import AnnotationError
 
     try:
         documents = [d for path in args.files for d in _documents(path)]
@@ -210,7 +212,8 @@ def cmd_summary_controller(args: argparse.Namespace) -> int:
         start_reflector,
     )
     from nodetopo.admission.summary import Thresholds
-    from nodetopo.publish.client import ApiSession, connect
+    from nodetopo.kube.session import ApiSession
+    from nodetopo.kube.transport import connect
 
     thresholds = Thresholds(
         stale_after_s=args.stale_after,

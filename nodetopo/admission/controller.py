@@ -1,8 +1,8 @@
 """``nodetopo summary-controller``: keep the ``NodeTopologySummary`` "cluster" current.
 
-A reflector (the extender's: paged list, then a resourceVersion watch, relist on 410) feeds
-``SummaryState``, which keeps only each node's ``NodeFacts`` (interned: identical machines share
-one) and a count per distinct facts. A writer thread waits for a change, lets a burst settle
+The one reflector (``nodetopo.kube.reflector``: paged list, then a resourceVersion watch, relist
+on 410) feeds ``SummaryState``, which keeps only each node's ``NodeFacts`` (interned: identical
+machines share one) and a count per distinct facts. A writer thread waits for a change, lets a burst settle
 (``debounce_s``), folds the counts into the summary and server-side-applies it, as field manager
 ``nodetopo-summary-controller``, when its content changed, and at least every ``heartbeat_s`` so
 that ``computedAt`` shows the summary is alive (the admission policies stop trusting it
@@ -20,17 +20,19 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from nodetopo.admission.summary import NAME, PLURAL, NodeFacts, Thresholds, node_facts, summarize
-from nodetopo.crd import GROUP, VERSION
-from nodetopo.crd import PLURAL as NODETOPOLOGY_PLURAL
-from nodetopo.extender.cache import NODETOPOLOGY_PATH, Handlers, Reflector
+from nodetopo.admission.summary import NAME, PLURAL, SECTIONS, NodeFacts, Thresholds, facts_of, summarize
+from nodetopo.kube.reflector import Handlers, Reflector, list_function
+from nodetopo.resource.identity import GROUP, VERSION
+from nodetopo.resource.identity import PLURAL as NODETOPOLOGY_PLURAL
+from nodetopo.resource.reader import read_nodetopology
 
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "nodetopo-summary-controller"
+NODETOPOLOGY_PATH = f"/apis/{GROUP}/{VERSION}/{NODETOPOLOGY_PLURAL}"
 
 
 class SummaryState:
@@ -47,8 +49,8 @@ class SummaryState:
 
     @staticmethod
     def compact(obj: Mapping[str, Any]) -> tuple[str, NodeFacts | None]:
-        status = obj.get("status")
-        return str(obj["metadata"]["name"]), node_facts(status) if status else None
+        read = read_nodetopology(obj, sections=SECTIONS)
+        return str(obj["metadata"]["name"]), facts_of(read) if read.status is not None else None
 
     def _intern(self, facts: NodeFacts | None) -> NodeFacts | None:
         return None if facts is None else self._interned.setdefault(facts, facts)
@@ -172,57 +174,8 @@ class SummaryWriter:
 
 
 def apply_with(session: Any) -> Callable[[dict[str, Any]], Any]:
-    """``session.apply_cluster_object`` for the summary (a ``nodetopo.publish.client.ApiSession``)."""
+    """``session.apply_cluster_object`` for the summary (a ``nodetopo.kube.session.ApiSession``)."""
     return functools.partial(session.apply_cluster_object, GROUP, VERSION, PLURAL, NAME, status=False)
-
-
-class _Response:
-    """An ``ApiStream`` as the reflector reads a response: ``data``, ``stream()``, ``release_conn()``."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    @property
-    def data(self) -> bytes:
-        try:
-            return bytes(self._stream.read())
-        finally:
-            self._stream.close()
-
-    def stream(self, amt: int = 65536, decode_content: bool = True) -> Iterator[bytes]:
-        return iter(self._stream.chunks(amt))
-
-    def release_conn(self) -> None:
-        self._stream.close()
-
-
-def list_function(connection: Any, path: str) -> Callable[..., Any]:
-    """A reflector ``list_func`` (the official client's keyword arguments, raw response) over the
-    standard-library ``KubeConnection``: the controller does without the official client (~50 MiB)."""
-    from nodetopo.publish.client import ApiStatusError
-
-    names = {
-        "limit": "limit",
-        "_continue": "continue",
-        "resource_version": "resourceVersion",
-        "timeout_seconds": "timeoutSeconds",
-        "field_selector": "fieldSelector",
-    }
-
-    def list_func(**kwargs: Any) -> _Response:
-        query = {names[k]: str(v) for k, v in kwargs.items() if k in names and v is not None}
-        if kwargs.get("watch"):
-            query["watch"] = "true"
-            query["allowWatchBookmarks"] = "true"
-        read_timeout = kwargs.get("_request_timeout", (10.0, 60.0))[1]
-        stream = connection.stream(path, query=query, timeout=read_timeout)
-        if not 200 <= stream.status < 300:
-            body = stream.read().decode("utf-8", "replace")
-            stream.close()
-            raise ApiStatusError(stream.status, stream.reason, body=body)
-        return _Response(stream)
-
-    return list_func
 
 
 def start_reflector(
@@ -230,7 +183,7 @@ def start_reflector(
 ) -> Reflector:
     """Start the NodeTopology reflector feeding ``state`` over ``connection`` (a ``KubeConnection``)."""
     reflector = Reflector(
-        list_function(connection, f"/apis/{GROUP}/{VERSION}/{NODETOPOLOGY_PLURAL}"),
+        list_function(connection, NODETOPOLOGY_PATH),
         NODETOPOLOGY_PATH,
         Handlers(state.replace, state.upsert, state.delete, state.synced, compact=state.compact),
         page_size=page_size,

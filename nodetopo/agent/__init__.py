@@ -2,10 +2,9 @@
 
 * ``config``: ``AgentConfig`` and the one precedence rule (flags > env > file > defaults).
 * ``loop``: ``Agent`` (the loop: start delay, jittered interval, debounced udev events, backoff),
-  ``Debouncer``, ``Backoff``.
+  ``Debouncer``.
 * ``staleness``: ``StaleKeeper`` (a failed source keeps its last good facts, marked Stale).
 * ``publisher``: ``AgentPublisher`` (the seam), ``ApiPublisher`` (the cluster), ``DryRunPublisher``.
-* ``throttle``: ``TokenBucket`` and ``RateLimitedSession`` (client-side QPS limit).
 * ``health`` / ``metrics``: the HTTP endpoint and the Prometheus collector.
 * ``udev``: the pyudev hot-plug event source.
 * ``cli``: the ``agent`` subcommand.

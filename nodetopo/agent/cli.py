@@ -23,9 +23,9 @@ from nodetopo.agent.health import Health, HealthServer
 from nodetopo.agent.loop import Agent
 from nodetopo.agent.metrics import AgentStats, make_registry
 from nodetopo.agent.publisher import AgentPublisher, ApiPublisher, DryRunPublisher
-from nodetopo.agent.throttle import RateLimitedSession, TokenBucket
 from nodetopo.agent.udev import EventSource, NoEvents, UdevEventSource
-from nodetopo.kubeflags import HELP as KUBECONFIG_HELP
+from nodetopo.kube.flags import HELP as KUBECONFIG_HELP
+from nodetopo.kube.pacing import TokenBucket
 from nodetopo.logs import configure_logging
 from nodetopo.signals import StopSignals
 
@@ -174,7 +174,8 @@ def build_agent(
         if config.dry_run:
             publisher = DryRunPublisher(node_name, sys.stdout)
         else:
-            from nodetopo.publish.client import connect
+            from nodetopo.kube.session import RateLimitedSession
+            from nodetopo.kube.transport import connect
 
             bucket = TokenBucket(config.qps, config.burst, clock=time.monotonic, sleep=time.sleep)
             session = RateLimitedSession(connect(config.kubeconfig, context=config.kube_context), bucket)
@@ -183,7 +184,7 @@ def build_agent(
         events = UdevEventSource(config.udev_source) if config.udev else NoEvents()
     allocation = None
     if config.pod_resources_socket and not config.bundle:
-        from nodetopo.sources.podresources import ask_kubelet
+        from nodetopo.kubelet.podresources import ask_kubelet
 
         timeout = min(config.command_timeout_seconds, 5.0)
         allocation = functools.partial(ask_kubelet, config.pod_resources_socket, timeout_s=timeout)

@@ -12,7 +12,8 @@ import yaml
 
 from nodetopo import export
 from nodetopo.errors import BundleError
-from nodetopo.kubeflags import add_kube_args
+from nodetopo.kube.flags import add_kube_args
+from nodetopo.resource.identity import KIND
 
 HELP = "write Kueue/Volcano/KAI/Slurm topology from the published NodeTopology objects"
 DESCRIPTION = """\
@@ -85,21 +86,23 @@ def load_objects(paths: Iterable[str]) -> list[dict[str, Any]]:
             if not isinstance(doc, dict):
                 continue
             items = doc.get("items") if doc.get("kind", "").endswith("List") else [doc]
-            objects.extend(i for i in items or [] if isinstance(i, dict) and i.get("kind") == "NodeTopology")
+            objects.extend(i for i in items or [] if isinstance(i, dict) and i.get("kind") == KIND)
     return objects
 
 
 def _from_cluster(kubeconfig: str | None, context: str | None = None) -> list[dict[str, Any]]:
-    from nodetopo.publish.client import ApiSession, connect
+    from nodetopo.kube.session import ApiSession
+    from nodetopo.kube.transport import connect
+    from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 
     with connect(kubeconfig, context=context) as api:
-        listed = ApiSession(api).list_cluster_objects("nodetopo.io", "v1alpha1", "nodetopologies")
+        listed = ApiSession(api).list_cluster_objects(GROUP, VERSION, PLURAL)
     items = listed.get("items") or []
     return [i for i in items if isinstance(i, dict)]
 
 
 def _from_bundles(paths: Sequence[str]) -> list[dict[str, Any]]:
-    from nodetopo.crd import to_nodetopology
+    from nodetopo.resource.body import to_nodetopology
     from nodetopo.topology.discover import bundle_context, scan
 
     return [to_nodetopology(scan(bundle_context(p)).topology, Path(p).name) for p in paths]

@@ -44,8 +44,8 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
 
 
 def cmd_fabric(args: argparse.Namespace) -> int:
+    from nodetopo import fabric as ib
     from nodetopo.host import CommandNotFound, CommandTimeout, SubprocessRunner
-    from nodetopo.sources.fabric import infiniband as ib
 
     if args.source:
         try:

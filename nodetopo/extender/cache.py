@@ -1,37 +1,35 @@
 """The extender's view of the cluster: NodeTopology shapes by node and the GPU pods bound to each node.
 
-``ClusterState`` is the thread-safe store the HTTP handlers read. ``Reflector`` keeps one kind of
-object in it current the way client-go's reflector does: a paged list (``limit``/``continue``), then
-a watch from the list's ``resourceVersion`` with bookmarks; a watch that ends is resumed from the
-last seen ``resourceVersion``; ``410 Gone`` (the version was compacted) or a broken stream after
-repeated failures means a fresh list that *replaces* the kind's contents, so deletions missed while
-disconnected are not kept. Errors back off exponentially with jitter. ``ClusterState.synced`` is true
-once both kinds have completed their first list; until then the extender answers 503.
+``ClusterState`` is the thread-safe store the HTTP handlers read. Two reflectors
+(``nodetopo.kube.reflector``: paged list, resourceVersion watch with bookmarks, relist that replaces
+the kind's contents on 410 Gone) keep it current, one for NodeTopology objects, one for bound GPU
+pods, over nodetopo's own transport. ``ClusterState.synced`` is true once both kinds have completed
+their first list; until then the extender answers 503.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 import logging
-import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from nodetopo.crd import GROUP, PLURAL, VERSION
-from nodetopo.extender.fit import (
+from nodetopo.kube.reflector import Handlers, Reflector, list_function
+from nodetopo.placement.fit import SECTIONS as PLACEMENT
+from nodetopo.placement.fit import (
     Holders,
     NodeShape,
     Verdict,
     evaluate,
     free_with_holders,
-    node_holders,
-    node_shape,
+    holders_of,
+    shape_of,
 )
-from nodetopo.extender.request import AnnotationError, PodRequest, parse_pod_request, pod_gpus
+from nodetopo.placement.request import AnnotationError, PodRequest, parse_pod_request, pod_gpus
+from nodetopo.resource.identity import GROUP, PLURAL, VERSION
+from nodetopo.resource.reader import read_nodetopology
 
 log = logging.getLogger(__name__)
 
@@ -132,9 +130,9 @@ class ClusterState:
     def compact_topology(obj: Mapping[str, Any]) -> tuple[str, NodeShape, Holders | None]:
         """(name, shape, holders): all the extender keeps of a NodeTopology. ``holders`` is None
         unless the object says who holds each GPU (``status.allocation.state`` Known)."""
-        status = obj.get("status") or {}
-        shape = node_shape(status)
-        holders = node_holders(status) if shape.gpus else None
+        read = read_nodetopology(obj, sections=PLACEMENT)
+        shape = shape_of(read)
+        holders = holders_of(read) if shape.gpus else None
         return str(obj["metadata"]["name"]), shape, holders
 
     def replace_topologies(
@@ -273,168 +271,14 @@ class ClusterState:
             return pool.setdefault(key, allocation)
 
 
-# --------------------------------------------------------------------------------------------
-# Reflector: paged list + resourceVersion watch
-# --------------------------------------------------------------------------------------------
-
-
-class Gone(Exception):
-    """The watch's resourceVersion is too old (HTTP 410 or an ERROR event with code 410)."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Handlers:
-    """What a reflector calls. ``compact`` turns each listed object into what ``replace`` keeps, page by
-    page, so a list of thousands of objects never holds all their full bodies at once."""
-
-    replace: Callable[[list[Any]], None]
-    upsert: Callable[[dict[str, Any]], None]
-    delete: Callable[[dict[str, Any]], None]
-    synced: threading.Event
-    compact: Callable[[dict[str, Any]], Any] = lambda obj: obj
-
-
-class Reflector:
-    """Keeps one resource collection in sync.
-
-    ``list_func`` is a generated ``kubernetes.client`` list method (``CoreV1Api.list_pod_for_all_namespaces``,
-    or ``CustomObjectsApi.list_cluster_custom_object`` with group/version/plural bound): it takes the
-    standard list/watch keyword arguments and, with ``_preload_content=False``, returns the raw
-    urllib3 response (``.data`` for a list, ``.stream()`` for a watch). That is stable across client
-    releases, unlike ``ApiClient.call_api``.
-    """
-
-    def __init__(
-        self,
-        list_func: Callable[..., Any],
-        what: str,
-        handlers: Handlers,
-        *,
-        field_selector: str | None = None,
-        page_size: int = 500,
-        watch_timeout_s: int = 300,
-        stop: threading.Event | None = None,
-    ) -> None:
-        self.list_func = list_func
-        self.what = what
-        self.handlers = handlers
-        self.field_selector = field_selector
-        self.page_size = page_size
-        self.watch_timeout_s = watch_timeout_s
-        self.stop = stop or threading.Event()
-        self.resource_version: str | None = None
-        self.lists = 0  #: completed lists (the first one, plus relists after 410 or failures)
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self.run, name=f"reflector {self.what}", daemon=True)
-        self._thread.start()
-
-    def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _get(self, *, read_timeout: float, **params: Any) -> Any:
-        query = {k: v for k, v in params.items() if v is not None}
-        if self.field_selector:
-            query["field_selector"] = self.field_selector
-        return self.list_func(**query, _preload_content=False, _request_timeout=(10.0, read_timeout))
-
-    def list_all(self) -> None:
-        """A consistent paged list; replaces the collection and records its resourceVersion."""
-        items: list[Any] = []
-        token: str | None = None
-        while True:
-            response = self._get(limit=self.page_size, _continue=token, read_timeout=60.0)
-            page = json.loads(response.data)
-            items.extend(self.handlers.compact(obj) for obj in page.get("items") or [])
-            meta = page.get("metadata") or {}
-            token = meta.get("continue") or None
-            if token is None:
-                self.resource_version = str(meta.get("resourceVersion") or "") or None
-                break
-        self.handlers.replace(items)
-        self.lists += 1
-        self.handlers.synced.set()
-        log.info("listed %s: %d objects at resourceVersion %s", self.what, len(items), self.resource_version)
-
-    def watch_once(self) -> None:
-        """One watch request from ``resource_version`` until the server ends it (or ``stop``)."""
-        timeout = self.watch_timeout_s + random.randint(0, max(1, self.watch_timeout_s // 5))
-        response = self._get(
-            watch=True,
-            resource_version=self.resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=timeout,
-            read_timeout=timeout + 30.0,
-        )
-        try:
-            for line in _lines(response):
-                if self.stop.is_set():
-                    return
-                event = json.loads(line)
-                kind = event.get("type")
-                obj = event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        raise Gone(obj.get("message", "resourceVersion too old"))
-                    raise RuntimeError(f"watch {self.what}: {obj.get('message', obj)}")
-                version = (obj.get("metadata") or {}).get("resourceVersion")
-                if kind in ("ADDED", "MODIFIED"):
-                    self.handlers.upsert(obj)
-                elif kind == "DELETED":
-                    self.handlers.delete(obj)
-                if version:
-                    self.resource_version = str(version)
-        finally:
-            response.release_conn()
-
-    def run(self) -> None:
-        failures = 0
-        while not self.stop.is_set():
-            try:
-                if self.resource_version is None:
-                    self.list_all()
-                self.watch_once()
-                failures = 0
-            except Gone as e:
-                log.info("watch %s: %s; listing again", self.what, e)
-                self.resource_version = None
-            except Exception as e:  # noqa: BLE001 - keep watching through any API or network failure
-                failures += 1
-                delay = min(30.0, 0.5 * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
-                log.warning(
-                    "watch %s failed (%s: %s); retrying in %.1fs", self.what, type(e).__name__, e, delay
-                )
-                if getattr(e, "status", None) == 410 or failures >= 5:
-                    self.resource_version = None
-                self.stop.wait(delay)
-
-
-def _lines(response: Any) -> Iterator[bytes]:
-    """The newline-delimited JSON events of a streaming watch response."""
-    pending = b""
-    for chunk in response.stream(65536, decode_content=True):
-        pending += chunk
-        while b"\n" in pending:
-            line, pending = pending.split(b"\n", 1)
-            if line.strip():
-                yield line
-    if pending.strip():
-        yield pending
-
-
 def start_reflectors(
-    api_client: Any, state: ClusterState, *, page_size: int = 500, stop: threading.Event | None = None
+    connection: Any, state: ClusterState, *, page_size: int = 500, stop: threading.Event | None = None
 ) -> tuple[Reflector, Reflector]:
-    """Start the NodeTopology and bound-Pod reflectors feeding ``state``."""
-    import kubernetes
-
+    """Start the NodeTopology and bound-Pod reflectors feeding ``state`` over ``connection`` (a
+    ``nodetopo.kube.transport.KubeConnection``)."""
     stop = stop or threading.Event()
-    custom: Any = kubernetes.client.CustomObjectsApi(api_client)
-    core: Any = kubernetes.client.CoreV1Api(api_client)
     topologies = Reflector(
-        functools.partial(custom.list_cluster_custom_object, GROUP, VERSION, PLURAL),
+        list_function(connection, NODETOPOLOGY_PATH),
         NODETOPOLOGY_PATH,
         Handlers(
             state.replace_topologies,
@@ -447,7 +291,7 @@ def start_reflectors(
         stop=stop,
     )
     pods = Reflector(
-        core.list_pod_for_all_namespaces,
+        list_function(connection, PODS_PATH),
         PODS_PATH,
         Handlers(
             state.replace_pods,

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 from nodetopo.errors import NodetopoError
 from nodetopo.extender.limits import MAX_BODY_BYTES, MAX_CONNECTIONS, MEMORY_BUDGET_BYTES, REQUEST_TIMEOUT_S
-from nodetopo.kubeflags import add_kube_args
+from nodetopo.kube.flags import add_kube_args
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def _run(args: argparse.Namespace) -> int:
     from nodetopo.extender.limits import RequestLimits
     from nodetopo.extender.server import make_server
     from nodetopo.httpserver import Limits
-    from nodetopo.publish.client import load_api_client
+    from nodetopo.kube.transport import connect
     from nodetopo.signals import StopSignals
 
     host, port = parse_listen(args.listen)
@@ -164,13 +164,14 @@ def _run(args: argparse.Namespace) -> int:
         raise NodetopoError(f"extender: cannot listen on {args.listen}: {e.strerror or e}") from None
     stop = threading.Event()
     try:
-        api_client = load_api_client(args.kubeconfig, context=args.kube_context)
-    except Exception as e:  # the official client's ConfigException, a missing file, bad YAML
+        connection = connect(args.kubeconfig, context=args.kube_context)
+        connection.check_credentials()  # an exec plugin or token file that fails, said at start
+    except Exception as e:  # a kubeconfig nodetopo cannot use, an unreadable token file
         server.server_close()
         if isinstance(e, NodetopoError):
             raise
         raise NodetopoError(f"no usable Kubernetes configuration: {_first_line(e)}") from None
-    start_reflectors(api_client, state, page_size=args.page_size, stop=stop)
+    start_reflectors(connection, state, page_size=args.page_size, stop=stop)
 
     def on_stop(name: str) -> None:  # the watcher thread, never the signal handler (nodetopo.signals)
         log.info("%s: shutting down", name)

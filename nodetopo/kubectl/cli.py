@@ -2,7 +2,7 @@
 
 It reads the NodeTopology objects the agent publishes, turns each back into the ``Topology`` it was
 made from (``crd.topology_from_nodetopology``) and renders it with the views ``nodetopo discover``
-uses. It talks to the API server through the one loader (``publish.client``): the user's kubeconfig
+uses. It talks to the API server through the one client (``nodetopo.kube``): the user's kubeconfig
 as kubectl reads it (``$KUBECONFIG``, contexts, exec credential plugins), ``--kubeconfig`` and
 ``--context``. Imports are lazy: ``--help`` loads neither the client nor a renderer.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 from nodetopo import __version__
 from nodetopo.errors import NodetopoError
-from nodetopo.kubeflags import HELP as KUBECONFIG_HELP
+from nodetopo.kube.flags import HELP as KUBECONFIG_HELP
 from nodetopo.terminal import strip_control
 
 PROG = "kubectl ntopo"
@@ -130,8 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _read(args: argparse.Namespace) -> dict[str, Any]:
-    from nodetopo.crd import GROUP, PLURAL, VERSION
-    from nodetopo.publish.client import ApiSession, connect
+    from nodetopo.kube.session import ApiSession
+    from nodetopo.kube.transport import connect
+    from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 
     with connect(args.kubeconfig, context=args.kube_context) as connection:
         body = ApiSession(connection).read_cluster_object(GROUP, VERSION, PLURAL, args.node)
@@ -144,7 +145,8 @@ def _read(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _topology(body: dict[str, Any]) -> Any:
-    from nodetopo.crd import ResourceError, topology_from_nodetopology
+    from nodetopo.resource.body import topology_from_nodetopology
+    from nodetopo.resource.published import ResourceError
 
     try:
         return topology_from_nodetopology(body)
@@ -153,14 +155,16 @@ def _topology(body: dict[str, Any]) -> Any:
 
 
 def _origin(body: dict[str, Any]) -> str:
-    status = body.get("status") or {}
-    ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    from nodetopo.resource.reader import read_nodetopology
+
+    status = read_nodetopology(body, sections={"conditions"}).facts
+    ready = status.condition("Ready")
     since = (
-        f", Ready {ready.get('status')} since {ready['lastTransitionTime']}"
-        if ready.get("lastTransitionTime")
+        f", Ready {ready.status} since {ready.last_transition_time}"
+        if ready is not None and ready.last_transition_time
         else ""
     )
-    return f"NodeTopology/{body['metadata']['name']} (agent {status.get('agentVersion', '?')}{since})"
+    return f"NodeTopology/{body['metadata']['name']} (agent {status.agent_version or '?'}{since})"
 
 
 def _table(body: dict[str, Any], *, matrix: bool) -> str:
@@ -217,10 +221,11 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    from nodetopo.crd import GROUP, PLURAL, VERSION
+    from nodetopo.kube.session import ApiSession
+    from nodetopo.kube.transport import connect
     from nodetopo.kubectl.fleet import FleetFilter, fleet_rows, render_fleet
     from nodetopo.model import LinkClass
-    from nodetopo.publish.client import ApiSession, connect
+    from nodetopo.resource.identity import GROUP, PLURAL, VERSION
     from nodetopo.terminal import output_width
 
     with connect(args.kubeconfig, context=args.kube_context) as connection:

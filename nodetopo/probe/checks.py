@@ -18,8 +18,10 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from nodetopo.extender.request import PodRequest
-from nodetopo.model import LinkClass, format_cpulist, parse_cpulist
+from nodetopo.model import format_cpulist
+from nodetopo.placement.request import MAX_NIC_DISTANCE, RDMA, PodRequest
+from nodetopo.probe.promised import Promised, PromisedGpu, PromisedNic
+from nodetopo.resource.identity import PREFIX
 
 
 class Status(enum.StrEnum):
@@ -77,149 +79,6 @@ class Declared:
     request: PodRequest | None
     annotated: bool  #: at least one ``nodetopo.io/`` annotation was present
     error: str | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PromisedGpu:
-    index: int
-    uuid: str | None
-    island: int | None
-    numa_node: int | None
-    numa_cpus: frozenset[int] | None  #: the CPUs of the GPU's NUMA node (else its CPU affinity)
-    nics: tuple[tuple[str, LinkClass], ...]  #: (NIC name, distance)
-    #: (namespace, pod) of each holder, from ``heldBy``; None when the NodeTopology does not know
-    held_by: tuple[tuple[str, str], ...] | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PromisedNic:
-    name: str
-    rdma: bool
-    state: str | None
-    link_layer: str | None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Promised:
-    """The parts of a NodeTopology's ``status`` the probe compares with."""
-
-    node: str
-    gpus: tuple[PromisedGpu, ...]
-    nics: tuple[PromisedNic, ...]
-    islands: Mapping[int, int]  #: island id -> number of GPUs in it
-    #: the node's agent asked its kubelet who holds each GPU (``status.allocation.state`` Known)
-    allocation_known: bool = False
-    allocation_why: str = ""  #: why not, when the NodeTopology says
-    leaf: str | None = None  #: the node's tier-0 group (leaf switch, local block), when known
-
-    def held_by(self, namespace: str, name: str) -> tuple[PromisedGpu, ...] | None:
-        """The GPUs the kubelet handed the pod ``namespace/name`` (None: who holds what is unknown)."""
-        if not self.allocation_known or any(g.held_by is None for g in self.gpus):
-            return None
-        return tuple(g for g in self.gpus if (namespace, name) in (g.held_by or ()))
-
-    def gpu(self, key: str) -> PromisedGpu | None:
-        """The GPU named by a UUID or an index (as NVIDIA_VISIBLE_DEVICES names them)."""
-        for g in self.gpus:
-            if g.uuid is not None and g.uuid.lower() == key.lower():
-                return g
-        if key.isdigit():
-            for g in self.gpus:
-                if g.index == int(key):
-                    return g
-        return None
-
-
-def _cpus(text: Any) -> frozenset[int] | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return parse_cpulist(text)
-    except ValueError:
-        return None
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def parse_nodetopology(obj: Any) -> Promised:
-    """``Promised`` from a NodeTopology object (a dict as the API serves it). Fields of the wrong
-    type read as unknown; a non-object is a ``ValueError``."""
-    if not isinstance(obj, Mapping):
-        raise ValueError(f"a NodeTopology must be an object, not {type(obj).__name__}")
-    status = obj.get("status")
-    status = status if isinstance(status, Mapping) else {}
-    meta = obj.get("metadata")
-    node = str(status.get("nodeName") or (meta.get("name") if isinstance(meta, Mapping) else "") or "")
-    gpus: list[PromisedGpu] = []
-    for g in status.get("gpus") or ():
-        if not isinstance(g, Mapping) or _int(g.get("index")) is None:
-            continue
-        nics: list[tuple[str, LinkClass]] = []
-        for n in g.get("nics") or ():
-            if (
-                isinstance(n, Mapping)
-                and isinstance(n.get("name"), str)
-                and n.get("distance") in LinkClass.__members__
-            ):
-                nics.append((n["name"], LinkClass[n["distance"]]))
-        gpus.append(
-            PromisedGpu(
-                index=g["index"],
-                uuid=g.get("uuid") if isinstance(g.get("uuid"), str) else None,
-                island=_int(g.get("island")),
-                numa_node=_int(g.get("numaNode")),
-                numa_cpus=_cpus(g.get("numaAffinity")) or _cpus(g.get("cpuAffinity")),
-                nics=tuple(nics),
-                held_by=_holders(g.get("heldBy")),
-            )
-        )
-    nics_out = tuple(
-        PromisedNic(
-            name=n["name"],
-            rdma=n.get("rdma") is True,
-            state=n.get("state") if isinstance(n.get("state"), str) else None,
-            link_layer=n.get("linkLayer") if isinstance(n.get("linkLayer"), str) else None,
-        )
-        for n in status.get("nics") or ()
-        if isinstance(n, Mapping) and isinstance(n.get("name"), str)
-    )
-    islands: dict[int, int] = {}
-    for g in gpus:
-        if g.island is not None:
-            islands[g.island] = islands.get(g.island, 0) + 1
-    allocation = status.get("allocation")
-    allocation = allocation if isinstance(allocation, Mapping) else {}
-    network = status.get("network")
-    tiers = network.get("tiers") if isinstance(network, Mapping) else None
-    leaf = next(
-        (
-            str(t["id"])
-            for t in (tiers if isinstance(tiers, list) else ())
-            if isinstance(t, Mapping) and t.get("level") == 0 and isinstance(t.get("id"), str) and t["id"]
-        ),
-        None,
-    )
-    return Promised(
-        node=node,
-        gpus=tuple(gpus),
-        nics=nics_out,
-        islands=islands,
-        allocation_known=allocation.get("state") == "Known",
-        allocation_why=why if isinstance(why := allocation.get("message"), str) else "",
-        leaf=leaf,
-    )
-
-
-def _holders(value: Any) -> tuple[tuple[str, str], ...] | None:
-    if not isinstance(value, list):
-        return None
-    return tuple(
-        (h["namespace"], h["name"])
-        for h in value
-        if isinstance(h, Mapping) and isinstance(h.get("namespace"), str) and isinstance(h.get("name"), str)
-    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -293,7 +152,7 @@ def check_declared(d: Declared) -> Check:
     if not d.annotated:
         return warned(
             "declared",
-            "the pod declares no nodetopo.io/ annotation: its placement cannot be judged",
+            f"the pod declares no {PREFIX} annotation: its placement cannot be judged",
             Attribution.UNDECLARED,
         )
     assert d.request is not None
@@ -481,7 +340,7 @@ def check_rdma(declared: Declared, seen: Seen, promised: Promised | None) -> Che
     name = "rdma"
     r = declared.request
     if r is None or not (r.rdma or r.max_nic_distance is not None):
-        return skipped(name, "not declared (nodetopo.io/rdma, nodetopo.io/max-nic-distance)")
+        return skipped(name, f"not declared ({RDMA}, {MAX_NIC_DISTANCE})")
     if promised is None:
         return skipped(name, "no NodeTopology to compare with")
     found, _ = container_gpus(seen, promised)

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nodetopo.kubeflags import add_kube_args
+from nodetopo.host import HostRoot, Refused
+from nodetopo.kube.flags import add_kube_args
 
 T = TypeVar("T")
 
@@ -198,7 +199,7 @@ def bounded(fn: Callable[[], T], seconds: float, what: str) -> T:
     return result[0]  # type: ignore[no-any-return]
 
 
-def _observe(root: Path, environ: dict[str, str], timeout: float, collective_timeout: float) -> Any:
+def _observe(root: HostRoot, environ: dict[str, str], timeout: float, collective_timeout: float) -> Any:
     from nodetopo.probe import observe
     from nodetopo.probe.checks import Seen
 
@@ -245,9 +246,7 @@ def _observe(root: Path, environ: dict[str, str], timeout: float, collective_tim
         nvml=nvml,
         infiniband=attempt("infiniband", lambda: observe.read_infiniband(root)),
         shm_bytes=attempt("shm", lambda: observe.read_shm_bytes(root)),
-        hugepages_bytes=attempt(
-            "hugepages", lambda: observe.parse_hugepages(observe._read(root / "proc/meminfo"))
-        ),
+        hugepages_bytes=attempt("hugepages", lambda: observe.read_hugepages(root)),
         cpus=cpuset[0] if cpuset else None,
         cpus_from=cpuset[2] if cpuset else "",
         mems=cpuset[1] if cpuset else None,
@@ -256,19 +255,19 @@ def _observe(root: Path, environ: dict[str, str], timeout: float, collective_tim
     )
 
 
-def _nvml_missing(root: Path, environ: dict[str, str]) -> str | None:
+def _nvml_missing(root: HostRoot, environ: dict[str, str]) -> str | None:
     """Why NVML is not to be tried (no GPU device nodes at all), or None to try it."""
-    if not any(n.startswith("nvidia") for n in _listdir(root / "dev")):
+    if not any(n.startswith("nvidia") for n in _listdir(root, root.path / "dev")):
         return "NVML not tried: no /dev/nvidia* in the container"
-    if str(root) != "/":
+    if str(root.path) != "/":
         return "NVML not tried: --root is not /"
     return None
 
 
-def _listdir(path: Path) -> list[str]:
+def _listdir(root: HostRoot, path: Path) -> list[str]:
     try:
-        return os.listdir(path)
-    except OSError:
+        return root.list_directory(path)
+    except (OSError, Refused):
         return []
 
 
@@ -287,7 +286,7 @@ def _nvml_view() -> Any:
 
 
 def _promised(args: argparse.Namespace, connection: Any) -> tuple[Any, str | None]:
-    from nodetopo.probe.checks import parse_nodetopology
+    from nodetopo.probe.promised import parse_nodetopology
 
     if args.nodetopology:
         try:
@@ -299,7 +298,7 @@ def _promised(args: argparse.Namespace, connection: Any) -> tuple[Any, str | Non
         return None, "no node name (--node-name or $NODE_NAME): the NodeTopology cannot be read"
     if connection is None:
         return None, "the API server cannot be reached: no credentials"
-    from nodetopo.crd import GROUP, PLURAL, VERSION
+    from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 
     try:
         obj = bounded(
@@ -321,7 +320,8 @@ def _session(args: argparse.Namespace) -> tuple[Any, str | None]:
     if args.nodetopology and (args.no_event or not args.pod_name):
         return None, None
     try:
-        from nodetopo.publish.client import ApiSession, connect
+        from nodetopo.kube.session import ApiSession
+        from nodetopo.kube.transport import connect
 
         return ApiSession(connect(args.kubeconfig, context=args.kube_context, timeout=args.timeout)), None
     except Exception as e:  # noqa: BLE001 - no credentials is a reason, not a crash
@@ -339,7 +339,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     promised, promised_why = _promised(args, session)
     if promised is None and session_error and not args.nodetopology:
         promised_why = f"{promised_why}; {session_error}"
-    seen = _observe(Path(args.root), dict(os.environ), args.timeout, args.collective_timeout)
+    seen = _observe(HostRoot(args.root), dict(os.environ), args.timeout, args.collective_timeout)
     thresholds = Thresholds(
         min_shm_bytes=args.min_shm,
         min_hugepages_bytes=args.min_hugepages,

@@ -1,6 +1,7 @@
 """The probe's Event on its pod: ``TopologyProbePassed`` (Normal) or ``TopologyProbeFailed``
 (Warning), the one-line verdict (with its attribution) as the message. Posted with the pod's own
-service account, which needs only ``create events`` (the ``nodetopo-reader`` ClusterRole)."""
+service account, which needs only ``create events`` in its namespace (the ``nodetopo-probe-events``
+ClusterRole through a RoleBinding)."""
 
 from __future__ import annotations
 
@@ -45,11 +46,11 @@ def post_event(
     session: Any, namespace: str, pod: str, uid: str | None, node: str | None, result: Verdict
 ) -> None:
     """POST the Event through an ``ApiSession``'s connection; a refusal raises with the API's answer."""
-    from nodetopo.publish.client import _quote
+    from nodetopo.kube.session import quote_segment
 
     body = event_body(namespace, pod, uid, node, result, datetime.datetime.now(datetime.UTC))
     response = session.connection.request(
-        "POST", f"/api/v1/namespaces/{_quote(namespace)}/events", body=json.dumps(body).encode()
+        "POST", f"/api/v1/namespaces/{quote_segment(namespace)}/events", body=json.dumps(body).encode()
     )
     if not 200 <= response.status < 300:
         text = response.data.decode("utf-8", "replace")

@@ -18,8 +18,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from nodetopo.publish.client import ApiSession
-from nodetopo.publish.node_labels import PREFIX, SCANS_TO_REMOVE, LabelTracker, TrackedLabelPublisher
+from nodetopo.kube.session import Session
+from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelTracker, TrackedLabelPublisher
+from nodetopo.resource.identity import PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class NodeFeaturePublisher(TrackedLabelPublisher):
 
     def __init__(
         self,
-        session: ApiSession,
+        session: Session,
         node_name: str,
         *,
         namespace: str = DEFAULT_NAMESPACE,

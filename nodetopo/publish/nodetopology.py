@@ -8,10 +8,15 @@ manager is a ``ConflictError``, reported, never silently taken over):
 2. the status subresource: the whole ``status`` of the body.
 
 ``lastTransitionTime`` of a condition is kept from the previous object while the condition's
-status is unchanged and set to now otherwise. ``NodeTopologyPublisher`` remembers the status
-content hash it last wrote successfully and skips an unchanged body without any request, and the
-metadata it last applied, which it applies again only when it changed: after the first write, a
-change of the facts alone is one write (the status apply).
+status is unchanged and set to now otherwise.
+
+``NodeTopologyPublisher.apply`` is THE publish chain of the object, for every writer (the agent,
+``nodetopo publish``, and ``agent --dry-run`` over a session that prints): the facts of a
+``Missing`` scan are replaced by the stored ones (``held_body``), an unchanged body is skipped
+without any request (one key, ``skip_key``), the first apply of an object compares with the stored
+one (``stored_matches``: a restarted agent on an unchanged node writes nothing), and the metadata
+is applied again only when it changed: after the first write, a change of the facts alone is one
+write (the status apply).
 """
 
 from __future__ import annotations
@@ -25,18 +30,13 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from nodetopo.crd import content_hash
 from nodetopo.errors import PublishError
-from nodetopo.model import ConditionReason
-from nodetopo.publish.client import ApiSession
+from nodetopo.kube.session import Session
+from nodetopo.resource.body import content_hash
+from nodetopo.resource.conditions import essential_missing
+from nodetopo.resource.identity import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
-
-GROUP = "nodetopo.io"
-VERSION = "v1alpha1"
-PLURAL = "nodetopologies"
-KIND = "NodeTopology"
-API_VERSION = f"{GROUP}/{VERSION}"
 
 
 def utc_now() -> datetime.datetime:
@@ -49,7 +49,7 @@ def rfc3339(moment: datetime.datetime) -> str:
 
 
 def status_content_hash(status: Mapping[str, Any]) -> str:
-    """The contract's content hash (``nodetopo.crd.content_hash``): sha256 of the status without
+    """The contract's content hash (``nodetopo.resource.body.content_hash``): sha256 of the status without
     ``contentHash`` and the conditions' times."""
     return content_hash(dict(status))
 
@@ -115,12 +115,6 @@ def status_patch(
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "status": status}
 
 
-def essential_missing(body: Mapping[str, Any]) -> bool:
-    """The body comes from a scan whose essential sources observed nothing (reason ``Missing``)."""
-    conditions = (body.get("status") or {}).get("conditions") or ()
-    return any(c.get("reason") == ConditionReason.MISSING.value for c in conditions)
-
-
 def held_body(body: Mapping[str, Any], stored: Mapping[str, Any] | None) -> Mapping[str, Any]:
     """``body`` (a scan whose essential sources are ``Missing``) with the facts of the ``stored``
     NodeTopology instead of its own: a wrong host root never overwrites published facts with
@@ -143,92 +137,108 @@ def held_body(body: Mapping[str, Any], stored: Mapping[str, Any] | None) -> Mapp
     return {**body, "status": status}
 
 
-def apply_nodetopology(
-    session: ApiSession,
-    body: Mapping[str, Any],
-    *,
-    owner: Mapping[str, Any],
-    previous_conditions: Sequence[Mapping[str, Any]],
-    now: str,
-    metadata: bool = True,
-) -> dict[str, Any]:
-    """Apply ``body``'s metadata (unless ``metadata`` is False), then its status; return the object
-    the server stored.
+def body_hash(body: Mapping[str, Any]) -> str:
+    """The content hash ``body``'s status apply carries (its ``status.contentHash``, else computed):
+    what a stored object is compared with."""
+    status = body.get("status") or {}
+    return str(status.get("contentHash") or status_content_hash(status))
 
-    ``owner`` is the ownerReference (``owner_reference(node)``). Stateless: no skip, no reads.
-    Without the metadata apply the object must exist already (a status apply does not create it:
-    404). Raises ``nodetopo.errors.PublishError`` subclasses.
-    """
-    name = str(body["metadata"]["name"])
-    if metadata:
-        session.apply_cluster_object(
-            GROUP, VERSION, PLURAL, name, metadata_patch(body, owner=owner), status=False
-        )
-    patch = status_patch(body, previous_conditions=previous_conditions, now=now)
-    return session.apply_cluster_object(GROUP, VERSION, PLURAL, name, patch, status=True)
+
+def skip_key(body: Mapping[str, Any]) -> str:
+    """THE key of an unchanged body: its metadata labels and its content hash."""
+    labels = dict((body.get("metadata") or {}).get("labels") or {})
+    return hashlib.sha256(json.dumps([labels, body_hash(body)], sort_keys=True).encode()).hexdigest()
+
+
+def stored_matches(stored: Mapping[str, Any] | None, body: Mapping[str, Any], *, node_name: str) -> bool:
+    """The ``stored`` object already holds ``body``: owned by the Node ``node_name``, with the
+    body's labels and its content hash."""
+    if stored is None:
+        return False
+    metadata = stored.get("metadata") or {}
+    owned = any(
+        ref.get("kind") == "Node" and ref.get("name") == node_name
+        for ref in metadata.get("ownerReferences") or ()
+    )
+    labels = dict((body.get("metadata") or {}).get("labels") or {})
+    same_labels = all((metadata.get("labels") or {}).get(k) == v for k, v in labels.items())
+    return owned and same_labels and (stored.get("status") or {}).get("contentHash") == body_hash(body)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ApplyOutcome:
-    """What ``NodeTopologyPublisher.apply`` did: ``written`` False means skipped (no request)."""
+    """What ``NodeTopologyPublisher.apply`` did: ``written`` False means skipped (no write)."""
 
     name: str
     written: bool
-    content_hash: str
+
+
+class _Stored:
+    """The stored object, read at most once per ``apply`` (the ``Missing`` guard, the comparison
+    and the previous conditions all use the same read)."""
+
+    def __init__(self, session: Session, name: str) -> None:
+        self._session = session
+        self._name = name
+        self._read = False
+        self._object: dict[str, Any] | None = None
+
+    def get(self) -> dict[str, Any] | None:
+        if not self._read:
+            self._object = self._session.read_cluster_object(GROUP, VERSION, PLURAL, self._name)
+            self._read = True
+        return self._object
 
 
 class NodeTopologyPublisher:
-    """Publishes NodeTopology bodies, skipping unchanged ones without touching the API.
+    """Publishes NodeTopology bodies: THE publish chain of the object (see the module docstring).
 
-    State per instance: the Node UIDs it has read (once per node), and per object the status hash
-    and conditions it last wrote successfully and the metadata (labels, ownerReferences) it last
-    applied successfully. The first write of an object reads the existing object once, to keep
-    its conditions' transition times, and applies metadata and status; later changes apply the
-    metadata only when it changed, so a status change costs one write. ``forget()`` drops the
-    write memory so the next ``apply`` writes both again (e.g. a periodic resync, or after the
-    object was deleted).
+    State per instance: the Node UIDs it has read (once per node), and per object the key and
+    conditions it last wrote (or found stored) and the metadata (labels, ownerReferences) it last
+    applied successfully. The first apply of an object reads the stored object once: to keep
+    stored facts on ``Missing``, to skip a write the server already holds, and to keep its
+    conditions' transition times. A new instance (the agent's resync) compares with the server
+    again.
     """
 
-    def __init__(self, session: ApiSession, *, clock: Callable[[], datetime.datetime] = utc_now) -> None:
+    def __init__(self, session: Session, *, clock: Callable[[], datetime.datetime] = utc_now) -> None:
         self._session = session
-        self.session = session  #: for callers that read the stored object (``held_body``)
         self._clock = clock
         self._owners: dict[str, dict[str, Any]] = {}
-        self._written_hash: dict[str, str] = {}
+        self._written_key: dict[str, str] = {}
         self._written_conditions: dict[str, list[dict[str, Any]]] = {}
         self._written_metadata: dict[str, str] = {}
-
-    def forget(self) -> None:
-        self._written_hash.clear()
-        self._written_conditions.clear()
-        self._written_metadata.clear()
-
-    def _skip_key(self, body: Mapping[str, Any]) -> str:
-        labels = dict((body.get("metadata") or {}).get("labels") or {})
-        status_hash = status_content_hash(body.get("status") or {})
-        return hashlib.sha256(json.dumps([labels, status_hash], sort_keys=True).encode()).hexdigest()
 
     def _apply_metadata(self, name: str, patch: Mapping[str, Any], key: str) -> None:
         self._session.apply_cluster_object(GROUP, VERSION, PLURAL, name, patch, status=False)
         self._written_metadata[name] = key
 
     def apply(self, body: Mapping[str, Any], *, node_name: str | None = None) -> ApplyOutcome:
-        """Apply ``body`` (a ``nodetopo.crd.to_nodetopology`` result) unless unchanged since the
-        last successful write. ``node_name`` defaults to the object's name."""
+        """Apply ``body`` (a ``nodetopo.resource.body.to_nodetopology`` result) unless the server already
+        holds it. ``node_name`` defaults to the object's name.
+
+        A body whose essential sources are ``Missing`` (a wrong host root) keeps the stored
+        object's facts (``held_body``): Ready=False and why, never zeros over published facts."""
         name = str(body["metadata"]["name"])
-        key = self._skip_key(body)
-        if self._written_hash.get(name) == key:
+        stored = _Stored(self._session, name)
+        if essential_missing(body):
+            body = held_body(body, stored.get())
+        key = skip_key(body)
+        if self._written_key.get(name) == key:
             log.debug("NodeTopology %s unchanged; not writing", name)
-            return ApplyOutcome(name=name, written=False, content_hash=key)
+            return ApplyOutcome(name=name, written=False)
         node = node_name or name
         owner = self._owners.get(node)
         if owner is None:
             owner = owner_reference(self._session.read_node(node))
             self._owners[node] = owner
+        if name not in self._written_key and stored_matches(stored.get(), body, node_name=node):
+            log.debug("NodeTopology %s already stored; not writing", name)
+            self._written_key[name] = key
+            return ApplyOutcome(name=name, written=False)
         previous = self._written_conditions.get(name)
         if previous is None:
-            existing = self._session.read_cluster_object(GROUP, VERSION, PLURAL, name)
-            previous = list(((existing or {}).get("status") or {}).get("conditions") or [])
+            previous = list(((stored.get() or {}).get("status") or {}).get("conditions") or [])
         meta = metadata_patch(body, owner=owner)
         meta_key = json.dumps(meta, sort_keys=True)
         metadata_applied = self._written_metadata.get(name) != meta_key
@@ -236,7 +246,7 @@ class NodeTopologyPublisher:
             self._apply_metadata(name, meta, meta_key)
         status = status_patch(body, previous_conditions=previous, now=rfc3339(self._clock()))
         try:
-            stored = self._session.apply_cluster_object(GROUP, VERSION, PLURAL, name, status, status=True)
+            written = self._session.apply_cluster_object(GROUP, VERSION, PLURAL, name, status, status=True)
         except PublishError as e:
             if metadata_applied or e.status != 404:
                 raise
@@ -244,8 +254,8 @@ class NodeTopologyPublisher:
             log.info("NodeTopology %s is gone; creating it again", name)
             self._written_metadata.pop(name, None)
             self._apply_metadata(name, meta, meta_key)
-            stored = self._session.apply_cluster_object(GROUP, VERSION, PLURAL, name, status, status=True)
-        self._written_hash[name] = key
-        self._written_conditions[name] = list((stored.get("status") or {}).get("conditions") or [])
+            written = self._session.apply_cluster_object(GROUP, VERSION, PLURAL, name, status, status=True)
+        self._written_key[name] = key
+        self._written_conditions[name] = list((written.get("status") or {}).get("conditions") or [])
         log.info("NodeTopology %s written", name)
-        return ApplyOutcome(name=name, written=True, content_hash=key)
+        return ApplyOutcome(name=name, written=True)

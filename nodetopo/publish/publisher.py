@@ -8,18 +8,11 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nodetopo.publish.client import ApiSession, connect
+from nodetopo.kube.session import ApiSession, Session
+from nodetopo.kube.transport import connect
 from nodetopo.publish.nfd import DEFAULT_NAMESPACE, NodeFeaturePublisher
 from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelOutcome, NodeLabelPublisher
-from nodetopo.publish.nodetopology import (
-    GROUP,
-    PLURAL,
-    VERSION,
-    ApplyOutcome,
-    NodeTopologyPublisher,
-    essential_missing,
-    held_body,
-)
+from nodetopo.publish.nodetopology import ApplyOutcome, NodeTopologyPublisher
 
 __all__ = ["PublishOutcome", "Publisher", "run_publish"]
 
@@ -33,13 +26,13 @@ class PublishOutcome:
 
 
 class Publisher:
-    """NodeTopology + labels for one node, through one API session (field manager
-    ``nodetopo-agent``). Raises ``nodetopo.errors.PublishError`` subclasses; ``retryable`` says
-    whether to back off and retry."""
+    """NodeTopology + labels for one node, through one session (field manager ``nodetopo-agent``):
+    ``NodeTopologyPublisher`` (the object's chain) and the label publisher. Raises
+    ``nodetopo.errors.PublishError`` subclasses; ``retryable`` says whether to back off and retry."""
 
     def __init__(
         self,
-        session: ApiSession,
+        session: Session,
         node_name: str,
         *,
         nfd: bool = False,
@@ -64,18 +57,17 @@ class Publisher:
         uncertain_keys: Iterable[str] = (),
         uncertain_prefixes: Iterable[str] = (),
     ) -> PublishOutcome:
-        """Write the NodeTopology, then the labels (see ``node_labels`` for the label input).
-
-        A body whose essential sources are ``Missing`` (a wrong host root) keeps the stored
-        object's facts (``held_body``): Ready=False and why, never zeros over published facts."""
-        if essential_missing(body):
-            name = str(body["metadata"]["name"])
-            body = held_body(body, self.topology.session.read_cluster_object(GROUP, VERSION, PLURAL, name))
-        topology = self.topology.apply(body, node_name=self.node_name)
+        """Write the NodeTopology (``NodeTopologyPublisher.apply``: a ``Missing`` scan keeps the
+        stored facts), then the labels (see ``node_labels`` for the label input)."""
+        topology = self.publish_topology(body)
         applied = self.labels.publish(
             labels, uncertain_keys=uncertain_keys, uncertain_prefixes=uncertain_prefixes
         )
         return PublishOutcome(topology=topology, labels=applied)
+
+    def publish_topology(self, body: Mapping[str, Any]) -> ApplyOutcome:
+        """Write the NodeTopology only."""
+        return self.topology.apply(body, node_name=self.node_name)
 
 
 def run_publish(

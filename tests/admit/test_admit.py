@@ -284,8 +284,8 @@ class _FakeConnection:
 def test_list_function_speaks_the_reflectors_protocol() -> None:
     """The controller lists and watches over the standard-library client with the reflector's
     (official client's) keyword arguments; a non-2xx answer carries its status (410 means relist)."""
-    from nodetopo.admission.controller import list_function
-    from nodetopo.publish.client import ApiStatusError
+    from nodetopo.kube.errors import ApiStatusError
+    from nodetopo.kube.reflector import list_function
 
     page = _FakeStream(200, b'{"items": []}')
     watch = _FakeStream(200, b'{"type":"ADDED"}\n')

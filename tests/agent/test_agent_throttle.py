@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.support import FakeClock
-from nodetopo.agent.throttle import Backoff, TokenBucket
+from nodetopo.kube.pacing import Backoff, TokenBucket
 
 
 def test_token_bucket_allows_a_burst_then_qps() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from nodetopo.extender.cache import ClusterState, Handlers, Reflector
+from nodetopo.extender.cache import ClusterState
 from nodetopo.extender.server import (
     NO_TOPOLOGY,
     ExtenderHTTPServer,
@@ -19,6 +19,7 @@ from nodetopo.extender.server import (
     filter_nodes,
     prioritize_nodes,
 )
+from nodetopo.kube.reflector import Handlers, Reflector
 
 
 def gpu_pod(

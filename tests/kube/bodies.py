@@ -7,9 +7,16 @@ produces for every fixture machine are checked in ``test_crd.test_fixture_bodies
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nodetopo.publish.nodetopology import status_content_hash
+from nodetopo.kube.session import ApiSession
+from nodetopo.publish.nodetopology import (
+    metadata_patch,
+    status_content_hash,
+    status_patch,
+)
+from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 
 H100 = "NVIDIA H100 80GB HBM3"
 CLASSES = ("PIX", "PXB", "PHB", "NODE", "SYS")
@@ -249,3 +256,21 @@ def variant(body: dict[str, Any], **summary: Any) -> dict[str, Any]:
     changed = copy.deepcopy(body)
     changed["status"]["summary"].update(summary)
     return finish(changed)
+
+
+def apply_nodetopology(
+    session: ApiSession,
+    body: Mapping[str, Any],
+    *,
+    owner: Mapping[str, Any],
+    previous_conditions: Sequence[Mapping[str, Any]],
+    now: str,
+) -> dict[str, Any]:
+    """Apply ``body``'s metadata, then its status, as the agent's publisher writes them (no skip,
+    no reads); the object the server stored."""
+    name = str(body["metadata"]["name"])
+    session.apply_cluster_object(
+        GROUP, VERSION, PLURAL, name, metadata_patch(body, owner=owner), status=False
+    )
+    patch = status_patch(body, previous_conditions=previous_conditions, now=now)
+    return session.apply_cluster_object(GROUP, VERSION, PLURAL, name, patch, status=True)

@@ -23,7 +23,8 @@ from agent.support import DGX_H100, DRIVER_MISMATCH, SwitchableScan, all_nvidia_
 
 from nodetopo.agent.loop import Agent
 from nodetopo.agent.publisher import ApiPublisher
-from nodetopo.agent.throttle import RateLimitedSession, TokenBucket
+from nodetopo.kube.pacing import TokenBucket
+from nodetopo.kube.session import RateLimitedSession
 from nodetopo.topology.discover import bundle_context
 
 pytestmark = pytest.mark.k8s

@@ -15,10 +15,11 @@ import pytest
 from agent.kube_support import NAMESPACE, SERVICE_ACCOUNT, apply_deploy
 from agent.support import DGX_H100
 
-from nodetopo.crd import to_nodetopology
+from kube.bodies import apply_nodetopology
 from nodetopo.errors import ForbiddenError
-from nodetopo.publish.client import ApiSession
-from nodetopo.publish.nodetopology import apply_nodetopology, owner_reference
+from nodetopo.kube.session import ApiSession
+from nodetopo.publish.nodetopology import owner_reference
+from nodetopo.resource.body import to_nodetopology
 from nodetopo.topology.discover import bundle_context, scan
 
 pytestmark = pytest.mark.k8s

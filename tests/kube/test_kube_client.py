@@ -23,7 +23,8 @@ import yaml
 
 from kube.cluster import LocalCluster
 from kube.test_publish import _client_certificate, _whoami
-from nodetopo.publish.client import connect, load_api_client
+from nodetopo.kube.official import load_api_client
+from nodetopo.kube.transport import connect
 
 pytestmark = pytest.mark.k8s
 

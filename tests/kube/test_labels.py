@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from nodetopo.errors import ConflictError
-from nodetopo.publish.client import ApiSession, connect
+from nodetopo.kube.session import ApiSession
+from nodetopo.kube.transport import connect
 from nodetopo.publish.nfd import NODE_NAME_LABEL, NodeFeaturePublisher
 from nodetopo.publish.node_labels import LabelTracker, NodeLabelPublisher, owned_label_keys
 

@@ -26,29 +26,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from nodetopo.errors import ConflictError, ForbiddenError, InvalidError, PublishError, TransientError
+from nodetopo.kube.config import ClusterAccess, in_cluster_access, kubeconfig_access, parse_kubeconfig
+from nodetopo.kube.errors import ApiStatusError, KubeConfigError, parse_retry_after, translate_api_error
+from nodetopo.kube.session import ApiSession
+from nodetopo.kube.transport import KubeConnection, connect
 from nodetopo.publish import run_publish
-from nodetopo.publish.client import (
-    ApiSession,
-    ApiStatusError,
-    ClusterAccess,
-    KubeConfigError,
-    KubeConnection,
-    connect,
-    in_cluster_access,
-    kubeconfig_access,
-    parse_kubeconfig,
-    parse_retry_after,
-    translate_api_error,
-)
-from nodetopo.publish.nodetopology import (
-    API_VERSION,
-    GROUP,
-    KIND,
-    PLURAL,
-    VERSION,
-    NodeTopologyPublisher,
-    status_content_hash,
-)
+from nodetopo.publish.nodetopology import NodeTopologyPublisher, status_content_hash
+from nodetopo.resource.identity import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 from . import bodies
 from .cluster import LocalCluster, free_port

@@ -27,7 +27,7 @@ from kube.cluster import LocalCluster
 from monitoring.promtool import expr_tests_file, input_series_from_scrape, series_of
 from monitoring.promtool import run as promtool
 
-from nodetopo.crd import condition_type
+from nodetopo.resource.conditions import condition_type
 
 from .node import REPO, LocalNode
 

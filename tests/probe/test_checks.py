@@ -26,11 +26,11 @@ from nodetopo.probe.checks import (
     check_one_island,
     check_rdma,
     check_shm,
-    parse_nodetopology,
     placement,
     run_checks,
     verdict,
 )
+from nodetopo.probe.promised import parse_nodetopology
 from nodetopo.sources.nvml import RecordedNvml
 
 GIB = 2**30

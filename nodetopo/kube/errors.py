@@ -1,0 +1,132 @@
+"""The failures of the Kubernetes client, and THE translation of a failed request into the
+``nodetopo.errors`` hierarchy (``translate_api_error``): one line, never a traceback or a credential.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import re
+import time
+from collections.abc import Mapping
+
+from nodetopo.errors import (
+    ConflictError,
+    ForbiddenError,
+    InvalidError,
+    NodetopoError,
+    PublishError,
+    TransientError,
+    clip,
+)
+
+
+class KubeConfigError(NodetopoError):
+    """No usable API server configuration: not in a pod, no kubeconfig, or one nodetopo cannot use."""
+
+
+class ExecPluginError(PublishError):
+    """An exec credential plugin failed (not found, exit status, bad output). Retryable: a plugin
+    that talks to a cloud's token service may fail for a while."""
+
+
+class ApiStatusError(Exception):
+    """The API server answered with a status outside 2xx (``body``: its ``metav1.Status``)."""
+
+    def __init__(
+        self, status: int, reason: str = "", *, headers: Mapping[str, str] | None = None, body: str = ""
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.headers: Mapping[str, str] = dict(headers or {})
+        self.body = body
+        super().__init__(f"HTTP {status} {reason}".rstrip())
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date; None if absent/bad."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def status_message(body: str | None) -> str:
+    """The ``message`` of a ``metav1.Status`` body, else the raw body (shortened)."""
+    if not body:
+        return ""
+    try:
+        status = json.loads(body)
+    except ValueError:
+        return body[:500]
+    if isinstance(status, dict) and isinstance(status.get("message"), str):
+        return str(status["message"])
+    return body[:500]
+
+
+def translate_api_error(error: BaseException, *, action: str, server: str | None = None) -> PublishError:
+    """THE translation of a failed API request into a ``nodetopo.errors`` type, for the stdlib
+    client and the official one alike (the caller raises it ``from`` ``error``): one line, never a
+    traceback or a credential.
+
+    An HTTP answer (``ApiStatusError``, or the official client's ``ApiException``): 409 →
+    ConflictError; 401/403 → ForbiddenError; 400/422 → InvalidError; 429 and 5xx → TransientError
+    (with ``retry_after`` from the Retry-After header); anything else (404 ...) → PublishError,
+    which is retryable. No answer (refused, reset, timeout, TLS, DNS; urllib3's MaxRetryError) →
+    TransientError "cannot reach the API server <server>: <why>"; an ``ExecPluginError`` as is.
+    """
+    if isinstance(error, PublishError):
+        return error
+    status = getattr(error, "status", None)
+    if isinstance(error, ApiStatusError) or (isinstance(status, int) and hasattr(error, "body")):
+        assert isinstance(status, int)
+        headers = dict(getattr(error, "headers", None) or {})
+        body = getattr(error, "body", "") or ""
+        body = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+        retry_after = parse_retry_after(header(headers, "Retry-After"))
+        said = status_message(body) or str(getattr(error, "reason", ""))
+        message = f"{action}: HTTP {status}: {clip(said, 300)}"
+        if status == 409:
+            return ConflictError(message, status=status)
+        if status in (401, 403):
+            return ForbiddenError(message, status=status)
+        if status in (400, 422):
+            return InvalidError(message, status=status)
+        if status == 429 or status >= 500:
+            return TransientError(message, status=status, retry_after=retry_after)
+        return PublishError(message, status=status, retry_after=retry_after)
+    at = f" {server}" if server else ""
+    return TransientError(f"{action}: cannot reach the API server{at}: {_why(error)}")
+
+
+def _why(error: BaseException) -> str:
+    """The innermost reason of a connection failure, without object reprs (urllib3 wraps a
+    ``NewConnectionError`` in a ``MaxRetryError`` whose text is a paragraph)."""
+    seen: set[int] = set()
+    current: BaseException = error
+    while id(current) not in seen:
+        seen.add(id(current))
+        inner = getattr(current, "reason", None)
+        if isinstance(inner, BaseException):
+            current = inner
+            continue
+        if current.__cause__ is not None:
+            current = current.__cause__
+            continue
+        break
+    text = re.sub(r"<[^<>]* object at 0x[0-9a-f]+>:?\s*", "", str(current)).strip()
+    return clip(f"{type(current).__name__}: {text}" if text else type(current).__name__, 300)
+
+
+def header(headers: Mapping[str, str], name: str) -> str | None:
+    wanted = name.lower()
+    for key, value in headers.items():
+        if key.lower() == wanted:
+            return value
+    return None

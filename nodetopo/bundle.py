@@ -215,6 +215,21 @@ def read_manifest(path: str | Path) -> Manifest | None:
         return None
 
 
+def bundle_node_name(path: str | Path) -> str:
+    """The node a bundle describes, the one rule of every command that reads bundles (when it is
+    not given ``--node-name``): the host its manifest names, else the bundle's own name (the
+    directory's, or the archive's without ``.tar.gz``/``.tgz``/``.tar``). Never the name of the
+    machine reading it."""
+    manifest = read_manifest(path)
+    if manifest is not None and manifest.host:
+        return manifest.host
+    name = Path(path).name
+    for suffix in ARCHIVE_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
 def driver_version(root: HostRoot, bundle: Path | None = None) -> str | None:
     """The loaded NVIDIA driver's version: ``/sys/module/nvidia/version``, else the
     ``<driver_version>`` of a captured ``nvidia-smi -q -x``."""

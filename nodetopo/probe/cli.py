@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -43,7 +44,9 @@ checks (each pass, fail, warn or skip, with its reason):
                       against what the GPUs' island class should give (--min-busbw-nvlink/-pcie)
 attribution of a failure: PlacedWrong (constraint not expressed or not honoured), ResourceNotReal
 (the NodeTopology promised something the container cannot use), Undeclared (no or bad declaration).
-exit: 0 passed (or --warn-only), 1 a check failed, 2 usage error.
+verdict: "passed, N of M checked" (M: the checks that apply to the pod; the skipped ones are named).
+exit: 0 passed (or --warn-only), 1 a check failed (or, with --strict, one that applies was skipped),
+2 usage error.
 """
 
 _SIZE_SUFFIX = {"": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
@@ -151,6 +154,12 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
     )
     p.add_argument("--warn-only", action="store_true", help="report failures but exit 0")
     p.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail (exit 1) when a check that applies could not be made (skipped: its input could not be "
+        "read); checks the pod does not ask for never fail it",
+    )
+    p.add_argument(
         "--report",
         default=env.get("NODETOPO_PROBE_REPORT", ""),
         metavar="FILE",
@@ -227,11 +236,15 @@ def _observe(root: HostRoot, environ: dict[str, str], timeout: float, collective
             unread["gpus"] = f"{unread.get('nvml', 'no NVML')}; {ids_from}"
     busbw = None
     gpus = len(ids or ())
+    collective_asked = False
     if collective_timeout <= 0:
         unread["collective"] = "not asked (--collective-timeout 0)"
     elif gpus < 2:
         unread["collective"] = f"{gpus} GPU(s): no collective to test"
+    elif shutil.which(observe.COLLECTIVE_TOOL, path=environ.get("PATH")) is None:
+        unread["collective"] = f"{observe.COLLECTIVE_TOOL} (nccl-tests) is not in the image"
     else:
+        collective_asked = True
         try:
             busbw = observe.run_collective(gpus, collective_timeout, environ.get("PATH"))
         except observe.ReadFailure as e:
@@ -252,6 +265,7 @@ def _observe(root: HostRoot, environ: dict[str, str], timeout: float, collective
         mems=cpuset[1] if cpuset else None,
         unread=unread,
         collective_busbw=busbw,
+        collective_asked=collective_asked,
     )
 
 
@@ -350,7 +364,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     )
     pod = (args.pod_namespace or "default", args.pod_name) if args.pod_name else None
     checks = run_checks(declared, promised, promised_why, seen, thresholds, pod)
-    result = verdict(checks)
+    result = verdict(checks, strict=args.strict)
     report: dict[str, Any] = {
         "passed": result.passed,
         "attribution": str(result.attribution) if result.attribution else None,

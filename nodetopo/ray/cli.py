@@ -78,7 +78,10 @@ def register(
         "container was given (NVIDIA_VISIBLE_DEVICES) (env NODETOPO_RAY_GPUS; default: all)",
     )
     p.add_argument(
-        "--labels-file", default="-", metavar="PATH", help="where to write the labels YAML (default: stdout)"
+        "--labels-file",
+        default="-",
+        metavar="PATH",
+        help="where to write the labels YAML (default: -, stdout)",
     )
     p.add_argument("--resources-file", metavar="PATH", help="also write the --resources JSON here")
     add_common(p)
@@ -134,10 +137,11 @@ def _seconds(text: str) -> float:
 
 def _from_bundle(path: str, node_name: str | None) -> dict[str, Any]:
     # Offline only: consumers otherwise never discover; the lead's import contract decides this seam.
+    from nodetopo.bundle import bundle_node_name
     from nodetopo.resource.body import to_nodetopology
     from nodetopo.topology.discover import bundle_context, scan
 
-    return to_nodetopology(scan(bundle_context(path)).topology, node_name or Path(path).name)
+    return to_nodetopology(scan(bundle_context(path)).topology, node_name or bundle_node_name(path))
 
 
 def _from_api(node_name: str, kubeconfig: str | None, context: str | None, wait_s: float) -> dict[str, Any]:

@@ -110,7 +110,7 @@ def read_position(root: HostRoot, runner: CommandRunner, *, timeout: float, map_
     if not ports and unreadable:
         return failed(NAME, ConditionReason.UNAVAILABLE, "; ".join(unreadable[:3]))
     if not ports:
-        return failed(NAME, ConditionReason.UNAVAILABLE, "no InfiniBand ports on this host")
+        return failed(NAME, ConditionReason.UNAVAILABLE, "no InfiniBand ports in sysfs class/infiniband")
     if map_path is not None:
         try:
             if not stat.S_ISREG(os.stat(map_path).st_mode):

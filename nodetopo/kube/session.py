@@ -80,13 +80,13 @@ class ApiSession:
         path: str,
         *,
         apply: Mapping[str, Any] | None = None,
+        create: Mapping[str, Any] | None = None,
         missing_ok: bool = False,
     ) -> dict[str, Any] | None:
-        """One request; its JSON object, None for 404 when ``missing_ok``; errors translated."""
+        """One request; its JSON object, None for 404 when ``missing_ok``; errors translated.
+        ``apply``: a server-side apply of that body; ``create``: a POST."""
         try:
-            if apply is None:
-                response = self.connection.request(method, path)
-            else:
+            if apply is not None:
                 response = self.connection.request(
                     method,
                     path,
@@ -94,6 +94,10 @@ class ApiSession:
                     body=json.dumps(dict(apply)).encode(),  # JSON is YAML
                     content_type=APPLY_PATCH,
                 )
+            elif create is not None:
+                response = self.connection.request(method, path, body=json.dumps(dict(create)).encode())
+            else:
+                response = self.connection.request(method, path)
         except (OSError, http.client.HTTPException) as e:
             raise translate_api_error(e, action=action, server=self.connection.access.server) from e
         if missing_ok and response.status == 404:
@@ -155,6 +159,11 @@ class ApiSession:
         """Server-side apply of a namespaced custom object."""
         path = f"/apis/{group}/{version}/namespaces/{quote_segment(namespace)}/{plural}/{quote_segment(name)}"
         return self._must(self._call(f"apply {plural}/{namespace}/{name}", "PATCH", path, apply=body))
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST a core/v1 Event (``nodetopo.kube.events.event_body``) in ``namespace``."""
+        path = f"/api/v1/namespaces/{quote_segment(namespace)}/events"
+        return self._must(self._call(f"create Event in {namespace}", "POST", path, create=body))
 
 
 class RateLimitedSession(ApiSession):

@@ -394,7 +394,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if args.termination_log:
         try:
             with open(args.termination_log, "w", encoding="utf-8") as f:
-                f.write(result.line[:4000] + "\n")
+                f.write(result.line + "\n")
         except OSError as e:
             print(f"nodetopo probe: cannot write {args.termination_log}: {e.strerror or e}", file=sys.stderr)
     if session is not None:

@@ -57,6 +57,29 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
+_MANAGER = re.compile(r'conflict with "([^"]*)"')
+
+
+def field_conflicts(body: str | None) -> tuple[tuple[str, str], ...]:
+    """The (field, manager) pairs of a server-side apply conflict (``metav1.Status`` 409 whose
+    ``details.causes`` are ``FieldManagerConflict``: ``conflict with "kubectl-label" using v1``
+    on ``.metadata.labels.nodetopo.io/numa.count``); empty when the body says none."""
+    try:
+        status = json.loads(body or "")
+    except (ValueError, RecursionError):
+        return ()
+    causes = (status.get("details") or {}).get("causes") if isinstance(status, dict) else None
+    found = []
+    for cause in causes if isinstance(causes, list) else ():
+        if not isinstance(cause, dict) or cause.get("reason") != "FieldManagerConflict":
+            continue
+        field, said = cause.get("field"), cause.get("message")
+        match = _MANAGER.search(said) if isinstance(said, str) else None
+        if isinstance(field, str) and match:
+            found.append((field, match[1]))
+    return tuple(found)
+
+
 def status_message(body: str | None) -> str:
     """The ``message`` of a ``metav1.Status`` body, else the raw body (shortened)."""
     if not body:
@@ -93,7 +116,7 @@ def translate_api_error(error: BaseException, *, action: str, server: str | None
         said = status_message(body) or str(getattr(error, "reason", ""))
         message = f"{action}: HTTP {status}: {clip(said, 300)}"
         if status == 409:
-            return ConflictError(message, status=status)
+            return ConflictError(message, status=status, conflicts=field_conflicts(body))
         if status in (401, 403):
             return ForbiddenError(message, status=status)
         if status in (400, 422):

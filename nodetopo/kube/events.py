@@ -1,7 +1,8 @@
-"""Events nodetopo posts (core/v1 ``Event``): the probe's verdict on its pod. One builder,
-``event_body``, so that every Event says its text the same way: the message through the one-line
-sanitiser (``nodetopo.errors.clip``: control characters, escape sequences and newlines escaped, cut
-to ``MAX_MESSAGE``), whatever a NIC name or a label value it quotes holds.
+"""Events nodetopo posts (core/v1 ``Event``): the probe's verdict on its pod, the agent's word that it
+took back a field of its own. One builder, ``event_body``, so that every Event says its text the
+same way: the message through the one-line sanitiser (``nodetopo.errors.clip``: control characters,
+escape sequences and newlines escaped, cut to ``MAX_MESSAGE``), whatever a NIC name or a label value
+it quotes holds.
 
 Where an Event lives: in the namespace of the object it is about; for a cluster-scoped object (a
 Node, a NodeTopology) in ``default``, the one namespace the API server accepts for those besides

@@ -29,7 +29,9 @@ def test_kustomize_builds_every_part(cluster: Any, tmp_path: Path) -> None:
         ("Namespace", NAMESPACE),
         ("NetworkPolicy", "nodetopo-agent"),
         ("ServiceAccount", "nodetopo-agent"),
+        ("ValidatingAdmissionPolicy", "nodetopo-agent-own-events"),
         ("ValidatingAdmissionPolicy", "nodetopo-agent-own-node"),
+        ("ValidatingAdmissionPolicyBinding", "nodetopo-agent-own-events"),
         ("ValidatingAdmissionPolicyBinding", "nodetopo-agent-own-node"),
     ]
 

@@ -25,9 +25,14 @@ class KubeConfigError(NodetopoError):
     """No usable API server configuration: not in a pod, no kubeconfig, or one nodetopo cannot use."""
 
 
-class ExecPluginError(PublishError):
-    """An exec credential plugin failed (not found, exit status, bad output). Retryable: a plugin
-    that talks to a cloud's token service may fail for a while."""
+class CredentialError(PublishError):
+    """A credential could not be obtained: a token file that cannot be read (or is not a regular
+    file), an exec plugin that failed. Retryable: a projected token being rotated, a plugin that
+    talks to a cloud's token service may fail for a while."""
+
+
+class ExecPluginError(CredentialError):
+    """An exec credential plugin failed (not found, exit status, bad output)."""
 
 
 class ApiStatusError(Exception):
@@ -86,7 +91,7 @@ def status_message(body: str | None) -> str:
         return ""
     try:
         status = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return body[:500]
     if isinstance(status, dict) and isinstance(status.get("message"), str):
         return str(status["message"])

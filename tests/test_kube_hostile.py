@@ -1,7 +1,7 @@
 """Hostile inputs to the Kubernetes client and the files beside it (issue 23): a device, a FIFO or a
 huge file where a kubeconfig, a token file, a CA file or the probe's annotations file should be; an
-exec plugin that prints a gigabyte. Each must end in one clear line, within a few seconds and under
-600 MB.
+exec plugin that prints a gigabyte; a server URL carrying ``user:password@``. Each must end in one
+clear line, within a few seconds and under 600 MB, and never print a credential.
 
 Every command runs in a child process under ``RLIMIT_AS`` = 600 MB, so a read that would hold
 a device's endless output fails the test with a MemoryError traceback instead of swapping; every
@@ -24,11 +24,13 @@ import yaml
 from test_kubeconfig import SECRET, closed_port, kubeconfig
 
 from nodetopo.kube.config import cluster_access
-from nodetopo.kube.errors import CredentialError
+from nodetopo.kube.errors import CredentialError, KubeConfigError, redact_url
 from nodetopo.kube.exec import EXEC_OUTPUT_LIMIT, ExecCredentials, parse_exec_plugin
+from nodetopo.kube.transport import KubeConnection
 
 RUN = [sys.executable, "-m", "nodetopo"]
 MEMORY_LIMIT = 600 * 2**20
+PASSWORD = "hunter2-do-not-print"
 
 
 def _limit_memory() -> None:
@@ -251,6 +253,48 @@ def test_the_probe_refuses_a_device_as_nodetopology_file() -> None:
     done = run(["probe", "--no-event", "--nodetopology", "/dev/zero", "--root", "/"], timeout=60)
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert "--nodetopology /dev/zero" in done.stdout and "a character device" in done.stdout, done.stdout
+
+
+# ---- credentials in the server URL --------------------------------------------------------------
+
+
+def test_redact_url_hides_every_userinfo() -> None:
+    assert redact_url("https://admin:pw@10.0.0.1:6443/p") == "https://***@10.0.0.1:6443/p"
+    assert redact_url("admin:pw@10.0.0.1:6443") == "***@10.0.0.1:6443"
+    assert redact_url("https://10.0.0.1:6443") == "https://10.0.0.1:6443"
+    assert redact_url("https://a@b@host") == "https://***@host"
+
+
+def test_userinfo_in_the_server_is_basic_auth_and_never_shown(tmp_path: Path) -> None:
+    cluster = {"server": f"https://admin:{PASSWORD}@127.0.0.1:{closed_port()}"}
+    path = kubeconfig(tmp_path, cluster, {})
+    access = cluster_access(str(path))
+    assert PASSWORD not in access.server and PASSWORD not in repr(access)
+    assert access.username == "admin" and access.password == PASSWORD
+    assert access.headers()["Authorization"].startswith("Basic ")
+    assert PASSWORD not in str(KubeConnection(access).access)
+    for command in (["export", "kueue"], ["ray", "--node-name", "n1"]):
+        line = one_line_error(run([*command, "--kubeconfig", str(path)]))
+        assert "cannot reach the API server" in line and PASSWORD not in line, line
+    done = run(["probe", "--kubeconfig", str(path), "--node-name", "n1", "--no-event", "--root", "/"])
+    assert "cannot reach the API server" in done.stdout, done.stdout
+    assert PASSWORD not in done.stdout + done.stderr
+
+
+def test_the_user_fields_win_over_userinfo(tmp_path: Path) -> None:
+    cluster = {"server": f"https://admin:{PASSWORD}@h:6443"}
+    path = kubeconfig(tmp_path, cluster, {"username": "jane", "password": "theirs"})
+    access = cluster_access(str(path))
+    assert (access.username, access.password, access.server) == ("jane", "theirs", "https://h:6443")
+
+
+def test_a_proxy_url_with_a_password_is_not_shown(tmp_path: Path) -> None:
+    cluster = {"server": "https://h:6443", "proxy-url": f"socks5://u:{PASSWORD}@p:1080"}
+    with pytest.raises(KubeConfigError) as info:
+        cluster_access(str(kubeconfig(tmp_path, cluster)))
+    assert PASSWORD not in str(info.value)
+    ok = cluster_access(str(kubeconfig(tmp_path, {**cluster, "proxy-url": f"http://u:{PASSWORD}@p:3128"})))
+    assert PASSWORD not in repr(ok)
 
 
 def test_kubeconfig_documents_written_by_yaml_stay_readable(tmp_path: Path) -> None:

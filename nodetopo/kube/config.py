@@ -19,7 +19,7 @@ from typing import Any
 
 from nodetopo.errors import clip
 from nodetopo.host import Refused, read_regular_file
-from nodetopo.kube.errors import KubeConfigError
+from nodetopo.kube.errors import KubeConfigError, redact_url, split_userinfo
 from nodetopo.kube.exec import ExecPlugin, parse_exec_plugin
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ class ClusterAccess:
     impersonate_groups: tuple[str, ...] = ()
     impersonate_extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: an ``http://`` proxy (kubeconfig ``proxy-url``, else ``$HTTPS_PROXY`` unless ``$NO_PROXY``)
-    proxy_url: str | None = None
+    proxy_url: str | None = dataclasses.field(default=None, repr=False)
     #: an exec credential plugin (``users[].user.exec``)
     exec_plugin: ExecPlugin | None = None
 
@@ -242,9 +242,15 @@ def parse_kubeconfig(config: Mapping[str, Any], *, context: str | None = None, s
             f"{where}: user {user_name!r} uses {', '.join(refused)} (removed from kubectl; use an exec "
             f"plugin such as kubelogin), which nodetopo does not support. {SUPPORTED_AUTH}"
         )
-    server = _text(cluster, "server", where)
-    if server is None:
+    given = _text(cluster, "server", where)
+    if given is None:
         raise KubeConfigError(f"{where}: cluster {cluster_name!r} has no server")
+    # user:password@ in the server URL is basic auth (Go's HTTP client sends it when nothing else
+    # authenticates); it is taken out of the URL here, so that no message ever shows it
+    server, url_user, url_password = split_userinfo(given)
+    username, password = _text(user, "username", where), _text(user, "password", where)
+    if username is None and password is None:
+        username, password = url_user, url_password
     proxy = _proxy_url(_text(cluster, "proxy-url", where), server, where)
     ca_data = _decoded(cluster, "certificate-authority-data", where)
     insecure = bool(cluster.get("insecure-skip-tls-verify"))
@@ -271,8 +277,8 @@ def parse_kubeconfig(config: Mapping[str, Any], *, context: str | None = None, s
         client_cert_data=_decoded(user, "client-certificate-data", where),
         client_key_file=_text(user, "client-key", where),
         client_key_data=_decoded(user, "client-key-data", where),
-        username=_text(user, "username", where),
-        password=_text(user, "password", where),
+        username=username,
+        password=password,
         impersonate_user=_text(user, "as", where),
         impersonate_uid=_text(user, "as-uid", where),
         impersonate_groups=texts(groups, "as-groups"),
@@ -295,8 +301,9 @@ def _proxy_url(configured: str | None, server: str, where: str) -> str | None:
         where = f"{where} (from ${(url.scheme or 'https').upper()}_PROXY)"
     proxy = urllib.parse.urlsplit(configured)
     if proxy.scheme != "http" or not proxy.hostname:
+        shown = proxy.scheme or redact_url(configured)[:40]
         raise KubeConfigError(
-            f"{where}: proxy {proxy.scheme or configured[:40]!r}: nodetopo supports http:// proxies "
+            f"{where}: proxy {shown!r}: nodetopo supports http:// proxies "
             f"(HTTP CONNECT) only, not {proxy.scheme or 'this'}. {SUPPORTED_AUTH}"
         )
     return configured

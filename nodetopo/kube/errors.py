@@ -8,6 +8,7 @@ import email.utils
 import json
 import re
 import time
+import urllib.parse
 from collections.abc import Mapping
 
 from nodetopo.errors import (
@@ -46,6 +47,32 @@ class ApiStatusError(Exception):
         self.headers: Mapping[str, str] = dict(headers or {})
         self.body = body
         super().__init__(f"HTTP {status} {reason}".rstrip())
+
+
+def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
+    """``url`` without its ``user:password@`` part, and the (percent-decoded) user and password
+    (None when absent). A URL given without a scheme (``host:6443``) stays without one."""
+    has_scheme = "://" in url
+    parts = urllib.parse.urlsplit(url if has_scheme else f"https://{url}")
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url, None, None
+    user, colon, password = userinfo.partition(":")
+    bare = urllib.parse.urlunsplit(parts._replace(netloc=host))
+    if not has_scheme:
+        bare = bare.removeprefix("https://")
+    return bare, urllib.parse.unquote(user), urllib.parse.unquote(password) if colon else None
+
+
+def redact_url(url: str) -> str:
+    """THE redaction of a URL that is shown (a message, a report): its ``user:password@`` part
+    becomes ``***@``. Everything that prints a server or a proxy URL shows it through here, or
+    shows one ``split_userinfo`` already took apart."""
+    bare, user, password = split_userinfo(url)
+    if user is None and password is None:
+        return url
+    scheme, sep, rest = bare.partition("://")
+    return f"{scheme}{sep}***@{rest}" if sep else f"***@{bare}"
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -129,7 +156,7 @@ def translate_api_error(error: BaseException, *, action: str, server: str | None
         if status == 429 or status >= 500:
             return TransientError(message, status=status, retry_after=retry_after)
         return PublishError(message, status=status, retry_after=retry_after)
-    at = f" {server}" if server else ""
+    at = f" {redact_url(server)}" if server else ""
     return TransientError(f"{action}: cannot reach the API server{at}: {_why(error)}")
 
 

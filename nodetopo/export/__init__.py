@@ -191,10 +191,12 @@ _DNS = re.compile(r"[^a-z0-9-]+")
 
 
 def hypernode_name(level: int, group: str) -> str:
-    """A DNS-1123 name for a tier group: ``t<level>-<id>``, hashed when longer than 63."""
+    """A DNS-1123 name for a tier group: ``t<level>-<id>``. When the id is not one already (upper
+    case, other characters) or the name would be longer than 63, a hash of the id is appended:
+    ``RackA`` and ``racka`` are two groups, and two HyperNodes (``t0-racka-<hash>``, ``t0-racka``)."""
     base = _DNS.sub("-", group.lower()).strip("-") or "group"
     name = base if base.startswith(f"t{level}-") else f"t{level}-{base}"
-    if len(name) > 63:
+    if len(name) > 63 or base != group:
         name = f"t{level}-{base[:40].strip('-')}-{hashlib.sha256(group.encode()).hexdigest()[:12]}"
     return name
 

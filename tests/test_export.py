@@ -200,3 +200,14 @@ def test_volcano_keeps_groups_apart_that_differ_only_in_case() -> None:
     members = {h["metadata"]["name"]: [m["selector"]["exactMatch"]["name"] for m in h["spec"]["members"]]
                for h in hypernodes}  # fmt: skip
     assert members["t0-racka"] == ["b1"] and sorted(members.values()) == [["a1"], ["b1"]]
+
+
+def test_slurm_never_writes_a_node_name_holding_a_newline() -> None:
+    """Was: ``export slurm`` wrote ``Nodes=gpu01,gpu02\\nSwitchName=evil ...``, a line of its own."""
+    forged = "gpu02\nSwitchName=evil Nodes=root"
+    fleet = [NodePlace(name="gpu01", tiers={0: "leaf-0"}), NodePlace(name=forged, tiers={0: "leaf-0"})]
+    for result in (export.slurm_tree(fleet), export.slurm_block(fleet)):
+        assert "evil" not in result.text and result.text.count("\n") == 1, result.text
+        assert "Nodes=gpu01" in result.text
+        assert len(result.missing) == 1 and "not a Slurm node name" in result.missing[0]
+        assert "\n" not in result.missing[0] and "\\n" in result.missing[0]

@@ -187,3 +187,30 @@ def test_hostile_nic_names_leave_as_one_line(tmp_path: Path) -> None:
     assert body["message"].isprintable() and "\\x1b" in body["message"]
     raw = events.event("team", "p", None, "n1", Verdict(False, None, HOSTILE_NIC), datetime.datetime.now())
     assert raw["message"].isprintable(), raw["message"]
+
+
+def test_report_file_carries_the_placement_for_the_workload(tmp_path: Path) -> None:
+    """--report writes the same JSON report to a file (an emptyDir the workload container mounts)."""
+    report_file = tmp_path / "shared" / "probe.json"
+    report_file.parent.mkdir()
+    for n in (2, 3):
+        (tmp_path / f"root/dev/nvidia{n}").parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f"root/dev/nvidia{n}").write_text("")
+    code, report, _ = probe(
+        tmp_path,
+        "--nodetopology", str(tmp_path / "nt.json"),
+        "--no-event",
+        "--node-name", "n1",
+        "--report", str(report_file),
+        env={"NVIDIA_VISIBLE_DEVICES": "GPU-2,GPU-3"},
+    )  # fmt: skip
+    assert code == 0, report["verdict"]
+    assert json.loads(report_file.read_text()) == report
+    assert report["placement"]["node"] == "n1"
+    assert [(g["uuid"], g["island"]) for g in report["placement"]["gpus"]] == [("GPU-2", 1), ("GPU-3", 1)]
+    # an unwritable report path changes nothing of the verdict (and raises no traceback)
+    code, report, _ = probe(
+        tmp_path, "--nodetopology", str(tmp_path / "nt.json"), "--no-event",
+        "--report", str(tmp_path / "missing-dir" / "probe.json"),
+    )  # fmt: skip
+    assert code == 0 and report["placement"]["gpus"] == []

@@ -21,6 +21,10 @@ from nodetopo.views.published import published_gpu_matrix
 
 BUNDLES = Path(__file__).parent / "fixtures" / "bundles"
 MACHINES = sorted(p.name for p in BUNDLES.iterdir() if p.is_dir())
+#: machines whose published NVLinks follow a degraded edge (a GPU out of its island): their links
+#: are not the facts' own matrix by design (tests/health and test_bundles_expected cover them)
+NVLINK_DEGRADED = {"dgx-h100-nvlink-down"}
+AS_THE_FACTS = [m for m in MACHINES if m not in NVLINK_DEGRADED]
 
 
 def _body(machine: str, name: str | None = None) -> dict[str, Any]:
@@ -61,7 +65,7 @@ def test_published_matrix_is_the_discover_matrix(machine: str, capsys: pytest.Ca
     assert _matrix_section(ours) == _matrix_section(theirs)
 
 
-@pytest.mark.parametrize("machine", MACHINES)
+@pytest.mark.parametrize("machine", AS_THE_FACTS)
 def test_the_links_are_every_pair_the_facts_place(machine: str) -> None:
     result = scan(bundle_context(str(BUNDLES / machine)))
     indices = [g.index for g in result.topology.gpus]
@@ -77,7 +81,7 @@ def _older_agent(machine: str) -> dict[str, Any]:
     return body
 
 
-@pytest.mark.parametrize("machine", MACHINES)
+@pytest.mark.parametrize("machine", AS_THE_FACTS)
 def test_without_links_the_matrix_never_contradicts_the_nodes_own(machine: str) -> None:
     result = scan(bundle_context(str(BUNDLES / machine)))
     full = gpu_matrix(result.facts, [g.index for g in result.topology.gpus])

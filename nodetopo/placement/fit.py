@@ -143,7 +143,8 @@ def shape_of(read: Published) -> NodeShape:
     slots: dict[int, GpuSlot] = {}
     for published in status.gpus:
         gpu = published.gpu
-        distances = [(cls, name) for name, cls in published.nics]
+        # a NIC whose path from this GPU crosses a degraded edge (status.health) is not one to count
+        distances = [(cls, name) for name, cls in published.nics if name not in published.degraded_nics]
         best = min((c for c, _ in distances), default=gpu.nic_distance)
         rdma = [(c, name) for c, name in distances if name in usable_rdma]
         best_rdma = min((c for c, _ in rdma), default=None)

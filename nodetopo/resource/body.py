@@ -17,11 +17,14 @@ from nodetopo import __version__
 from nodetopo.model import (
     Condition,
     ConditionReason,
+    EdgeHealth,
     Gpu,
     GpuAllocation,
     GpuLink,
     GpuNicDistance,
+    HealthReport,
     LinkClass,
+    LinkState,
     Nic,
     NumaNode,
     PodRef,
@@ -32,11 +35,16 @@ from nodetopo.model import (
 from nodetopo.resource.conditions import NOT_READY_REASONS, condition_type, conditions, unique_sources
 from nodetopo.resource.identity import API_VERSION, KIND
 from nodetopo.resource.limits import (
+    MAX_EDGES,
     MAX_GPU_LINKS,
     MAX_HOLDERS,
+    MAX_MESSAGE,
     MAX_NEIGHBOURS,
+    MAX_RATES,
+    MAX_REASONS,
     MAX_RESOURCES,
     MAX_SOURCE_MESSAGE,
+    MAX_STATE,
     MAX_TEXT,
     MAX_TIER_MEMBERS,
     MAX_TIERS,
@@ -99,6 +107,7 @@ def to_nodetopology(
             else None
         ),
         "network": network(topology),
+        **_health(topology.health),
         "sources": [_source(s) for s in unique_sources(topology.sources)],
         "conditions": conditions(topology),
     }
@@ -161,6 +170,58 @@ def _allocation(allocation: GpuAllocation, status: dict[str, Any]) -> dict[str, 
             for r in allocation.resources[:MAX_RESOURCES]
         ],
     }
+
+
+def _health(report: HealthReport) -> dict[str, Any]:
+    """``{"health": ...}``: the edges judged, the degraded ones, the counter baseline; nothing when the
+    links were not judged. Compact on a healthy node: a count, an empty list, the baseline's non-zero
+    counters only."""
+    if not report.judged:
+        return {}
+    health: dict[str, Any] = {
+        "checked": report.checked,
+        "degraded": [edge_json(e) for e in report.degraded[:MAX_EDGES]],
+    }
+    if report.baseline is not None:
+        health["baseline"] = {
+            "at": report.baseline.at,
+            "edges": report.baseline.edges,
+            "counters": {edge: dict(values) for edge, values in report.baseline.counters[:MAX_EDGES]},
+        }
+    return {"health": health}
+
+
+def _state(state: LinkState) -> dict[str, Any]:
+    pairs = (
+        ("width", state.width),
+        ("speedGTs", state.gts),
+        ("links", state.links),
+        ("rateGbps", state.rate_gbps),
+        ("state", state.state[:MAX_STATE] if state.state is not None else None),
+    )
+    return {key: value for key, value in pairs if value is not None}
+
+
+def edge_json(e: EdgeHealth) -> dict[str, Any]:
+    """One degraded edge as ``status.health.degraded[]`` holds it (absent keys: not known)."""
+    out: dict[str, Any] = {"edge": _bounded(e.edge), "kind": e.kind.value, "device": _bounded(e.device)}
+    optional = (
+        ("gpu", e.gpu),
+        ("nic", e.nic),
+        ("pciBusID", str(e.address) if e.address is not None else None),
+        ("port", e.port),
+        ("peer", _bounded(e.peer)),
+    )
+    out.update({key: value for key, value in optional if value is not None})
+    out["reasons"] = list(e.reasons[:MAX_REASONS])
+    out["message"] = e.message if len(e.message) <= MAX_MESSAGE else e.message[: MAX_MESSAGE - 3] + "..."
+    out["observed"] = _state(e.observed)
+    out["capability"] = _state(e.capability)
+    if e.since is not None:
+        out["since"] = e.since
+    if e.rates:
+        out["rates"] = [{"counter": r.counter, "perHour": r.per_hour} for r in e.rates[:MAX_RATES]]
+    return out
 
 
 def network(topology: Topology) -> dict[str, Any]:
@@ -265,7 +326,7 @@ def _gpu(g: Gpu, topology: Topology) -> dict[str, Any]:
         "nearestNICs": list(g.nearest_nics),
         "nicDistance": g.nic_distance.name if g.nic_distance is not None else None,
         "nics": [
-            {"name": d.nic, "distance": d.distance.name}
+            {"name": d.nic, "distance": d.distance.name, **({} if d.healthy else {"degraded": True})}
             for d in topology.gpu_nic_distances
             if d.gpu == g.index
         ],
@@ -338,7 +399,7 @@ def topology_from_nodetopology(body: Mapping[str, Any]) -> Topology:
         mig_devices=status.mig_devices,
         preferred_gpu_sets=status.preferred_gpu_sets,
         gpu_nic_distances=tuple(
-            GpuNicDistance(gpu=g.gpu.index, nic=name, distance=cls)
+            GpuNicDistance(gpu=g.gpu.index, nic=name, distance=cls, healthy=name not in g.degraded_nics)
             for g in status.gpus
             for name, cls in g.nics
         ),
@@ -348,6 +409,7 @@ def topology_from_nodetopology(body: Mapping[str, Any]) -> Topology:
         conditions=_conditions_back(status.conditions, status.sources),
         network=status.network,
         gpu_links=status.gpu_links,
+        health=status.health,
     )
 
 
@@ -363,7 +425,7 @@ def _conditions_back(
     for c in items:
         source = by_type.get(c.type)
         message = c.message if c.message is not None else ""
-        if c.type in ("Ready", "Consistent"):
+        if c.type in ("Ready", "Consistent", "Degraded"):
             top[c.type] = c
         elif source is not None and message == source.message and not source.ok:
             continue  # the source's own status, not a condition of it (``conditions`` writes it again)

@@ -32,6 +32,7 @@ SECTIONS = (
     "conditions",
     "allocation",
     "summary",
+    "health",
     "addresses",
     "affinity",
 )
@@ -78,6 +79,8 @@ class PublishedGpu:
 
     gpu: model.Gpu
     nics: tuple[tuple[str, model.LinkClass], ...] = ()  #: ``nics[]`` (name, distance), in the object's order
+    #: the NICs of ``nics`` whose path from this GPU crosses a degraded edge (``nics[].degraded``)
+    degraded_nics: frozenset[str] = frozenset()
     #: ``heldBy``; None when not said (no allocation read, an agent that does not ask) or unreadable
     held_by: tuple[model.PodRef, ...] | None = None
 
@@ -129,6 +132,8 @@ class PublishedStatus:
     sources: tuple[model.SourceStatus, ...] = ()
     conditions: tuple[PublishedCondition, ...] = ()
     allocation: PublishedAllocation | None = None
+    #: ``status.health``: the edges judged and the degraded ones (not judged: an older agent)
+    health: model.HealthReport = model.NOT_JUDGED
 
     def condition(self, kind: str) -> PublishedCondition | None:
         """The first condition of type ``kind`` (``Ready``, ``Consistent``, ...)."""

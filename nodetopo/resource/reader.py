@@ -44,11 +44,17 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 from nodetopo.model import (
+    CounterBaseline,
+    CounterRate,
+    EdgeHealth,
+    EdgeKind,
     FabricInfo,
     FabricTier,
     Gpu,
     GpuLink,
+    HealthReport,
     LinkClass,
+    LinkState,
     MigDevice,
     NetworkPosition,
     Nic,
@@ -63,6 +69,7 @@ from nodetopo.model import (
 )
 from nodetopo.resource.limits import (
     MAX_CONDITIONS,
+    MAX_EDGES,
     MAX_GPU_LINKS,
     MAX_GPUS,
     MAX_HOLDERS,
@@ -72,6 +79,8 @@ from nodetopo.resource.limits import (
     MAX_NEIGHBOURS,
     MAX_NICS,
     MAX_NUMA_NODES,
+    MAX_RATES,
+    MAX_REASONS,
     MAX_SOURCES,
     MAX_TIER_MEMBERS,
     MAX_TIERS,
@@ -150,6 +159,8 @@ _SUMMARY = _fields(gpuCount=INT, gpuModel=STR, islands=STR)
 _ALLOCATION = _fields(state=STR, message=STR)
 _MIG = _fields(parentUUID=STR, parentIndex=INT, profile=STR, gpuInstance=INT, computeInstance=INT)
 _NEIGHBOUR = _fields(port=INT, state=STR, switchID=STR, switchName=STR, switchPort=STR, peerIsSwitch=BOOL)
+_EDGE = _fields(gpu=INT, nic=STR, port=INT, peer=STR, since=STR)
+_KINDS_OF_EDGE: dict[str, EdgeKind] = {k.value: k for k in EdgeKind}
 _CLASSES: dict[str, LinkClass] = dict(LinkClass.__members__)
 
 
@@ -356,6 +367,7 @@ class _Reader:
             "conditions": self._conditions,
             "allocation": self._allocation,
             "summary": self._summary,
+            "health": self._health,
         }
         for section in SECTIONS:
             if section in readers and section in sections:
@@ -374,6 +386,7 @@ class _Reader:
                 self._here(f"GPU index {str(index)[:32]!r}", Severity.MALFORMED)
                 continue
             nics = []
+            degraded: list[str] = []
             for n in self.items(g.get("nics"), "NICs of a GPU", MAX_NICS, one="a NIC of a GPU"):
                 name, word = n.get("name"), n.get("distance")
                 if type(name) is not str or type(word) is not str or word not in _CLASSES:
@@ -381,6 +394,8 @@ class _Reader:
                     if name is None or word is None or self.link_class(n, "distance") is None:
                         continue
                 nics.append((name, _CLASSES[word]))
+                if n.get("degraded") is True:
+                    degraded.append(name)
             gpu = Gpu(
                 index=index,
                 address=self.address(g) if "addresses" in sections else None,
@@ -393,7 +408,9 @@ class _Reader:
                 **self.fields(g, _GPU),
             )
             held = self._held_by(g.get("heldBy")) if "allocation" in sections else None
-            gpus.append(PublishedGpu(gpu=gpu, nics=tuple(nics), held_by=held))
+            gpus.append(
+                PublishedGpu(gpu=gpu, nics=tuple(nics), held_by=held, degraded_nics=frozenset(degraded))
+            )
         out["gpus"] = tuple(gpus)
 
     def _held_by(self, value: Any) -> tuple[PodRef, ...] | None:
@@ -566,6 +583,83 @@ class _Reader:
         body = self.mapping(raw, "allocation")
         if body is not None:
             out["allocation"] = PublishedAllocation(**self.fields(body, _ALLOCATION))
+
+    def _health(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        """``status.health``: absent is *not judged* (an older agent); an edge without its ``edge`` or a
+        known ``kind`` is left out (unknown); the baseline's counters that are not integers too."""
+        body = self.mapping(raw, "health")
+        if body is None:
+            return
+        edges = []
+        for e in self.items(body.get("degraded"), "degraded edges", MAX_EDGES, one="a degraded edge"):
+            ident, kind = self.key(e, "edge", STR), self.key(e, "kind", STR)
+            if ident is None or kind is None:
+                continue
+            if kind not in _KINDS_OF_EDGE:
+                self._here(f"edge kind {kind[:32]!r}")
+                continue
+            fields = self.fields(e, _EDGE)
+            rates = []
+            for r in self.items(e.get("rates"), "rates of an edge", MAX_RATES, one="a rate"):
+                counter, per_hour = self.key(r, "counter", STR), self.key(r, "perHour", NUMBER)
+                if counter is not None and per_hour is not None:
+                    rates.append(CounterRate(counter=counter, per_hour=float(per_hour)))
+            edges.append(
+                EdgeHealth(
+                    edge=ident,
+                    kind=_KINDS_OF_EDGE[kind],
+                    device=self.get(e, "device", STR) or ident.partition("/")[0],
+                    address=self.address(e),
+                    reasons=self.strings(e.get("reasons"), "reasons", MAX_REASONS),
+                    message=self.get(e, "message", STR) or "",
+                    observed=self._link_state(e.get("observed")),
+                    capability=self._link_state(e.get("capability")),
+                    rates=tuple(rates),
+                    **fields,
+                )
+            )
+        baseline = None
+        raw_baseline = self.mapping(body, "baseline")
+        if raw_baseline is not None and (at := self.get(raw_baseline, "at", STR)) is not None:
+            counters = raw_baseline.get("counters") or {}
+            kept: list[tuple[str, tuple[tuple[str, int], ...]]] = []
+            if isinstance(counters, Mapping) and len(counters) <= MAX_EDGES:
+                for edge, values in counters.items():
+                    if isinstance(values, Mapping) and len(values) <= MAX_RATES:
+                        pairs = tuple(
+                            (str(k), v)
+                            for k, v in values.items()
+                            if type(v) is int and v >= 0 and isinstance(k, str)
+                        )
+                        if len(pairs) == len(values) and isinstance(edge, str):
+                            kept.append((edge, tuple(sorted(pairs))))
+                            continue
+                    self._here("a baseline counter that is not a count")
+            else:
+                self._here("baseline counters: not an object of at most the edges' bound")
+            baseline = CounterBaseline(
+                at=at, edges=self.get(raw_baseline, "edges", STR) or "", counters=tuple(sorted(kept))
+            )
+        out["health"] = HealthReport(
+            judged=True,
+            checked=self.get(body, "checked", INT) or 0,
+            degraded=tuple(edges),
+            baseline=baseline,
+        )
+
+    def _link_state(self, raw: Any) -> LinkState:
+        if not isinstance(raw, Mapping):
+            if raw is not None:
+                self._here("a link state that is not an object")
+            return LinkState()
+        gts, rate = self.get(raw, "speedGTs", NUMBER), self.get(raw, "rateGbps", NUMBER)
+        return LinkState(
+            width=self.get(raw, "width", INT),
+            gts=float(gts) if gts is not None else None,
+            links=self.get(raw, "links", INT),
+            rate_gbps=float(rate) if rate is not None else None,
+            state=self.get(raw, "state", STR),
+        )
 
     def _summary(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
         body = self.mapping(raw, "summary")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from nodetopo.model import GpuAllocation, LinkClass, PodRef
-from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.body import to_nodetopology, topology_from_nodetopology
 from nodetopo.resource.limits import MAX_GPUS, MAX_HOLDERS
 from nodetopo.resource.published import ResourceError, Severity
 from nodetopo.resource.reader import read_nodetopology, read_status
@@ -177,3 +177,31 @@ def test_reading_is_bounded_whatever_the_object_says() -> None:
     read = read_status(hostile)
     assert read.facts.gpus == () and read.malformed is not None
     assert "20000 GPUs" in read.malformed.placement
+
+
+def test_health_reads_back_as_published(bodies: dict[str, dict[str, Any]]) -> None:
+    """status.health and gpus[].nics[].degraded read back as the topology held them: the degraded
+    edges whole, a healthy node's empty list, a GPU's NICs behind a degraded edge."""
+    for machine, body in bodies.items():
+        topology = topology_from_nodetopology(body)
+        scanned = scan(bundle_context(str(BUNDLES / machine))).topology
+        assert topology.health.degraded == scanned.health.degraded, machine
+        assert topology.health.checked == scanned.health.checked and topology.health.judged
+        assert {(d.gpu, d.nic) for d in topology.gpu_nic_distances if not d.healthy} == {
+            (d.gpu, d.nic) for d in scanned.gpu_nic_distances if not d.healthy
+        }
+    (edge,) = read_nodetopology(bodies["dgx-h100-gpu-x8"]).status.health.degraded
+    assert (edge.edge, edge.reasons, edge.observed.width, edge.capability.width) == (
+        "GPU3/pcie",
+        ("PcieWidthDegraded",),
+        8,
+        16,
+    )
+
+
+def test_a_degraded_edge_of_an_unknown_kind_is_left_out(bodies: dict[str, dict[str, Any]]) -> None:
+    body = copy.deepcopy(bodies["dgx-h100-rail-half"])
+    body["status"]["health"]["degraded"][0]["kind"] = "telepathy"
+    read = read_nodetopology(body)
+    assert read.status is not None and read.status.health.degraded == ()
+    assert any(p.section == "health" and "telepathy" in str(p) for p in read.problems)

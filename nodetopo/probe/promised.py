@@ -11,7 +11,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from nodetopo.model import LinkClass
+from nodetopo.model import LinkClass, Topology
+from nodetopo.resource.body import topology_from_nodetopology
+from nodetopo.resource.published import ResourceError
 from nodetopo.resource.reader import read_nodetopology
 
 #: What the probe reads of a NodeTopology (``nodetopo.resource.reader`` sections).
@@ -50,6 +52,10 @@ class Promised:
     allocation_known: bool = False
     allocation_why: str = ""  #: why not, when the NodeTopology says
     leaf: str | None = None  #: the node's tier-0 group (leaf switch, local block), when known
+    #: the whole object as the bandwidth model reads it (``topology_from_nodetopology``); None when
+    #: it is not a complete NodeTopology status (``topology_why`` says what is wrong)
+    topology: Topology | None = None
+    topology_why: str = ""
 
     def held_by(self, namespace: str, name: str) -> tuple[PromisedGpu, ...] | None:
         """The GPUs the kubelet handed the pod ``namespace/name`` (None: who holds what is unknown)."""
@@ -91,6 +97,11 @@ def parse_nodetopology(obj: Any) -> Promised:
         if g.island is not None:
             islands[g.island] = islands.get(g.island, 0) + 1
     allocation = status.allocation
+    try:
+        topology: Topology | None = topology_from_nodetopology(obj)
+        topology_why = ""
+    except ResourceError as e:
+        topology, topology_why = None, str(e)
     return Promised(
         node=read.node or "",
         gpus=gpus,
@@ -101,4 +112,6 @@ def parse_nodetopology(obj: Any) -> Promised:
         allocation_known=allocation is not None and allocation.state == "Known",
         allocation_why=(allocation.message or "") if allocation is not None else "",
         leaf=next((tier.id for tier in status.network.tiers if tier.level == 0 and tier.id), None),
+        topology=topology,
+        topology_why=topology_why,
     )

@@ -509,8 +509,9 @@ def check_collective(seen: Seen, promised: Promised | None, t: Thresholds) -> Ch
     found: list[PromisedGpu] = []
     if promised is not None:
         found, unknown = container_gpus(seen, promised)
-        node, topology = promised.node, promised.topology
-        why = f"NodeTopology/{node}: {promised.topology_why}"
+        node = promised.node
+        topology, problem = promised.topology()
+        why = f"NodeTopology/{node}: {problem}"
         if unknown:
             topology, why = None, f"NodeTopology/{node} does not list GPU(s) {_list(unknown)}"
     outcome = judge_collective(

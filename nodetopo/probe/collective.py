@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from nodetopo.errors import ParseError
-from nodetopo.expect import ExpectError, Placement, algorithms_for, expect
-from nodetopo.expect.verdict import Measurement, Verdict, judge, measure
 from nodetopo.model import Topology
 from nodetopo.perf import NcclOutput, parse_nccl_tests
+
+if TYPE_CHECKING:
+    from nodetopo.expect.verdict import Measurement, Verdict
 
 COLLECTIVE = "all_reduce"
 #: at most this many suspect links are named in a reason (the verdict line is one line)
@@ -55,7 +57,11 @@ def judge_collective(
     min_busbw: float | None = None,
 ) -> Outcome:
     """The verdict on ``run`` over ``gpus`` (indices of the node's GPUs, as its NodeTopology lists
-    them). A harness error is judged before anything is compared: it needs no topology."""
+    them). A harness error is judged before anything is compared: it needs no topology.
+    The model (networkx's flows) is imported here, when a run is judged, never at the probe's start."""
+    from nodetopo.expect import ExpectError, Placement, algorithms_for, expect
+    from nodetopo.expect.verdict import Measurement, Verdict, judge, measure
+
     if run.output is None:
         return Outcome(
             verdict=Verdict.HARNESS_ERROR, reason=f"not nccl-tests output: {run.unreadable or 'empty'}"

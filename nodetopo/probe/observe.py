@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nodetopo.expect.constants import JUDGED_MIN_BYTES
 from nodetopo.host import (
     CommandNotFound,
     CommandOutputRefused,
@@ -353,21 +352,22 @@ def read_cpuset(root: HostRoot | Path) -> tuple[frozenset[int], frozenset[int], 
 # --------------------------------------------------------------------------------------------
 
 COLLECTIVE_TOOL = "all_reduce_perf"
-#: the sweep's largest size: the smallest the bandwidth model states its band for (a shortfall at a
-#: smaller size is not judged), and a size every datacenter GPU holds twice over
-COLLECTIVE_MAX_BYTES = JUDGED_MIN_BYTES
 
 
 def collective_argv(gpus: int) -> tuple[str, ...]:
-    """``all_reduce_perf`` over ``gpus`` GPUs, 8 MiB to ``COLLECTIVE_MAX_BYTES``."""
-    largest = f"{COLLECTIVE_MAX_BYTES >> 20}M"
+    """``all_reduce_perf`` over ``gpus`` GPUs, 8 MiB to the smallest size the bandwidth model states
+    its band for (a shortfall at a smaller size is not judged; a size every datacenter GPU holds
+    twice over). The model's package is imported here, when the collective runs, not at start-up."""
+    from nodetopo.expect.constants import JUDGED_MIN_BYTES
+
+    largest = f"{JUDGED_MIN_BYTES >> 20}M"
     return (COLLECTIVE_TOOL, "-b", "8M", "-e", largest, "-f", "2", "-g", str(gpus))
 
 
 def run_collective(
     gpus: int, timeout: float, path: str | None = None, runner: CommandRunner | None = None
 ) -> CollectiveRun:
-    """Run ``all_reduce_perf`` over ``gpus`` GPUs (8 MiB to ``COLLECTIVE_MAX_BYTES``) and return what
+    """Run ``all_reduce_perf`` over ``gpus`` GPUs (``collective_argv``) and return what
     it printed, parsed (``nodetopo.probe.collective``; output that is not nccl-tests output is a
     harness fact, judged there); ``ReadFailure`` when the tool is not in the image, fails or times out.
 

@@ -19,7 +19,8 @@ Every part is optional. A bundle is replayed through the same seams as a live ho
 on the bundle directory and a ``ReplayRunner`` that answers each command from its file. A command
 whose file is absent behaves as a tool that is not there ("not in the bundle"). ``cmd/<file>.rc``
 (exit code) and ``cmd/<file>.stderr`` may sit beside an output to replay a failing command; an
-``.rc`` file that says ``timeout`` replays a command that hung.
+``.rc`` file that says ``timeout`` replays a command that hung; one that says anything else but an
+exit status replays as a refused output (a condition of its source, like an unreadable output).
 
 ``nodetopo capture --tar`` packs the directory into one ``.tar.gz``; ``discover --from`` unpacks such
 an archive into a private temporary directory first, refusing whatever a bundle never holds (see
@@ -37,7 +38,7 @@ import re
 from pathlib import Path, PurePosixPath
 
 from nodetopo import sources
-from nodetopo.errors import BundleError
+from nodetopo.errors import BundleError, excerpt
 from nodetopo.host import (
     COMMAND_OUTPUT_LIMIT,
     COMMAND_STDERR_LIMIT,
@@ -55,6 +56,9 @@ CAPTURED: tuple[Command, ...] = tuple(c for c in sources.COMMANDS if c.output is
 COMMANDS: dict[str, tuple[str, ...]] = {c.output: c.argv for c in CAPTURED if c.output is not None}
 
 NVML_DUMP = "nvml.json"
+#: what ``cmd/<file>.rc`` holds besides ``timeout``: an exit status as ``capture`` writes it (ASCII
+#: digits only: ``str.isdigit`` takes ``²`` and ``int`` refuses it)
+_EXIT_CODE = re.compile(r"-?[0-9]{1,9}", re.ASCII)
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +82,16 @@ def bundle_runner(bundle: Path) -> ReplayRunner:
         except (Refused, OSError) as e:
             answers[argv] = Replay(refused=str(e) if isinstance(e, Refused) else f"{filename}: {e.strerror}")
             continue
-        rc_text = _side_file(root, f"{path}.rc", SMALL_FILE_LIMIT) or "0"
-        rc_text = rc_text.strip()
+        rc_text = (_side_file(root, f"{path}.rc", SMALL_FILE_LIMIT) or "").strip() or "0"
+        if rc_text != "timeout" and not _EXIT_CODE.fullmatch(rc_text):
+            # not an exit code `capture` writes: the output cannot be trusted to replay as it ran
+            answers[argv] = Replay(
+                refused=f"cmd/{filename}.rc: not an exit code or 'timeout': {excerpt(rc_text)}"
+            )
+            continue
         answers[argv] = Replay(
             stdout=stdout,
-            returncode=int(rc_text) if rc_text.lstrip("-").isdigit() and len(rc_text) < 10 else 0,
+            returncode=int(rc_text) if rc_text != "timeout" else 0,
             hang=rc_text == "timeout",
             stderr=_side_file(root, f"{path}.stderr", COMMAND_STDERR_LIMIT) or "",
         )

@@ -30,7 +30,6 @@ an archive into a private temporary directory first, refusing whatever a bundle 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import posixpath
@@ -38,7 +37,7 @@ import re
 from pathlib import Path, PurePosixPath
 
 from nodetopo import sources
-from nodetopo.errors import BundleError, excerpt
+from nodetopo.errors import BundleError, ParseError, excerpt
 from nodetopo.host import (
     COMMAND_OUTPUT_LIMIT,
     COMMAND_STDERR_LIMIT,
@@ -48,6 +47,7 @@ from nodetopo.host import (
     Replay,
     ReplayRunner,
 )
+from nodetopo.jsonread import load_json
 from nodetopo.sources.commands import Command
 
 #: the commands a bundle holds the outputs of: every command a source declares with an output file
@@ -137,6 +137,8 @@ def open_bundle(path: str | Path) -> tuple[HostRoot, ReplayRunner, Path | None]:
 
 MANIFEST = "manifest.json"
 MANIFEST_LIMIT = 64 * 1024
+#: a manifest is one flat object; the nesting read before refusing
+MANIFEST_DEPTH = 4
 #: a Kubernetes node name (DNS-1123 subdomain); a manifest's host is used as one
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
@@ -185,12 +187,12 @@ class Manifest:
         )
 
 
-def parse_manifest(text: str) -> Manifest:
+def parse_manifest(text: str, path: str = MANIFEST) -> Manifest:
     """A manifest from its JSON text. Fields of the wrong type or shape are dropped, not fatal;
-    text that is not a JSON object raises ``ValueError``."""
-    data = json.loads(text)
+    text that is not a JSON object (or is nested deeper than a manifest is) raises ``ParseError``."""
+    data = load_json(text, source="bundle", path=path, max_depth=MANIFEST_DEPTH, max_chars=MANIFEST_LIMIT)
     if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
+        raise ParseError("bundle", path, "not a JSON object", line=1)
 
     def field(key: str, pattern: str = r"[\x20-\x7e]{1,128}") -> str | None:
         value = data.get(key)
@@ -218,9 +220,9 @@ def read_manifest(path: str | Path) -> Manifest | None:
         log.warning("bundle %s: %s not read: %s", bundle, MANIFEST, e)
         return None
     try:
-        return parse_manifest(text)
-    except ValueError as e:
-        log.warning("bundle %s: %s is not a manifest: %s", bundle, MANIFEST, str(e)[:200])
+        return parse_manifest(text, os.fspath(bundle / MANIFEST))
+    except ParseError as e:
+        log.warning("%s", e)
         return None
 
 

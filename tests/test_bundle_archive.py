@@ -99,7 +99,10 @@ def test_discover_from_a_bundle_names_the_node_from_its_manifest(
         '{"host": "gpu\\u001b[2J-7", "kernel": "6.8\\u001b]0;x\\u0007"}',
         '{"host": 7, "kernel": ["x"], "capturedAt": "yesterday"}',
         '{"host": "' + "a" * 300 + '"}',
+        "[" * 60_000,  # json.loads recursed into RecursionError: a traceback, exit 1
+        '{"host": "gpu-7", "kernel": ' + "[" * 5_000 + "]" * 5_000 + "}",
     ],
+    ids=lambda text: text[:30] if len(text) < 100 else f"{text[:12]}... ({len(text)} chars)",
 )
 def test_a_bad_manifest_costs_its_facts_not_the_bundle(
     text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch

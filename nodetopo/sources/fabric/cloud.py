@@ -17,11 +17,11 @@ timeout. Providers, and how their answer maps onto tiers (tier 0 nearest):
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from nodetopo.errors import ParseError
+from nodetopo.jsonread import load_json
 from nodetopo.model import ConditionReason, FabricTier, Facts, NetworkObservation, SourceStatus
 from nodetopo.sources.base import Context, SourceResult, condition, failed, guarded
 from nodetopo.sources.commands import Command
@@ -107,10 +107,7 @@ def parse_oci_rdma_topology(text: str, path: str = OCI_PATH) -> tuple[FabricTier
 
 
 def _json(text: str, path: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError as e:
-        raise ParseError(NAME, path, f"not JSON: {e}") from e
+    return load_json(text, source=NAME, path=path)
 
 
 def parse_setting(text: str) -> tuple[str, str]:

@@ -2,9 +2,11 @@
 
 ``LocalNode`` starts, all under one work directory:
 
-* containerd (Debian's package) with its own root, state, socket and config (CRI plugin: the
-  sandbox image is a pause binary built here from ``tests/cluster/pause``, ``restrict_oom_score_adj``,
-  no AppArmor, no hugetlb, stream server on 127.0.0.1, runc's state under the work directory);
+* containerd and its runc shim built from the Go module pinned by ``tests/node/containerd`` (Debian
+  12's containerd 1.6 predates CDI, through which DRA drivers hand containers their devices), with
+  its own root, state, socket and config (CRI plugin: the sandbox image is a pause binary built here
+  from ``tests/cluster/pause``, ``restrict_oom_score_adj``, no AppArmor, no hugetlb, stream server on
+  127.0.0.1, runc's state under the work directory, CDI specs read from ``cdi_dir``); Debian's runc;
 * a CNI bridge (``BRIDGE``, ``SUBNET``) with host-local IPAM whose state is in the work directory;
 * a TCP forwarder on the bridge's gateway address to the API server on 127.0.0.1 (pods have no
   kube-proxy; they reach the API at ``api_host:api_port``);
@@ -49,6 +51,7 @@ from kube.cluster import ClusterError, LocalCluster, free_port, issue_certificat
 REPO = Path(__file__).resolve().parents[2]
 PAUSE_SOURCE = REPO / "tests" / "cluster"
 DEVICE_PLUGIN_BUILD = REPO / "tests" / "node" / "deviceplugin" / "build.sh"
+CONTAINERD_BUILD = REPO / "tests" / "node" / "containerd" / "build.sh"
 #: The kubelet's device-plugin directory: fixed by the kubelet, whatever its --root-dir.
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 CNI_BIN = Path("/usr/lib/cni")
@@ -85,12 +88,11 @@ def missing_prerequisites() -> list[str]:
     if os.geteuid() != 0:
         missing.append("root (kubelet and containerd manage mounts, cgroups and network namespaces)")
     for tool, package in [
-        ("containerd", "containerd"),
         ("ctr", "containerd"),
         ("runc", "runc"),
         ("mmdebstrap", "mmdebstrap"),
         ("ip", "iproute2"),
-        ("go", "Go (builds the pause binary)"),
+        ("go", "Go (builds containerd and the pause binary)"),
     ]:
         if shutil.which(tool) is None:
             missing.append(f"{tool} (install {package})")
@@ -131,6 +133,17 @@ def _run(argv: list[str], *, timeout: float = 120, check: bool = True) -> subpro
     return done
 
 
+def _build_tool(script: Path) -> Path:
+    """Run a cached Go build script (it prints its bin directory last) and return that directory."""
+    try:
+        done = subprocess.run([str(script)], capture_output=True, text=True, timeout=1800, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise NodeError(f"{script}: {e}") from e
+    if done.returncode != 0:
+        raise NodeError(f"{script} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
 def _terminate(popen: subprocess.Popen[bytes], *, grace: float = 10.0) -> None:
     if popen.poll() is not None:
         return
@@ -157,6 +170,7 @@ class LocalNode:
         self._before: dict[str, set[str]] = {}
         self.timings: dict[str, float] = {}
         self.kubelet_port = 0
+        self.containerd_bin: Path | None = None
 
     # ---- paths ------------------------------------------------------------------------------
 
@@ -167,6 +181,11 @@ class LocalNode:
     @property
     def kubelet_root(self) -> Path:
         return self.workdir / "kubelet"
+
+    @property
+    def cdi_dir(self) -> Path:
+        """Where containerd reads CDI specs (the test DRA driver writes them here)."""
+        return self.workdir / "cdi"
 
     @property
     def pod_logs(self) -> Path:
@@ -194,6 +213,7 @@ class LocalNode:
         self._remember_outside_state()
         try:
             self._timed("controllers", self._start_controllers)
+            self._timed("containerd build", self._build_containerd)
             self._timed("pause image", self._build_pause)
             self._timed("containerd", lambda: self.start_containerd(timeout=timeout))
             self._timed("pause import", lambda: self.import_image(self.workdir / "pause.oci.tar"))
@@ -231,6 +251,12 @@ class LocalNode:
     def _start_controllers(self) -> None:
         self.cluster.start_controller_manager(controllers="*")
         self.cluster.start_scheduler()
+
+    # ---- builds -----------------------------------------------------------------------------
+
+    def _build_containerd(self) -> None:
+        """containerd and containerd-shim-runc-v2 (one directory), built once and cached."""
+        self.containerd_bin = _build_tool(CONTAINERD_BUILD)
 
     # ---- images -----------------------------------------------------------------------------
 
@@ -279,7 +305,7 @@ class LocalNode:
 
     # ---- containerd -------------------------------------------------------------------------
 
-    def _spawn(self, name: str, argv: list[str]) -> _Process:
+    def _spawn(self, name: str, argv: list[str], *, env: dict[str, str] | None = None) -> _Process:
         log = self.log(name)
         with log.open("ab") as handle:
             popen = subprocess.Popen(
@@ -289,6 +315,7 @@ class LocalNode:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 cwd=self.workdir,
+                env=env,
             )
         process = _Process(name=name, popen=popen, log=log)
         self._processes[name] = process
@@ -328,6 +355,8 @@ class LocalNode:
                         },
                     },
                     "cni": {"bin_dir": str(CNI_BIN), "conf_dir": str(self.workdir / "cni")},
+                    "enable_cdi": True,
+                    "cdi_spec_dirs": [str(self.cdi_dir)],
                     "registry": {"config_path": ""},
                 },
             },
@@ -338,7 +367,17 @@ class LocalNode:
         config = self.workdir / "containerd.toml"
         config.write_text(_toml(self.containerd_config()))
         self._write_cni()
-        process = self._spawn("containerd", ["containerd", "--config", str(config), "--log-level", "info"])
+        self.cdi_dir.mkdir(exist_ok=True)
+        if self.containerd_bin is None:
+            self._build_containerd()
+        assert self.containerd_bin is not None
+        # The shim is looked up on PATH first: this build's, not a packaged one.
+        env = {**os.environ, "PATH": f"{self.containerd_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+        process = self._spawn(
+            "containerd",
+            [str(self.containerd_bin / "containerd"), "--config", str(config), "--log-level", "info"],
+            env=env,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if process.popen.poll() is not None:
@@ -373,15 +412,7 @@ class LocalNode:
         the kubelet chose (a broken plugin).
         Its log is ``log("deviceplugin")``."""
         self.stop_device_plugin()
-        try:
-            done = subprocess.run(
-                [str(DEVICE_PLUGIN_BUILD)], capture_output=True, text=True, timeout=600, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise NodeError(f"{DEVICE_PLUGIN_BUILD}: {e}") from e
-        if done.returncode != 0:
-            raise NodeError(f"{DEVICE_PLUGIN_BUILD} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-        binary = Path(done.stdout.strip().splitlines()[-1]) / "nodetopo-test-deviceplugin"
+        binary = _build_tool(DEVICE_PLUGIN_BUILD) / "nodetopo-test-deviceplugin"
         config = self.workdir / "deviceplugin.json"
         config.write_text(json.dumps({"devices": devices, "islands": islands}))
         log = self.log("deviceplugin")

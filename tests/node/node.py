@@ -16,7 +16,9 @@
 * and on the cluster: kube-controller-manager with every controller and kube-scheduler.
 
 On request (``start_device_plugin``): the test device plugin of ``tests/node/deviceplugin`` registered
-with this kubelet, advertising given device IDs (a fixture bundle's GPU UUIDs) as ``nvidia.com/gpu``.
+with this kubelet, advertising given device IDs (a fixture bundle's GPU UUIDs) as ``nvidia.com/gpu``;
+(``start_dra_driver``): the test DRA driver of ``tests/node/dradriver`` registered with this kubelet,
+publishing a ResourceSlice of given devices and preparing claims through CDI specs in ``cdi_dir``.
 
 Every process runs in its own process group and is stopped by its PID. ``stop()`` also removes
 what kubelet and containerd leave outside the work directory: mounts, network namespaces, the
@@ -51,6 +53,7 @@ from kube.cluster import ClusterError, LocalCluster, free_port, issue_certificat
 REPO = Path(__file__).resolve().parents[2]
 PAUSE_SOURCE = REPO / "tests" / "cluster"
 DEVICE_PLUGIN_BUILD = REPO / "tests" / "node" / "deviceplugin" / "build.sh"
+DRA_DRIVER_BUILD = REPO / "tests" / "node" / "dradriver" / "build.sh"
 CONTAINERD_BUILD = REPO / "tests" / "node" / "containerd" / "build.sh"
 #: The kubelet's device-plugin directory: fixed by the kubelet, whatever its --root-dir.
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
@@ -144,6 +147,24 @@ def _build_tool(script: Path) -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
+def _published_order(names: list[str], inventory: dict[str, Any], order: str) -> list[str]:
+    """The order the test DRA driver publishes ``names`` in (its ``--order``; see its package doc)."""
+    if order == "as-given":
+        return list(names)
+    if order == "reversed":
+        return list(reversed(names))
+    if order != "across-groups":
+        raise NodeError(f"unknown DRA driver order {order!r}")
+    groups = [list(g) for g in inventory.get("groups", [])]
+    grouped = {n for g in groups for n in g}
+    groups += [[n] for n in names if n not in grouped]
+    groups.sort(key=len, reverse=True)  # stable, as the driver's sort.SliceStable
+    out: list[str] = []
+    for rank in range(max((len(g) for g in groups), default=0)):
+        out += [g[rank] for g in groups if rank < len(g)]
+    return out
+
+
 def _terminate(popen: subprocess.Popen[bytes], *, grace: float = 10.0) -> None:
     if popen.poll() is not None:
         return
@@ -186,6 +207,11 @@ class LocalNode:
     def cdi_dir(self) -> Path:
         """Where containerd reads CDI specs (the test DRA driver writes them here)."""
         return self.workdir / "cdi"
+
+    @property
+    def plugins_registry(self) -> Path:
+        """The kubelet's plugin registration directory (``<root-dir>/plugins_registry``)."""
+        return self.kubelet_root / "plugins_registry"
 
     @property
     def pod_logs(self) -> Path:
@@ -449,6 +475,70 @@ class LocalNode:
     def stop_device_plugin(self) -> None:
         if "deviceplugin" in self._processes:
             _terminate(self._processes.pop("deviceplugin").popen)
+
+    # ---- DRA drivers ------------------------------------------------------------------------
+
+    def start_dra_driver(
+        self,
+        inventory: dict[str, Any],
+        *,
+        order: str = "as-given",
+        misreport: bool = False,
+        timeout: float = 90.0,
+    ) -> dict[str, Any]:
+        """(Re)start the test DRA driver (tests/node/dradriver, built by its cached build.sh) for
+        ``inventory`` (its config: ``driver``, ``devices``, ``groups``), registered with this kubelet
+        and publishing the devices in ``order`` (``as-given``, ``across-groups``: the test switch,
+        ``reversed``); ``misreport``: containers get the next device's edits. Waits until the Node's
+        ResourceSlice of that driver lists every device in that order and returns it.
+        Its log is ``log("dradriver-<driver>")``."""
+        driver = str(inventory["driver"])
+        self.stop_dra_driver(driver)
+        binary = _build_tool(DRA_DRIVER_BUILD) / "nodetopo-test-dradriver"
+        config = self.workdir / f"dradriver-{driver}.json"
+        config.write_text(json.dumps(inventory, indent=1))
+        plugin_dir = self.workdir / "dra" / driver
+        argv = [
+            str(binary),
+            f"--config={config}",
+            f"--kubeconfig={self.cluster.kubeconfig}",
+            f"--node-name={self.name}",
+            f"--registrar-dir={self.plugins_registry}",
+            f"--plugin-dir={plugin_dir}",
+            f"--cdi-dir={self.cdi_dir}",
+            f"--order={order}",
+        ]
+        argv += ["--misreport-devices"] if misreport else []
+        process = self._spawn(f"dradriver-{driver}", argv)
+        expected = _published_order(
+            [str(d["device"]["name"]) for d in inventory["devices"]], inventory, order
+        )
+        deadline = time.monotonic() + timeout
+        last = "no ResourceSlice"
+        while time.monotonic() < deadline:
+            if process.popen.poll() is not None:
+                raise self._fail(f"dradriver-{driver}", f"exited with {process.popen.returncode}")
+            for item in self.resource_slices(driver):
+                names = [d["name"] for d in item["spec"].get("devices", [])]
+                if names == expected:
+                    return item
+                last = f"ResourceSlice {item['metadata']['name']} lists {names}, expected {expected}"
+            time.sleep(0.5)
+        raise self._fail(f"dradriver-{driver}", f"not published after {timeout:.0f}s ({last})")
+
+    def stop_dra_driver(self, driver: str) -> None:
+        name = f"dradriver-{driver}"
+        if name in self._processes:
+            _terminate(self._processes.pop(name).popen)
+
+    def resource_slices(self, driver: str) -> list[dict[str, Any]]:
+        """This node's ResourceSlices of ``driver`` (resource.k8s.io/v1)."""
+        status, body = self.cluster.request(
+            "GET", f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3D{self.name}"
+        )
+        if status != 200:
+            raise NodeError(f"listing ResourceSlices: {status} {body}")
+        return [i for i in body.get("items", []) if i["spec"]["driver"] == driver]
 
     # ---- network ----------------------------------------------------------------------------
 

@@ -56,7 +56,7 @@ IMPORTS = (
     (
         "everything `nodetopo agent` imports",
         "import nodetopo.agent.cli, nodetopo.kube.session, nodetopo.kube.transport, "
-        "nodetopo.topology.discover, nodetopo.crd, nodetopo.labels",
+        "nodetopo.topology.discover, nodetopo.resource.body, nodetopo.resource.labels",
     ),
 )
 

@@ -76,7 +76,7 @@ def pod(index: int, annotations: dict[str, str], gpus: int, node: str | None = N
 def fixture_statuses() -> list[dict[str, Any]]:
     """The NodeTopology ``status`` of every fixture machine that has GPUs."""
     ensure_paths()
-    from nodetopo.crd import to_nodetopology
+    from nodetopo.resource.body import to_nodetopology
     from nodetopo.topology.discover import bundle_context, scan
 
     statuses = []

@@ -24,7 +24,7 @@ from compare import compare
 
 log = logging.getLogger("benchmarks")
 
-NAMES = ("discovery", "scale", "agent", "extender", "admission", "fabric", "probe", "kube")
+NAMES = ("discovery", "scale", "agent", "extender", "admission", "fabric", "probe", "kube", "expect")
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
@@ -45,6 +45,10 @@ def runner(name: str) -> Callable[[bool], list[Section]]:
         import bench_probe
 
         return lambda quick: [bench_probe.run(quick)]
+    if name == "expect":
+        import bench_expect
+
+        return lambda quick: [bench_expect.run(quick)]
     if name == "fabric":
         import bench_fabric
 

@@ -21,9 +21,9 @@ import textwrap
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from nodetopo.crd import conditions as resource_conditions
-from nodetopo.crd import islands_text, model_of, worst_nic_distance
 from nodetopo.model import PciDevice, Topology, format_cpulist
+from nodetopo.resource.body import islands_text, model_of, worst_nic_distance
+from nodetopo.resource.conditions import typed_conditions
 from nodetopo.terminal import strip_control
 
 # A few PCI class names for the roots view (PCI code and ID assignment specification).
@@ -222,24 +222,24 @@ def render_table(
     model = model_of(topology)
     gpu_text = f"{len(topology.gpus)} x {model}" if model else str(len(topology.gpus))
     rdma = [n for n in topology.nics if n.rdma]
-    by_type = {c["type"]: c for c in resource_conditions(topology)}
+    by_type = {c.type: c for c in typed_conditions(topology)}
     ready, consistent = by_type["Ready"], by_type["Consistent"]
     head = [
         f"Node {node_name}" if node_name else "This node",
-        f"Ready: {ready['status']}" + ("" if ready["status"] == "True" else f" ({ready['reason']})"),
+        f"Ready: {ready.status}" + ("" if ready.status == "True" else f" ({ready.reason})"),
         f"GPUs: {gpu_text}",
         f"NVLink islands: {islands_text(topology) or 'none'}",
         f"RDMA NICs: {len(rdma)}",
         f"worst GPU→NIC: {worst.name if worst else '-'}",
         f"NUMA nodes: {len(topology.numa_nodes) or 'unknown'}",
     ]
-    if consistent["status"] != "True":
+    if consistent.status != "True":
         head.append("Consistent: False")
     out += _pack(head, width)
     if origin:
         out += _wrap(origin, width, indent=_INDENT, hang=_INDENT + "  ")
-    if ready["status"] != "True":
-        out += _wrap(f"not ready: {ready['message']}", width, indent=_INDENT, hang=_INDENT + "  ")
+    if ready.status != "True":
+        out += _wrap(f"not ready: {ready.message}", width, indent=_INDENT, hang=_INDENT + "  ")
 
     if topology.numa_nodes:
         section("NUMA nodes")

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from nodetopo.crd import to_nodetopology
-from nodetopo.labels import to_labels
+from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.labels import to_labels
 from nodetopo.topology.discover import bundle_context, scan
 
 BUNDLES = sorted(p for p in (Path(__file__).parent / "fixtures" / "bundles").glob("*") if p.is_dir())

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from nodetopo.cli import main
-from nodetopo.crd import condition_type
+from nodetopo.resource.conditions import condition_type
 
 RUN = [sys.executable, "-m", "nodetopo"]
 

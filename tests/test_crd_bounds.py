@@ -1,4 +1,4 @@
-"""Every list and string of the NodeTopology schema is bounded, and the bounds are crd.py's (issue 17).
+"""Every list and string of the NodeTopology schema is bounded, and the bounds are limits.py's (issue 17).
 
 An unbounded schema let one node publish 20,000 GPUs in two-GPU islands (1.1 MB, schema-valid) and
 slow every /filter of the scheduler extender. tests/kube/test_crd_bounds.py proves that the real
@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-from nodetopo import crd
+from nodetopo.resource import limits as crd
+from nodetopo.resource.body import _source
 
 CRD = Path(__file__).resolve().parents[1] / "crds" / "nodetopology.yaml"
 
@@ -77,5 +78,5 @@ def test_what_nodetopo_publishes_stays_within_the_bounds() -> None:
     """A source message longer than the schema allows is cut, not refused by the API server."""
     from nodetopo.model import SourceStatus
 
-    status = crd._source(SourceStatus(name="nvidia-smi", ok=False, message="x" * 100_000))
+    status = _source(SourceStatus(name="nvidia-smi", ok=False, message="x" * 100_000))
     assert len(status["message"]) == crd.MAX_SOURCE_MESSAGE

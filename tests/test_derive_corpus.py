@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from nodetopo.crd import to_nodetopology
 from nodetopo.model import Topology
+from nodetopo.resource.body import to_nodetopology
 from nodetopo.topology.discover import bundle_context, scan
 
 PIX, PXB, PHB, NODE, SYS = "PIX", "PXB", "PHB", "NODE", "SYS"

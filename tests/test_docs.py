@@ -9,9 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nodetopo.labels import KEYS, PREFIX
 from nodetopo.model import ConditionReason
 from nodetopo.probe.checks import Attribution
+from nodetopo.resource.identity import PREFIX
+from nodetopo.resource.labels import KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -101,3 +102,23 @@ def test_every_probe_attribution_is_explained() -> None:
     text = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
     missing = sorted(a.value for a in Attribution if f"* `{a.value}`:" not in text)
     assert not missing, f"docs/troubleshooting.md does not explain the probe verdicts {missing}"
+
+
+def test_the_bandwidth_model_page_is_current() -> None:
+    """Its calibration table is what the model computes today, and its example is the CLI's output."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "calibration_table.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    page = (DOCS / "bandwidth-model.md").read_text(encoding="utf-8")
+    shown = subprocess.run(
+        [sys.executable, "-m", "nodetopo", "expect", "--from-bundle", "tests/fixtures/bundles/dgx-h100"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
+    assert shown in page

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from nodetopo.crd import to_nodetopology
-from nodetopo.labels import to_labels
+from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.labels import to_labels
 from nodetopo.topology.discover import bundle_context, scan
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from nodetopo.crd import ResourceError, to_nodetopology, topology_from_nodetopology
 from nodetopo.kubectl.fleet import FleetFilter, fleet_row, fleet_rows, render_fleet
 from nodetopo.model import LinkClass
+from nodetopo.resource.body import to_nodetopology, topology_from_nodetopology
+from nodetopo.resource.published import ResourceError
 from nodetopo.topology.discover import bundle_context, scan
 from nodetopo.views.matrix import gpu_matrix, link_cells, node_matrix
 from nodetopo.views.published import published_gpu_matrix
@@ -117,7 +118,7 @@ def _synthetic(gpus: int) -> Any:
 def test_links_are_published_up_to_the_bound_and_not_beyond() -> None:
     """64 GPUs: every pair, exactly as many as the schema holds. 72 GPUs: none, and the matrix of the
     object (one NVSwitch island) is still whole from the island."""
-    from nodetopo import crd
+    from nodetopo.resource import limits as crd
     from nodetopo.topology.derive import derive_topology
 
     full = derive_topology(_synthetic(64))
@@ -260,7 +261,7 @@ def test_what_get_and_nodes_import_builds_no_graph() -> None:
     probe = (
         "import json, sys, nodetopo.kubectl.cli, nodetopo.kubectl.fleet, nodetopo.render, "
         "nodetopo.views.published, nodetopo.views.dot, nodetopo.kube.session, nodetopo.kube.transport, "
-        "nodetopo.crd; "
+        "nodetopo.resource.reader; "
         "print(json.dumps(sorted(sys.modules)))"
     )
     done = subprocess.run(

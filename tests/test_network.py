@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from nodetopo.crd import to_nodetopology
-from nodetopo.labels import PREFIX, is_valid, label_value, to_labels, uncertain_keys
 from nodetopo.model import (
     Condition,
     ConditionReason,
@@ -17,6 +15,9 @@ from nodetopo.model import (
     SourceStatus,
     SwitchPort,
 )
+from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.identity import PREFIX, is_valid
+from nodetopo.resource.labels import label_value, to_labels, uncertain_keys
 from nodetopo.topology.derive import derive_topology
 
 LEAF = FabricTier(

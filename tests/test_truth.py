@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from nodetopo.cli import main
-from nodetopo.crd import to_nodetopology
+from nodetopo.resource.body import to_nodetopology
 from nodetopo.topology.discover import bundle_context, scan
 
 BUNDLES = sorted(p for p in (Path(__file__).parent / "fixtures" / "bundles").iterdir() if p.is_dir())

@@ -53,12 +53,23 @@ def register(
     )
     p.add_argument("files", nargs="+", metavar="FILE", help="YAML/JSON manifest(s); - reads stdin")
     source = p.add_mutually_exclusive_group()
-    source.add_argument("--summary", metavar="FILE", help="a NodeTopologySummary object (YAML or JSON)")
     source.add_argument(
-        "--nodetopologies", metavar="FILE", help="NodeTopology objects (a List or several documents)"
+        "--summary", metavar="FILE", help="a NodeTopologySummary object (YAML or JSON; - reads stdin)"
+    )
+    source.add_argument(
+        "--nodetopologies",
+        metavar="FILE",
+        help="NodeTopology objects (a List or several documents; - reads stdin); without --summary or "
+        "this: the cluster's NodeTopologySummary",
     )
     add_kube_args(p)
-    p.add_argument("-o", "--output", choices=["text", "json"], default="text", help="default: text")
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=["text", "json"],
+        default="text",
+        help="one line per object, or JSON (default: text)",
+    )
     add_common(p)
     p.set_defaults(func=cmd_admit)
 
@@ -133,7 +144,8 @@ def _objects(documents: list[Any]) -> list[Any]:
 
 def _summary(args: argparse.Namespace) -> dict[str, Any] | None:
     from nodetopo.admission.summary import KIND, NAME, PLURAL, summarize_objects
-    from nodetopo.crd import GROUP, VERSION
+    from nodetopo.resource.identity import GROUP, VERSION
+    from nodetopo.resource.identity import KIND as NODETOPOLOGY_KIND
 
     if args.summary:
         found = [
@@ -146,7 +158,7 @@ def _summary(args: argparse.Namespace) -> dict[str, Any] | None:
         objects = [
             d
             for d in _objects(_documents(args.nodetopologies))
-            if isinstance(d, dict) and d.get("kind") == "NodeTopology"
+            if isinstance(d, dict) and d.get("kind") == NODETOPOLOGY_KIND
         ]
         if not objects:
             raise ValueError(f"{args.nodetopologies}: no NodeTopology object in it")
@@ -166,7 +178,7 @@ def cmd_admit(args: argparse.Namespace) -> int:
     import yaml
 
     from nodetopo.admission.rules import check_documents
-    from nodetopo.extender.request import AnnotationError
+    from nodetopo.placement.request import AnnotationError
 
     try:
         documents = [d for path in args.files for d in _documents(path)]

@@ -23,10 +23,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from nodetopo.admission.summary import NAME, PLURAL, NodeFacts, Thresholds, node_facts, summarize
-from nodetopo.crd import GROUP, VERSION
-from nodetopo.crd import PLURAL as NODETOPOLOGY_PLURAL
+from nodetopo.admission.summary import NAME, PLURAL, SECTIONS, NodeFacts, Thresholds, facts_of, summarize
 from nodetopo.kube.reflector import Handlers, Reflector, list_function
+from nodetopo.resource.identity import GROUP, VERSION
+from nodetopo.resource.identity import PLURAL as NODETOPOLOGY_PLURAL
+from nodetopo.resource.reader import read_nodetopology
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,8 @@ class SummaryState:
 
     @staticmethod
     def compact(obj: Mapping[str, Any]) -> tuple[str, NodeFacts | None]:
-        status = obj.get("status")
-        return str(obj["metadata"]["name"]), node_facts(status) if status else None
+        read = read_nodetopology(obj, sections=SECTIONS)
+        return str(obj["metadata"]["name"]), facts_of(read) if read.status is not None else None
 
     def _intern(self, facts: NodeFacts | None) -> NodeFacts | None:
         return None if facts is None else self._interned.setdefault(facts, facts)

@@ -33,23 +33,23 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nodetopo.admission.summary import NO_NIC, UNKNOWN_LAYER, Thresholds
-from nodetopo.extender.request import (
+from nodetopo.model import LinkClass
+from nodetopo.placement.request import (
     GPU_RESOURCE,
     LINK_LAYER,
     MAX_NIC_DISTANCE,
     NUMA_ALIGNED,
     ONE_ISLAND,
-    PREFIX,
     RDMA,
     AnnotationError,
     Grammar,
     parse_quantity,
     value_error,
 )
-from nodetopo.extender.request import (
+from nodetopo.placement.request import (
     GRAMMAR as EXTENDER_GRAMMAR,
 )
-from nodetopo.model import LinkClass
+from nodetopo.resource.identity import PREFIX
 
 TOPOLOGY = PREFIX + "topology"
 TOPOLOGY_SCOPE = PREFIX + "topology-scope"
@@ -62,8 +62,8 @@ GRAMMAR: dict[str, Grammar] = {
     **EXTENDER_GRAMMAR,
     TOPOLOGY: Grammar("(?i)^any$", "any"),
     TOPOLOGY_SCOPE: Grammar(
-        r"^nodetopo\.io/(nvlink\.(domain|clique)|fabric\.tier-[0-9])$",
-        "a node label key: nodetopo.io/nvlink.domain, nvlink.clique or fabric.tier-0 to fabric.tier-9",
+        rf"^{re.escape(PREFIX)}(nvlink\.(domain|clique)|fabric\.tier-[0-9])$",
+        f"a node label key: {PREFIX}nvlink.domain, nvlink.clique or fabric.tier-0 to fabric.tier-9",
     ),
     GPUS_PER_POD: Grammar("^[1-9][0-9]{0,2}$", "a whole number from 1 to 999"),
 }
@@ -228,7 +228,7 @@ def declaration_errors(obj: Mapping[str, Any], summary: Mapping[str, Any]) -> li
         errors.append(f"{GPUS_PER_POD} says {ann[GPUS_PER_POD]} but the pod requests {gpus} {GPU_RESOURCE}")
     parallelism = int((obj.get("spec") or {}).get("parallelism", 1)) if is_job(obj) else 1
     if parallelism >= limits.multi_pod_min_parallelism and gpus > 0:
-        for key, example in ((GPUS_PER_POD, str(gpus)), (TOPOLOGY_SCOPE, "nodetopo.io/nvlink.domain")):
+        for key, example in ((GPUS_PER_POD, str(gpus)), (TOPOLOGY_SCOPE, f"{PREFIX}nvlink.domain")):
             if key not in ann:
                 errors.append(
                     f"Job runs {parallelism} pods at once but its pod template does not declare {key} "

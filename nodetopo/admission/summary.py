@@ -1,7 +1,7 @@
 """The cluster summary: what the NodeTopology objects offer, per GPU model and in total.
 
 Pure functions. ``node_facts`` reduces one NodeTopology ``status`` to the few facts admission needs
-(through the extender's own ``node_shape``, so "the largest island" means what the extender will
+(through placement's own ``NodeShape``, so "the largest island" means what the extender will
 place into: whole GPUs, MIG-enabled ones left out); ``summarize`` folds a multiset of those facts
 into the ``NodeTopologySummary`` body. Identical machines have equal facts, so the controller keeps
 a count per distinct ``NodeFacts`` and a summary costs O(distinct shapes), not O(nodes).
@@ -19,10 +19,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nodetopo.crd import GROUP, VERSION
-from nodetopo.extender.fit import node_shape
-from nodetopo.labels import label_value
 from nodetopo.model import LinkClass
+from nodetopo.placement.fit import SECTIONS as PLACEMENT
+from nodetopo.placement.fit import shape_of
+from nodetopo.resource.identity import API_VERSION
+from nodetopo.resource.labels import label_value
+from nodetopo.resource.published import Published, PublishedSummary
+from nodetopo.resource.reader import read_nodetopology, read_status
 
 KIND = "NodeTopologySummary"
 PLURAL = "nodetopologysummaries"
@@ -70,9 +73,19 @@ class NodeFacts:
     ready: bool
 
 
+#: What the summary reads of a NodeTopology: what placement reads, and the summary's model and islands.
+SECTIONS = PLACEMENT | {"summary"}
+
+
 def node_facts(status: Mapping[str, Any]) -> NodeFacts:
     """The ``NodeFacts`` of one NodeTopology ``status`` (tolerant of missing fields)."""
-    shape = node_shape(status)
+    return facts_of(read_status(status, sections=SECTIONS))
+
+
+def facts_of(read: Published) -> NodeFacts:
+    """The ``NodeFacts`` of a read NodeTopology (``read_nodetopology(obj, sections=SECTIONS)``)."""
+    shape = shape_of(read)
+    status = read.facts
     whole = [g for g in shape.gpus if g.whole]
     islands: Counter[int] = Counter(g.island for g in whole if g.island is not None)
     numa: Counter[int] = Counter(g.numa for g in whole if g.numa is not None)
@@ -81,15 +94,14 @@ def node_facts(status: Mapping[str, Any]) -> NodeFacts:
     # link-layer check never reads it as "not InfiniBand" or "not Ethernet".
     rdma_usable = shape.has_rdma and any(g.rdma_nic is not None for g in whole)
     unknown_layer = any(
-        nic.get("rdma") and str(nic.get("state") or "").upper() != "DOWN" and not nic.get("linkLayer")
-        for nic in status.get("nics") or []
+        nic.rdma and (nic.state or "").upper() != "DOWN" and not nic.link_layer for nic in status.nics
     )
     layers = tuple(sorted({*shape.rdma_layers, *((UNKNOWN_LAYER,) if unknown_layer else ())}))
-    summary = status.get("summary") or {}
+    summary = status.summary or PublishedSummary()
     return NodeFacts(
-        model=str(summary.get("gpuModel") or UNKNOWN_MODEL),
+        model=str(summary.gpu_model or UNKNOWN_MODEL),
         gpus=len(whole),
-        islands=str(summary.get("islands") or ""),
+        islands=str(summary.islands or ""),
         largest_island=max(islands.values(), default=0),
         largest_numa_group=max(numa.values(), default=0),
         best_nic=min((g.nic for g in whole if g.nic is not None), default=None),
@@ -165,7 +177,7 @@ def summarize(
         ],
     }
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
+        "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {"name": NAME, "labels": {"app.kubernetes.io/managed-by": "nodetopo-summary-controller"}},
         "spec": thresholds.to_spec(),
@@ -181,6 +193,7 @@ def summarize_objects(
     observed = 0
     for obj in objects:
         observed += 1
-        if obj.get("status"):
-            facts[node_facts(obj["status"])] += 1
+        read = read_nodetopology(obj, sections=SECTIONS)
+        if read.status is not None:
+            facts[facts_of(read)] += 1
     return summarize(facts, computed_at=computed_at, thresholds=thresholds or Thresholds(), observed=observed)

@@ -40,12 +40,13 @@ from nodetopo.agent.metrics import AgentStats
 from nodetopo.agent.publisher import AgentPublisher, failed_object
 from nodetopo.agent.staleness import StaleKeeper
 from nodetopo.agent.udev import EventSource, NoEvents
-from nodetopo.allocation import allocation_of
-from nodetopo.crd import to_nodetopology
 from nodetopo.errors import ForbiddenError, PublishError
 from nodetopo.kube.pacing import Backoff
-from nodetopo.labels import to_labels, uncertain_keys
+from nodetopo.kubelet.allocation import allocation_of
 from nodetopo.model import GpuAllocation, KubeletAllocation, Topology
+from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.labels import node_labels, uncertain_keys
+from nodetopo.resource.reader import read_nodetopology
 from nodetopo.topology.discover import Scan
 
 log = logging.getLogger(__name__)
@@ -339,10 +340,10 @@ class Agent:
         self.stats.record_scan(trigger, scan.results, topology, self.keeper.stale_sources)
         self._topology = topology
         body = to_nodetopology(topology, self.config.node_name, self._allocation(topology)[0])
-        labels = to_labels(topology, self.config.node_name)
+        labels = node_labels(body)
         uncertain = uncertain_keys(topology)
         rdma_nics = sum(1 for n in topology.nics if n.rdma)
-        ready: dict[str, object] = next((c for c in body["status"]["conditions"] if c["type"] == "Ready"), {})
+        ready = read_nodetopology(body, sections={"conditions"}).facts.condition("Ready")
         log.info(
             "scan (%s) in %.2fs: %d GPUs, %d NVLink islands, %d RDMA NICs%s",
             trigger,
@@ -358,8 +359,8 @@ class Agent:
                 "gpus": len(topology.gpus),
                 "nvlink_islands": len(topology.nvlink_islands),
                 "rdma_nics": rdma_nics,
-                "ready": ready.get("status") == "True",
-                "reason": ready.get("reason"),
+                "ready": ready is not None and ready.status == "True",
+                "reason": ready.reason if ready is not None else None,
                 "stale": list(self.keeper.stale_sources),
             },
         )

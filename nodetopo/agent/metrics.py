@@ -52,8 +52,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import CollectorRegistry
 
 from nodetopo import __version__
-from nodetopo.crd import conditions
 from nodetopo.model import ConditionReason, GpuAllocation, Topology
+from nodetopo.resource.conditions import typed_conditions
+from nodetopo.resource.identity import PREFIX
 from nodetopo.sources.base import SourceResult
 
 NAMESPACE = "nodetopo"
@@ -136,7 +137,7 @@ class AgentStats:
                         continue  # the normal state of many nodes, not an error to count every scan
                     key = (cond.source, cond.reason.value)
                     state.source_errors[key] = state.source_errors.get(key, 0) + 1
-            by_type = {c["type"]: c["status"] for c in conditions(topology)}
+            by_type = {c.type: c.status for c in typed_conditions(topology)}
             state.ready = 1 if by_type.get("Ready") == "True" else 0
             state.consistent = 1 if by_type.get("Consistent") == "True" else 0
             state.gpus = len(topology.gpus)
@@ -247,7 +248,7 @@ class AgentCollector:
         yield last
         yield CounterMetricFamily(
             f"{ns}_label_removals",
-            "nodetopo.io/ label keys removed from the Node",
+            f"{PREFIX} label keys removed from the Node",
             value=float(s.label_removals),
         )
         gauges: tuple[tuple[str, str, int | None], ...] = (

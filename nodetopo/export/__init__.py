@@ -24,7 +24,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-LABEL_PREFIX = "nodetopo.io/"
+from nodetopo.resource.identity import PREFIX as LABEL_PREFIX
+from nodetopo.resource.reader import read_nodetopology
+
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 NVLINK_LABEL = LABEL_PREFIX + "nvlink.domain"
 
@@ -57,15 +59,19 @@ def places_from_nodetopologies(objects: Iterable[Mapping[str, Any]]) -> tuple[No
     """``NodePlace`` per NodeTopology object (as ``kubectl get ntopo -o json`` gives them)."""
     places: list[NodePlace] = []
     for obj in objects:
-        status = obj.get("status") or {}
-        name = status.get("nodeName") or (obj.get("metadata") or {}).get("name")
-        if not name:
+        read = read_nodetopology(obj, sections={"network"})
+        if not read.node:
             continue
-        network = status.get("network") or {}
-        tiers = {int(t["level"]): str(t["id"]) for t in network.get("tiers") or []}
-        names = {int(t["level"]): t.get("name") for t in network.get("tiers") or []}
-        domain = (network.get("nvlinkDomain") or {}).get("id")
-        places.append(NodePlace(name=str(name), tiers=tiers, tier_names=names, nvlink_domain=domain))
+        tiers = read.facts.network.tiers
+        domain, _ = read.facts.nvlink_domain or (None, None)
+        places.append(
+            NodePlace(
+                name=read.node,
+                tiers={t.level: t.id for t in tiers},
+                tier_names={t.level: t.name for t in tiers},
+                nvlink_domain=domain,
+            )
+        )
     return tuple(sorted(places, key=lambda p: p.name))
 
 

@@ -1,8 +1,8 @@
 """nodetopo's kube-scheduler extender: topology-aware filtering and scoring of GPU pods.
 
-* ``request``: a pod's needs (GPU count + ``nodetopo.io/`` annotations) as a ``PodRequest``.
-* ``fit``: pure placement over a node's ``NodeShape`` (choice of GPUs, feasibility, 0-10 score);
-  its docstring is the scoring reference.
+What a pod asks and whether a node can give it (``PodRequest``, ``NodeShape``, the score) is
+``nodetopo.placement``, shared with admission and the probe. Here:
+
 * ``cache``: ``ClusterState`` fed by reflectors (paged list + resourceVersion watch) of NodeTopology
   objects and bound GPU pods.
 * ``server``: the HTTP protocol (``/filter``, ``/prioritize``, ``/healthz``, ``/readyz``).

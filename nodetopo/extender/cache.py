@@ -16,18 +16,20 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from nodetopo.crd import GROUP, PLURAL, VERSION
-from nodetopo.extender.fit import (
+from nodetopo.kube.reflector import Handlers, Reflector, list_function
+from nodetopo.placement.fit import SECTIONS as PLACEMENT
+from nodetopo.placement.fit import (
     Holders,
     NodeShape,
     Verdict,
     evaluate,
     free_with_holders,
-    node_holders,
-    node_shape,
+    holders_of,
+    shape_of,
 )
-from nodetopo.extender.request import AnnotationError, PodRequest, parse_pod_request, pod_gpus
-from nodetopo.kube.reflector import Handlers, Reflector, list_function
+from nodetopo.placement.request import AnnotationError, PodRequest, parse_pod_request, pod_gpus
+from nodetopo.resource.identity import GROUP, PLURAL, VERSION
+from nodetopo.resource.reader import read_nodetopology
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +130,9 @@ class ClusterState:
     def compact_topology(obj: Mapping[str, Any]) -> tuple[str, NodeShape, Holders | None]:
         """(name, shape, holders): all the extender keeps of a NodeTopology. ``holders`` is None
         unless the object says who holds each GPU (``status.allocation.state`` Known)."""
-        status = obj.get("status") or {}
-        shape = node_shape(status)
-        holders = node_holders(status) if shape.gpus else None
+        read = read_nodetopology(obj, sections=PLACEMENT)
+        shape = shape_of(read)
+        holders = holders_of(read) if shape.gpus else None
         return str(obj["metadata"]["name"]), shape, holders
 
     def replace_topologies(

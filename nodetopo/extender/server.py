@@ -57,10 +57,10 @@ from prometheus_client import (
 )
 
 from nodetopo.extender.cache import ClusterState
-from nodetopo.extender.fit import REASON_PREFIX
 from nodetopo.extender.limits import RequestLimits, decode_cost
-from nodetopo.extender.request import AnnotationError, PodRequest, PodShapeError, parse_pod_request
 from nodetopo.httpserver import BoundedHandler, BoundedHTTPServer, HttpError, Limits
+from nodetopo.placement.fit import REASON_PREFIX
+from nodetopo.placement.request import AnnotationError, PodRequest, PodShapeError, parse_pod_request
 
 log = logging.getLogger(__name__)
 

@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("get", help="one node's topology: the table, or -o yaml|json|dot|svg")
-    p.add_argument("node", metavar="NODE")
+    p.add_argument("node", metavar="NODE", help="the node's name (its NodeTopology has the same name)")
     p.add_argument(
         "-o",
         "--output",
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and GPU pairs under one PCIe root (PIX/PXB/PHB) show '-'; run `nodetopo discover --matrix` on "
         "the node for every pair.",
     )
-    p.add_argument("node", metavar="NODE")
+    p.add_argument("node", metavar="NODE", help="the node's name (its NodeTopology has the same name)")
     _kube_flags(p, default=argparse.SUPPRESS)
     p.set_defaults(func=cmd_matrix)
 
@@ -130,9 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _read(args: argparse.Namespace) -> dict[str, Any]:
-    from nodetopo.crd import GROUP, PLURAL, VERSION
     from nodetopo.kube.session import ApiSession
     from nodetopo.kube.transport import connect
+    from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 
     with connect(args.kubeconfig, context=args.kube_context) as connection:
         body = ApiSession(connection).read_cluster_object(GROUP, VERSION, PLURAL, args.node)
@@ -145,7 +145,8 @@ def _read(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _topology(body: dict[str, Any]) -> Any:
-    from nodetopo.crd import ResourceError, topology_from_nodetopology
+    from nodetopo.resource.body import topology_from_nodetopology
+    from nodetopo.resource.published import ResourceError
 
     try:
         return topology_from_nodetopology(body)
@@ -154,14 +155,16 @@ def _topology(body: dict[str, Any]) -> Any:
 
 
 def _origin(body: dict[str, Any]) -> str:
-    status = body.get("status") or {}
-    ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    from nodetopo.resource.reader import read_nodetopology
+
+    status = read_nodetopology(body, sections={"conditions"}).facts
+    ready = status.condition("Ready")
     since = (
-        f", Ready {ready.get('status')} since {ready['lastTransitionTime']}"
-        if ready.get("lastTransitionTime")
+        f", Ready {ready.status} since {ready.last_transition_time}"
+        if ready is not None and ready.last_transition_time
         else ""
     )
-    return f"NodeTopology/{body['metadata']['name']} (agent {status.get('agentVersion', '?')}{since})"
+    return f"NodeTopology/{body['metadata']['name']} (agent {status.agent_version or '?'}{since})"
 
 
 def _table(body: dict[str, Any], *, matrix: bool) -> str:
@@ -218,11 +221,11 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    from nodetopo.crd import GROUP, PLURAL, VERSION
     from nodetopo.kube.session import ApiSession
     from nodetopo.kube.transport import connect
     from nodetopo.kubectl.fleet import FleetFilter, fleet_rows, render_fleet
     from nodetopo.model import LinkClass
+    from nodetopo.resource.identity import GROUP, PLURAL, VERSION
     from nodetopo.terminal import output_width
 
     with connect(args.kubeconfig, context=args.kube_context) as connection:

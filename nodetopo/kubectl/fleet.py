@@ -8,6 +8,8 @@ from typing import Any
 
 from nodetopo.model import LinkClass
 from nodetopo.render import Col, natural_key, render_rows
+from nodetopo.resource.published import PublishedCondition, PublishedSummary
+from nodetopo.resource.reader import read_nodetopology
 
 UNKNOWN = "Unknown"
 
@@ -47,39 +49,27 @@ class FleetFilter:
         return not (self.not_ready and row.ready == "True")
 
 
-def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
-    for c in status.get("conditions") or []:
-        if isinstance(c, Mapping) and c.get("type") == kind:
-            return c
-    return {}
+#: What a row reads of a NodeTopology (``nodetopo.resource.reader`` sections).
+SECTIONS = frozenset({"summary", "nvlinkIslands", "conditions"})
 
 
 def fleet_row(body: Mapping[str, Any]) -> FleetRow:
     """The row of one NodeTopology object (tolerant: an object without status is a row of unknowns)."""
-    name = str((body.get("metadata") or {}).get("name") or "?")
-    status = body.get("status")
-    if not isinstance(status, Mapping):
-        status = {}
-    summary = status.get("summary") if isinstance(status.get("summary"), Mapping) else {}
-    assert isinstance(summary, Mapping)
-    sizes = tuple(
-        len(i.get("gpus") or [])
-        for i in status.get("nvlinkIslands") or []
-        if isinstance(i, Mapping) and isinstance(i.get("gpus"), list)
-    )
-    worst = summary.get("worstNICDistance")
-    ready, consistent = _condition(status, "Ready"), _condition(status, "Consistent")
-    gpus = summary.get("gpuCount")
+    read = read_nodetopology(body, sections=SECTIONS)
+    status = read.facts
+    summary = status.summary or PublishedSummary()
+    none = PublishedCondition(type="")
+    ready, consistent = status.condition("Ready") or none, status.condition("Consistent") or none
     return FleetRow(
-        node=name,
-        gpus=gpus if isinstance(gpus, int) else None,
-        model=summary.get("gpuModel") or None,
-        islands=str(summary.get("islands") or ""),
-        island_sizes=sizes,
-        nic_distance=LinkClass[worst] if isinstance(worst, str) and worst in LinkClass.__members__ else None,
-        ready=str(ready.get("status") or UNKNOWN),
-        ready_reason=ready.get("reason") if ready.get("status") != "True" else None,
-        consistent=str(consistent.get("status") or UNKNOWN),
+        node=read.name or "?",
+        gpus=summary.gpu_count,
+        model=summary.gpu_model or None,
+        islands=summary.islands or "",
+        island_sizes=tuple(len(i.gpus) for i in status.islands),
+        nic_distance=summary.worst_nic_distance,
+        ready=ready.status or UNKNOWN,
+        ready_reason=ready.reason if ready.status != "True" else None,
+        consistent=consistent.status or UNKNOWN,
     )
 
 

@@ -18,8 +18,10 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from nodetopo.extender.request import PodRequest
-from nodetopo.model import LinkClass, format_cpulist, parse_cpulist
+from nodetopo.model import format_cpulist
+from nodetopo.placement.request import MAX_NIC_DISTANCE, RDMA, PodRequest
+from nodetopo.probe.promised import Promised, PromisedGpu, PromisedNic
+from nodetopo.resource.identity import PREFIX
 
 
 class Status(enum.StrEnum):
@@ -41,11 +43,16 @@ class Check:
     status: Status
     reason: str
     attribution: Attribution | None = None
+    #: False for a check that does not apply to this pod (not declared, no minimum asked): skipped,
+    #: and not counted among the checks that could have been made
+    asked: bool = True
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "status": str(self.status), "reason": self.reason}
         if self.attribution is not None:
             out["attribution"] = str(self.attribution)
+        if not self.asked:
+            out["asked"] = False
         return out
 
 
@@ -54,7 +61,13 @@ def passed(name: str, reason: str) -> Check:
 
 
 def skipped(name: str, reason: str) -> Check:
+    """A check that applies but could not be made (what it needs could not be read)."""
     return Check(name, Status.SKIP, reason)
+
+
+def not_asked(name: str, reason: str) -> Check:
+    """A check that does not apply to this pod: nothing declared or asked needs it."""
+    return Check(name, Status.SKIP, reason, asked=False)
 
 
 def failed(name: str, reason: str, attribution: Attribution) -> Check:
@@ -77,137 +90,6 @@ class Declared:
     request: PodRequest | None
     annotated: bool  #: at least one ``nodetopo.io/`` annotation was present
     error: str | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PromisedGpu:
-    index: int
-    uuid: str | None
-    island: int | None
-    numa_node: int | None
-    numa_cpus: frozenset[int] | None  #: the CPUs of the GPU's NUMA node (else its CPU affinity)
-    nics: tuple[tuple[str, LinkClass], ...]  #: (NIC name, distance)
-    #: (namespace, pod) of each holder, from ``heldBy``; None when the NodeTopology does not know
-    held_by: tuple[tuple[str, str], ...] | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PromisedNic:
-    name: str
-    rdma: bool
-    state: str | None
-    link_layer: str | None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Promised:
-    """The parts of a NodeTopology's ``status`` the probe compares with."""
-
-    node: str
-    gpus: tuple[PromisedGpu, ...]
-    nics: tuple[PromisedNic, ...]
-    islands: Mapping[int, int]  #: island id -> number of GPUs in it
-    #: the node's agent asked its kubelet who holds each GPU (``status.allocation.state`` Known)
-    allocation_known: bool = False
-    allocation_why: str = ""  #: why not, when the NodeTopology says
-
-    def held_by(self, namespace: str, name: str) -> tuple[PromisedGpu, ...] | None:
-        """The GPUs the kubelet handed the pod ``namespace/name`` (None: who holds what is unknown)."""
-        if not self.allocation_known or any(g.held_by is None for g in self.gpus):
-            return None
-        return tuple(g for g in self.gpus if (namespace, name) in (g.held_by or ()))
-
-    def gpu(self, key: str) -> PromisedGpu | None:
-        """The GPU named by a UUID or an index (as NVIDIA_VISIBLE_DEVICES names them)."""
-        for g in self.gpus:
-            if g.uuid is not None and g.uuid.lower() == key.lower():
-                return g
-        if key.isdigit():
-            for g in self.gpus:
-                if g.index == int(key):
-                    return g
-        return None
-
-
-def _cpus(text: Any) -> frozenset[int] | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return parse_cpulist(text)
-    except ValueError:
-        return None
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def parse_nodetopology(obj: Any) -> Promised:
-    """``Promised`` from a NodeTopology object (a dict as the API serves it). Fields of the wrong
-    type read as unknown; a non-object is a ``ValueError``."""
-    if not isinstance(obj, Mapping):
-        raise ValueError(f"a NodeTopology must be an object, not {type(obj).__name__}")
-    status = obj.get("status")
-    status = status if isinstance(status, Mapping) else {}
-    meta = obj.get("metadata")
-    node = str(status.get("nodeName") or (meta.get("name") if isinstance(meta, Mapping) else "") or "")
-    gpus: list[PromisedGpu] = []
-    for g in status.get("gpus") or ():
-        if not isinstance(g, Mapping) or _int(g.get("index")) is None:
-            continue
-        nics: list[tuple[str, LinkClass]] = []
-        for n in g.get("nics") or ():
-            if (
-                isinstance(n, Mapping)
-                and isinstance(n.get("name"), str)
-                and n.get("distance") in LinkClass.__members__
-            ):
-                nics.append((n["name"], LinkClass[n["distance"]]))
-        gpus.append(
-            PromisedGpu(
-                index=g["index"],
-                uuid=g.get("uuid") if isinstance(g.get("uuid"), str) else None,
-                island=_int(g.get("island")),
-                numa_node=_int(g.get("numaNode")),
-                numa_cpus=_cpus(g.get("numaAffinity")) or _cpus(g.get("cpuAffinity")),
-                nics=tuple(nics),
-                held_by=_holders(g.get("heldBy")),
-            )
-        )
-    nics_out = tuple(
-        PromisedNic(
-            name=n["name"],
-            rdma=n.get("rdma") is True,
-            state=n.get("state") if isinstance(n.get("state"), str) else None,
-            link_layer=n.get("linkLayer") if isinstance(n.get("linkLayer"), str) else None,
-        )
-        for n in status.get("nics") or ()
-        if isinstance(n, Mapping) and isinstance(n.get("name"), str)
-    )
-    islands: dict[int, int] = {}
-    for g in gpus:
-        if g.island is not None:
-            islands[g.island] = islands.get(g.island, 0) + 1
-    allocation = status.get("allocation")
-    allocation = allocation if isinstance(allocation, Mapping) else {}
-    return Promised(
-        node=node,
-        gpus=tuple(gpus),
-        nics=nics_out,
-        islands=islands,
-        allocation_known=allocation.get("state") == "Known",
-        allocation_why=why if isinstance(why := allocation.get("message"), str) else "",
-    )
-
-
-def _holders(value: Any) -> tuple[tuple[str, str], ...] | None:
-    if not isinstance(value, list):
-        return None
-    return tuple(
-        (h["namespace"], h["name"])
-        for h in value
-        if isinstance(h, Mapping) and isinstance(h.get("namespace"), str) and isinstance(h.get("name"), str)
-    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -258,6 +140,9 @@ class Seen:
     mems: frozenset[int] | None
     unread: Mapping[str, str] = dataclasses.field(default_factory=dict)
     collective_busbw: float | None = None  #: all_reduce_perf's average bus bandwidth, GB/s, when it ran
+    #: False when the collective does not apply: --collective-timeout 0, fewer than 2 GPUs, or no
+    #: all_reduce_perf in the image
+    collective_asked: bool = True
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -281,7 +166,7 @@ def check_declared(d: Declared) -> Check:
     if not d.annotated:
         return warned(
             "declared",
-            "the pod declares no nodetopo.io/ annotation: its placement cannot be judged",
+            f"the pod declares no {PREFIX} annotation: its placement cannot be judged",
             Attribution.UNDECLARED,
         )
     assert d.request is not None
@@ -409,7 +294,7 @@ def _list(items: Iterable[object]) -> str:
 def check_one_island(declared: Declared, seen: Seen, promised: Promised | None) -> Check:
     name = "gpus-in-one-island"
     if declared.request is None or not declared.request.one_island:
-        return skipped(name, "not declared")
+        return not_asked(name, "not declared")
     if promised is None:
         return skipped(name, "no NodeTopology to compare with")
     found, _ = container_gpus(seen, promised)
@@ -434,7 +319,7 @@ def check_nvlink(declared: Declared, seen: Seen, promised: Promised | None, t: T
     name = "p2p-nvlink"
     wanted = t.require_p2p or (declared.request is not None and declared.request.one_island)
     if not wanted:
-        return skipped(name, "neither declared (gpus-in-one-island) nor required (--require-p2p)")
+        return not_asked(name, "neither declared (gpus-in-one-island) nor required (--require-p2p)")
     if seen.nvml is None:
         return skipped(name, seen.unread.get("nvml", "NVML is not available in the container"))
     view = seen.nvml
@@ -469,7 +354,7 @@ def check_rdma(declared: Declared, seen: Seen, promised: Promised | None) -> Che
     name = "rdma"
     r = declared.request
     if r is None or not (r.rdma or r.max_nic_distance is not None):
-        return skipped(name, "not declared (nodetopo.io/rdma, nodetopo.io/max-nic-distance)")
+        return not_asked(name, f"not declared ({RDMA}, {MAX_NIC_DISTANCE})")
     if promised is None:
         return skipped(name, "no NodeTopology to compare with")
     found, _ = container_gpus(seen, promised)
@@ -541,7 +426,7 @@ def check_shm(seen: Seen, t: Thresholds) -> Check:
 def check_hugepages(seen: Seen, t: Thresholds) -> Check:
     name = "hugepages"
     if t.min_hugepages_bytes <= 0:
-        return skipped(name, "no minimum asked (--min-hugepages)")
+        return not_asked(name, "no minimum asked (--min-hugepages)")
     if seen.hugepages_bytes is None:
         return skipped(name, seen.unread.get("hugepages", "hugepages could not be read"))
     if seen.hugepages_bytes < t.min_hugepages_bytes:
@@ -609,7 +494,8 @@ def check_collective(seen: Seen, promised: Promised | None, t: Thresholds) -> Ch
     """The collective smoke test (``all_reduce_perf`` from nccl-tests), judged by the island class."""
     name = "collective"
     if seen.collective_busbw is None:
-        return skipped(name, seen.unread.get("collective", "not run"))
+        why = seen.unread.get("collective", "not run")
+        return skipped(name, why) if seen.collective_asked else not_asked(name, why)
     found, _ = container_gpus(seen, promised) if promised is not None else ([], [])
     islands = {g.island for g in found}
     one_island = (
@@ -674,20 +560,32 @@ class Verdict:
     line: str  #: the one-line verdict (termination message, Event message)
 
 
-def verdict(checks: Sequence[Check]) -> Verdict:
+def checked(checks: Sequence[Check]) -> str:
+    """``N of M checked`` over the checks that apply (M), naming the ones that could not be made."""
+    applying = [c for c in checks if c.asked]
+    made = sum(1 for c in applying if c.status is not Status.SKIP)
+    unmade = [c.name for c in applying if c.status is Status.SKIP]
+    return f"{made} of {len(applying)} checked" + (f" (skipped: {', '.join(unmade)})" if unmade else "")
+
+
+def verdict(checks: Sequence[Check], *, strict: bool = False) -> Verdict:
+    """The one-line verdict. ``strict``: a check that applies but could not be made fails the pod."""
     failures = [c for c in checks if c.status is Status.FAIL]
     warnings = [c for c in checks if c.status is Status.WARN]
     if failures:
         first = failures[0]
         more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
         return Verdict(False, first.attribution, f"{first.attribution}: {first.name}: {first.reason}{more}")
+    if strict and any(c.asked and c.status is Status.SKIP for c in checks):
+        return Verdict(False, None, f"failed (--strict): {checked(checks)}")
     if warnings:
         first = warnings[0]
         return Verdict(
-            True, first.attribution, f"passed with warning {first.attribution}: {first.name}: {first.reason}"
+            True,
+            first.attribution,
+            f"passed with warning {first.attribution}: {first.name}: {first.reason}; {checked(checks)}",
         )
-    counted = sum(1 for c in checks if c.status is Status.PASS)
-    return Verdict(True, None, f"passed: {counted} check(s) passed, {len(checks) - counted} skipped")
+    return Verdict(True, None, f"passed, {checked(checks)}")
 
 
 def _size(n: int) -> str:

@@ -1,6 +1,7 @@
 """The probe's Event on its pod: ``TopologyProbePassed`` (Normal) or ``TopologyProbeFailed``
 (Warning), the one-line verdict (with its attribution) as the message. Posted with the pod's own
-service account, which needs only ``create events`` (the ``nodetopo-reader`` ClusterRole)."""
+service account, which needs only ``create events`` in its namespace (the ``nodetopo-probe-events``
+ClusterRole through a RoleBinding)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ prints (``publish.dryrun``).
 * ``run_publish``: one shot, for ``nodetopo publish``. With no history to count scans, a one-shot
   run treats its labels as one clean, final scan: keys it lacks are removed at once, except
   ``uncertain_keys`` / keys under ``uncertain_prefixes`` (sources that failed in the bundle:
-  ``nodetopo.labels.uncertain_keys(topology)``), which keep their value.
+  ``nodetopo.resource.labels.uncertain_keys(topology)``), which keep their value.
 
 Importing the package loads none of this: a command that only reads through ``nodetopo.kube``
 (``nodetopo probe`` reads its NodeTopology and posts an Event, in every GPU pod) does not pay for

@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from nodetopo.kube.session import Session
-from nodetopo.publish.node_labels import PREFIX, SCANS_TO_REMOVE, LabelTracker, TrackedLabelPublisher
+from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelTracker, TrackedLabelPublisher
+from nodetopo.resource.identity import PREFIX
 
 log = logging.getLogger(__name__)
 

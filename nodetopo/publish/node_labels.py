@@ -9,7 +9,7 @@ Input of one scan (``LabelTracker.observe`` / ``NodeLabelPublisher.publish``):
 
 * ``labels: Mapping[str, str | None]``: a key with a value is observed; a key mapped to ``None``
   is *unknown this round* (its source failed) and keeps its last good value;
-* ``uncertain_keys``: exact keys unknown this round (``nodetopo.labels.uncertain_keys(topology)``),
+* ``uncertain_keys``: exact keys unknown this round (``nodetopo.resource.labels.uncertain_keys(topology)``),
   whatever ``labels`` says;
 * ``uncertain_prefixes``: key prefixes (plain ``str.startswith``) of sources that failed this
   round, e.g. ``("nodetopo.io/rdma",)``; every matching key is unknown this round;
@@ -25,32 +25,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nodetopo.kube.session import Session
+from nodetopo.resource.identity import PREFIX, check_label_keys
 
 log = logging.getLogger(__name__)
 
-PREFIX = "nodetopo.io/"
 SCANS_TO_REMOVE = 2
-_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-
-
-def check_label_keys(keys: Iterable[str]) -> None:
-    """Raise ``ValueError`` for a key outside ``nodetopo.io/`` or not a valid label name."""
-    for key in keys:
-        if not key.startswith(PREFIX):
-            raise ValueError(
-                f"label {key!r} is not under {PREFIX!r}: nodetopo applies only its own keys and never "
-                "touches other labels"
-            )
-        name = key[len(PREFIX) :]
-        if len(name) > 63 or not _NAME.match(name):
-            raise ValueError(
-                f"label {key!r}: {name!r} is not a valid label name (<= 63 chars, [-A-Za-z0-9_.])"
-            )
 
 
 class LabelTracker:

@@ -30,18 +30,13 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from nodetopo.crd import content_hash
 from nodetopo.errors import PublishError
 from nodetopo.kube.session import Session
-from nodetopo.model import ConditionReason
+from nodetopo.resource.body import content_hash
+from nodetopo.resource.conditions import essential_missing
+from nodetopo.resource.identity import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
-
-GROUP = "nodetopo.io"
-VERSION = "v1alpha1"
-PLURAL = "nodetopologies"
-KIND = "NodeTopology"
-API_VERSION = f"{GROUP}/{VERSION}"
 
 
 def utc_now() -> datetime.datetime:
@@ -54,7 +49,7 @@ def rfc3339(moment: datetime.datetime) -> str:
 
 
 def status_content_hash(status: Mapping[str, Any]) -> str:
-    """The contract's content hash (``nodetopo.crd.content_hash``): sha256 of the status without
+    """The contract's content hash (``nodetopo.resource.body.content_hash``): sha256 of the status without
     ``contentHash`` and the conditions' times."""
     return content_hash(dict(status))
 
@@ -118,12 +113,6 @@ def status_patch(
     if not status.get("contentHash"):
         status["contentHash"] = status_content_hash(status)
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "status": status}
-
-
-def essential_missing(body: Mapping[str, Any]) -> bool:
-    """The body comes from a scan whose essential sources observed nothing (reason ``Missing``)."""
-    conditions = (body.get("status") or {}).get("conditions") or ()
-    return any(c.get("reason") == ConditionReason.MISSING.value for c in conditions)
 
 
 def held_body(body: Mapping[str, Any], stored: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -225,7 +214,7 @@ class NodeTopologyPublisher:
         self._written_metadata[name] = key
 
     def apply(self, body: Mapping[str, Any], *, node_name: str | None = None) -> ApplyOutcome:
-        """Apply ``body`` (a ``nodetopo.crd.to_nodetopology`` result) unless the server already
+        """Apply ``body`` (a ``nodetopo.resource.body.to_nodetopology`` result) unless the server already
         holds it. ``node_name`` defaults to the object's name.
 
         A body whose essential sources are ``Missing`` (a wrong host root) keeps the stored

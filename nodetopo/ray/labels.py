@@ -1,7 +1,7 @@
 """Ray node labels and custom resources from a NodeTopology object (the dict the API serves).
 
 Labels (for ``ray start --labels-file``; Ray labels follow Kubernetes label syntax; the ``ray.io/``
-prefix is Ray's own and nodetopo never writes it) are ``nodetopo.labels.labels_of`` — the very
+prefix is Ray's own and nodetopo never writes it) are ``nodetopo.resource.labels.labels_of`` — the very
 function that makes the Node's labels — for the GPUs the Ray node owns, plus
 ``nodetopo.io/node-name`` (the Kubernetes node). With every GPU selected, each key has the value
 the Node's label has. Among them:
@@ -22,6 +22,7 @@ node that holds a complete 8-GPU island. They count node capacity; Ray does not 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections import Counter
@@ -30,67 +31,69 @@ from typing import Any
 
 import yaml
 
-from nodetopo.labels import PREFIX, is_valid, label_value, labels_of
+from nodetopo.resource.identity import PREFIX, is_valid
+from nodetopo.resource.labels import SECTIONS, label_value, labels_of
+from nodetopo.resource.published import Published, PublishedGpu, PublishedStatus
+from nodetopo.resource.reader import read_nodetopology
 
 log = logging.getLogger(__name__)
 
 GPU_DOMAIN = PREFIX + "gpu-domain"
-RESOURCE_PREFIX = "nodetopo.io/"
 
 
-def select_gpus(status: Mapping[str, Any], wanted: Sequence[str] | None) -> list[dict[str, Any]]:
-    """The GPU entries of ``status`` named by index or UUID in ``wanted`` (all when None or ``all``).
+def select_gpus(status: PublishedStatus, wanted: Sequence[str] | None) -> list[PublishedGpu]:
+    """The GPUs of ``status`` named by index or UUID in ``wanted`` (all when None or ``all``).
 
     Raises ``ValueError`` for a name that matches no GPU.
     """
-    gpus = list(status.get("gpus") or [])
+    gpus = list(status.gpus)
     if not wanted or [w.lower() for w in wanted] == ["all"]:
         return gpus
-    chosen: list[dict[str, Any]] = []
+    chosen: list[PublishedGpu] = []
     for item in wanted:
-        match = [g for g in gpus if str(g.get("index")) == item or (g.get("uuid") or "") == item]
+        match = [g for g in gpus if str(g.gpu.index) == item or (g.gpu.uuid or "") == item]
         if not match:
-            raise ValueError(f"no GPU {item!r} in NodeTopology {status.get('nodeName')}")
+            raise ValueError(f"no GPU {item!r} in NodeTopology {status.node_name}")
         chosen.extend(m for m in match if m not in chosen)
     return chosen
 
 
-def _usable_rdma(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [
-        n for n in status.get("nics") or [] if n.get("rdma") and str(n.get("state") or "").upper() != "DOWN"
-    ]
+def _read(body: Mapping[str, Any]) -> Published:
+    """``body`` read; a malformed one (the reader's rule) is a ``ValueError``: a Ray node is never
+    labelled from part of an object (``gpu.count=0`` for a list that could not be read)."""
+    read = read_nodetopology(body, sections=SECTIONS)
+    if read.malformed is not None:
+        raise ValueError(f"not a usable NodeTopology object ({read.malformed})")
+    return read
 
 
 def ray_labels(body: Mapping[str, Any], gpus: Sequence[str] | None = None) -> dict[str, str]:
     """The Ray node labels for the node of ``body`` (restricted to ``gpus`` when given)."""
-    status = body.get("status") or {}
+    read = _read(body)
+    status = read.facts
     chosen = select_gpus(status, gpus)
-    every = len(chosen) == len(status.get("gpus") or [])
-    selection = None if every else {int(g["index"]) for g in chosen if g.get("index") is not None}
-    if not status.get("nodeName") and (body.get("metadata") or {}).get("name"):
-        status = {**status, "nodeName": body["metadata"]["name"]}
+    every = len(chosen) == len(status.gpus)
+    selection = None if every else {g.gpu.index for g in chosen}
+    if not status.node_name and read.name:
+        status = dataclasses.replace(status, node_name=read.name)
     labels = labels_of(status, selection)
-    node = status.get("nodeName")
-    if node and is_valid(PREFIX + "node-name", label_value(str(node))):
-        labels[PREFIX + "node-name"] = label_value(str(node))
+    node = status.node_name
+    if node and is_valid(PREFIX + "node-name", label_value(node)):
+        labels[PREFIX + "node-name"] = label_value(node)
     return dict(sorted(labels.items()))
 
 
 def ray_resources(body: Mapping[str, Any], gpus: Sequence[str] | None = None) -> dict[str, float]:
     """Custom Ray resources describing the topology of the selected GPUs (see the module docstring)."""
-    status = body.get("status") or {}
-    indices = {g.get("index") for g in select_gpus(status, gpus)}
-    sizes = Counter(
-        len(members)
-        for i in status.get("nvlinkIslands") or []
-        if (members := set(i.get("gpus") or [])) and members <= indices
-    )
+    status = _read(body).facts
+    indices = {g.gpu.index for g in select_gpus(status, gpus)}
+    sizes = Counter(len(members) for i in status.islands if (members := set(i.gpus)) and members <= indices)
     resources: dict[str, float] = {
-        f"{RESOURCE_PREFIX}nvlink-island-{size}": float(count) for size, count in sorted(sizes.items())
+        f"{PREFIX}nvlink-island-{size}": float(count) for size, count in sorted(sizes.items())
     }
-    rdma = len(_usable_rdma(status))
+    rdma = sum(1 for n in status.nics if n.rdma and (n.state or "").upper() != "DOWN")
     if rdma:
-        resources[f"{RESOURCE_PREFIX}rdma-nic"] = float(rdma)
+        resources[f"{PREFIX}rdma-nic"] = float(rdma)
     return resources
 
 

@@ -84,7 +84,7 @@ def _tiers_of(
             )
             if switches and len(switches) < len({n.switch_id for n in o.neighbours if n.peer_is_switch}):
                 # here, not at the top: importing a source module runs nodetopo.sources, every source,
-                # and nodetopo.crd (so the extender and Ray) imports this module
+                # and nodetopo.resource (so the extender and Ray) imports this module
                 from nodetopo.sources.fabric.lldp import group_tier
 
                 return (group_tier(switches),)

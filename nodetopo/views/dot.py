@@ -24,10 +24,10 @@ import subprocess
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 
-from nodetopo.crd import islands_text
 from nodetopo.errors import NodetopoError
 from nodetopo.model import Facts, Gpu, Nic, PciAddress, PciDevice, Topology, format_cpulist
 from nodetopo.render import natural_key
+from nodetopo.resource.body import islands_text
 from nodetopo.terminal import strip_control
 
 #: island fill colours (a colour-blind-safe qualitative palette), reused cyclically

@@ -16,8 +16,8 @@ import pytest
 from agent.support import DGX_H100, FakeClock, FakePublisher, SwitchableScan, config
 from nodetopo.agent.loop import Agent
 from nodetopo.agent.publisher import ApiPublisher
-from nodetopo.crd import to_nodetopology
 from nodetopo.host import ReplayRunner
+from nodetopo.resource.body import to_nodetopology
 from nodetopo.sources.base import Context
 from nodetopo.topology.discover import bundle_context, host_context, scan
 

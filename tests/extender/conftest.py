@@ -13,7 +13,7 @@ BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
 
 def nodetopology_of(bundle: str, node_name: str | None = None) -> dict[str, Any]:
     """The NodeTopology object nodetopo publishes for a fixture bundle (discovered offline)."""
-    from nodetopo.crd import to_nodetopology
+    from nodetopo.resource.body import to_nodetopology
     from nodetopo.topology.discover import bundle_context, scan
 
     logger = logging.getLogger("nodetopo")

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from nodetopo.extender.cache import ClusterState
-from nodetopo.extender.fit import node_holders
 from nodetopo.extender.server import filter_nodes
+from nodetopo.placement.fit import node_holders
 
 from .test_server import gpu_pod
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from nodetopo.crd import MAX_GPUS, MAX_NICS
 from nodetopo.extender.cache import ClusterState
-from nodetopo.extender.fit import evaluate, node_shape
-from nodetopo.extender.request import PodRequest
 from nodetopo.extender.server import filter_nodes, prioritize_nodes
+from nodetopo.placement.fit import evaluate, node_shape
+from nodetopo.placement.request import PodRequest
+from nodetopo.resource.limits import MAX_GPUS, MAX_NICS
 
 ONE_ISLAND = {"nodetopo.io/gpus-in-one-island": "true", "nodetopo.io/max-nic-distance": "SYS"}
 

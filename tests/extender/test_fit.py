@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from nodetopo.extender.fit import GpuSlot, NodeShape, evaluate, free_after, node_shape, place
-from nodetopo.extender.request import PodRequest
 from nodetopo.model import LinkClass
+from nodetopo.placement.fit import GpuSlot, NodeShape, evaluate, free_after, node_shape, place
+from nodetopo.placement.request import PodRequest
 
 
 def shape(bodies: dict[str, dict[str, Any]], name: str) -> NodeShape:

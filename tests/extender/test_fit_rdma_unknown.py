@@ -12,10 +12,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from nodetopo.crd import to_nodetopology
-from nodetopo.extender.fit import evaluate, node_shape
-from nodetopo.extender.request import PodRequest
-from nodetopo.labels import to_labels
+from nodetopo.placement.fit import evaluate, node_shape
+from nodetopo.placement.request import PodRequest
+from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.labels import to_labels
 from nodetopo.topology.discover import bundle_context, scan
 
 

@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from nodetopo.extender.request import AnnotationError, PodRequest, parse_pod_request, parse_quantity
 from nodetopo.model import LinkClass
+from nodetopo.placement.request import AnnotationError, PodRequest, parse_pod_request, parse_quantity
 
 
 def pod(annotations: dict[str, str] | None = None, gpus: Any = 2, init_gpus: Any = None) -> dict[str, Any]:

@@ -12,13 +12,11 @@ from typing import Any
 
 from nodetopo.kube.session import ApiSession
 from nodetopo.publish.nodetopology import (
-    GROUP,
-    PLURAL,
-    VERSION,
     metadata_patch,
     status_content_hash,
     status_patch,
 )
+from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 
 H100 = "NVIDIA H100 80GB HBM3"
 CLASSES = ("PIX", "PXB", "PHB", "NODE", "SYS")

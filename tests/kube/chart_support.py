@@ -68,9 +68,16 @@ def helm(
 
 
 def template(
-    release: str = "nodetopo", namespace: str = "nodetopo", *, values: Sequence[str] = (), check: bool = True
+    release: str = "nodetopo",
+    namespace: str = "nodetopo",
+    *,
+    values: Sequence[str] = (),
+    check: bool = True,
+    tests: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """``helm template`` of the chart; ``values`` are extra helm arguments (``--set k=v``, ``-f file``)."""
+    """``helm template`` of the chart; ``values`` are extra helm arguments (``--set k=v``, ``-f file``).
+    Without ``tests`` the ``helm test`` hook pod is left out (``--skip-tests``): it is no object the
+    release installs."""
     return helm(
         "template",
         release,
@@ -79,6 +86,7 @@ def template(
         namespace,
         "--kube-version",
         KUBE_VERSION,
+        *(() if tests else ("--skip-tests",)),
         *values,
         check=check,
     )
@@ -90,6 +98,17 @@ def documents(text: str) -> list[dict[str, Any]]:
 
 def render(release: str = "nodetopo", namespace: str = "nodetopo", *values: str) -> list[dict[str, Any]]:
     return documents(template(release, namespace, values=values).stdout)
+
+
+def render_tests(
+    release: str = "nodetopo", namespace: str = "nodetopo", *values: str
+) -> list[dict[str, Any]]:
+    """Only the ``helm test`` hooks of the chart rendered with ``values``."""
+    return [
+        d
+        for d in documents(template(release, namespace, values=values, tests=True).stdout)
+        if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"
+    ]
 
 
 def without_helm_metadata(

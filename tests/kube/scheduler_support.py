@@ -99,7 +99,7 @@ def create_node(cluster: LocalCluster, name: str, gpus: int, labels: dict[str, s
 
 
 def create_nodetopology(cluster: LocalCluster, body: dict[str, Any]) -> None:
-    from nodetopo.crd import PLURAL, VERSION
+    from nodetopo.resource.identity import PLURAL, VERSION
 
     path = f"/apis/nodetopo.io/{VERSION}/{PLURAL}"
     name = body["metadata"]["name"]
@@ -389,8 +389,8 @@ class Pool:
 def gpu_pool(cluster: LocalCluster, prefix: str) -> Iterator[Pool]:
     """``MAIN_NODES`` (group main), a bare GPU node without NodeTopology, and the link-layer pair
     (group link), each a Node with ``nvidia.com/gpu`` capacity and the agent's labels; deleted after."""
-    from nodetopo.crd import to_nodetopology
-    from nodetopo.labels import to_labels
+    from nodetopo.resource.body import to_nodetopology
+    from nodetopo.resource.labels import to_labels
 
     pool = Pool(prefix=prefix, namespace=f"{prefix}-pods", topologies={})
     created: list[tuple[str, bool]] = []

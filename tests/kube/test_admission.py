@@ -29,9 +29,9 @@ from admit.cases import CASES, Case, manifest, summary, topology_of
 
 from nodetopo.admission.controller import FIELD_MANAGER
 from nodetopo.admission.summary import NAME, PLURAL
-from nodetopo.crd import GROUP, VERSION
 from nodetopo.kube.session import ApiSession
 from nodetopo.kube.transport import connect
+from nodetopo.resource.identity import GROUP, VERSION
 
 from .cluster import REPO, LocalCluster
 

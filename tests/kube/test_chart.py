@@ -22,6 +22,7 @@ from kube.chart_support import (
     documents,
     helm,
     render,
+    render_tests,
     squeeze_whitespace,
     template,
     without_helm_metadata,
@@ -184,7 +185,7 @@ def test_scheduler_values_reach_the_deployment() -> None:
     (role,) = [d for d in docs if d["kind"] == "Role" and "scheduler" in d["metadata"]["name"]]
     assert role["rules"][0]["resourceNames"] == ["gpu-nodetopo-scheduler"]  # its own Lease only
     # the extender's NetworkPolicy admits this release's scheduler pods
-    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy" and "extender" in d["metadata"]["name"]]
     peers = [p["podSelector"]["matchLabels"] for p in policy["spec"]["ingress"][0]["from"]]
     assert deployment["spec"]["template"]["metadata"]["labels"].items() >= peers[-1].items()
 
@@ -195,17 +196,10 @@ def test_the_scheduler_needs_the_extender() -> None:
     assert "scheduler.enabled needs extender.enabled" in done.stderr, done.stderr
 
 
-@pytest.mark.parametrize(
-    ("shipped", "source"),
-    [
-        ("crds", "crds"),
-        ("admission", "deploy/admission"),
-        ("extender", "deploy/extender"),
-        ("scheduler", "deploy/scheduler"),
-    ],
-)
+@pytest.mark.parametrize(("shipped", "source"), [("crds", "crds")])
 def test_chart_files_are_the_repository_manifests(shipped: str, source: str) -> None:
-    """The chart ships copies (a packaged chart holds nothing outside its directory): same bytes."""
+    """The chart ships copies of the CRDs (a packaged chart holds nothing outside its directory):
+    same bytes. Every other object is a template (test_chart_values.py)."""
     copies = sorted((CHART / "files" / shipped).glob("*.yaml"))
     assert copies
     for copy in copies:
@@ -305,6 +299,13 @@ def apply(cluster: Any, docs: list[dict[str, Any]], *extra: str) -> str:
     )
 
 
+PREFER_POOL = {
+    "nodeAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 1, "preference": {"matchExpressions": [{"key": "pool", "operator": "Exists"}]}}
+        ]
+    }
+}
 VALUE_SETS = {
     "default": (),
     "optional-parts": ALL_OPTIONAL,
@@ -315,6 +316,26 @@ VALUE_SETS = {
         "--set", "image.tag=0.1.0-test",
         "--set", "agent.priorityClassName=",
     ),
+    # every component's pod values at once: the API server checks each field lands in a valid place
+    "components": (
+        *ALL_OPTIONAL,
+        *(a for c in ("agent", "extender", "scheduler", "admission.summaryController") for a in (
+            "--set-json", f'{c}.nodeSelector={{"pool": "gpu"}}',
+            "--set-json", f'{c}.tolerations=[{{"key": "dedicated", "operator": "Exists"}}]',
+            "--set-json", f"{c}.affinity={json.dumps(PREFER_POOL)}",
+            "--set-json", f'{c}.extraEnv=[{{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}}]',
+            "--set-json", f'{c}.podAnnotations={{"example.com/owner": "ml"}}',
+            "--set-json", f'{c}.podLabels={{"team": "ml"}}',
+            "--set-json", f'{c}.podSecurityContext={{"fsGroup": 2000, "supplementalGroups": [3000]}}',
+            "--set-json", f'{c}.securityContext={{"runAsGroup": 3000}}',
+            "--set-json", f'{c}.serviceAccount.annotations={{"example.com/role": "r"}}',
+        )),
+        "--set", "extender.serviceAccount.name=own-extender",
+        "--set", "admission.summaryController.serviceAccount.create=false",
+        "--set-json", 'probe.serviceAccounts=[{"namespace": "{namespace}", "name": "trainer"}]',
+        "--set-json", 'agent.networkPolicy.extraFrom=[{"ipBlock": {"cidr": "10.0.0.10/32"}}]',
+        "--set-json", 'extender.networkPolicy.extraFrom=[{"ipBlock": {"cidr": "10.0.0.10/32"}}]',
+    ),
 }  # fmt: skip
 
 
@@ -322,13 +343,18 @@ VALUE_SETS = {
 def test_value_set_applies_to_the_real_apiserver(cluster: Any, name: str) -> None:
     release = f"c{uuid.uuid4().hex[:8]}"
     namespace = f"chart-{release}"
-    docs = render(release, namespace, "--set", "namespace.create=true", *VALUE_SETS[name])
+    values = [v.replace("{namespace}", namespace) for v in VALUE_SETS[name]]
+    docs = render(release, namespace, "--set", "namespace.create=true", *values)
     # The Prometheus Operator's CRDs are not in this cluster: its objects are checked by render
     # (test_alert_rules_use_metrics_the_agent_exports) and by `helm lint`, not applied.
     applied = [d for d in docs if not d["apiVersion"].startswith(MONITORING)]
-    assert len(applied) < len(docs) or name != "optional-parts"
+    assert len(applied) < len(docs) or name not in ("optional-parts", "components")
     try:
         check_value_set(cluster, release, namespace, applied)
+        # the `helm test` pod too (a dry run: no kubelet here runs it)
+        hooks = render_tests(release, namespace, *values)
+        assert [d["kind"] for d in hooks] == ["Pod"]
+        assert "(server dry run)" in apply(cluster, hooks, "--dry-run=server")
     finally:
         uninstall(cluster, release, namespace, applied)
 
@@ -454,3 +480,39 @@ def test_confinement_follows_the_release_namespace_and_names(
         assert mine.returncode == 0, mine.stderr
     finally:
         uninstall(cluster, release, namespace)
+
+
+def test_notes_say_what_to_run_next(cluster: Any) -> None:
+    """NOTES.txt (what `helm install` prints) names the release's own objects: the rollout to wait
+    for, `kubectl get ntopo`, `helm test`, and for each optional part its own next step.
+    tests/node/test_chart_install.py runs the commands on a real node."""
+    done = helm(
+        "install", "gpu", str(CHART), "--namespace", "topo", "--dry-run=client",
+        "--kubeconfig", str(cluster.kubeconfig_for("admin")), "--set", "crds.install=false",
+        *ALL_OPTIONAL[:6],  # not the monitoring.coreos.com objects: their CRDs are not installed here
+    )  # fmt: skip
+    notes = done.stdout.split("NOTES:", 1)[1]
+    commands = [line.strip() for line in notes.splitlines() if line.startswith("  ")]
+    assert commands[:4] == [
+        "kubectl -n topo rollout status daemonset/gpu-nodetopo-agent",
+        "kubectl get ntopo",
+        "kubectl get nodes -L "
+        "nodetopo.io/gpu.count,nodetopo.io/nvlink.island-size,nodetopo.io/gpu-nic.distance",
+        "helm test gpu -n topo --logs",
+    ]
+    for part in ("extender", "scheduler", "summary-controller"):
+        assert f"kubectl -n topo rollout status deployment/gpu-nodetopo-{part}" in commands
+    assert "http://gpu-nodetopo-extender.topo.svc:8888" in notes
+    assert "schedulerName: gpu-nodetopo-scheduler" in notes
+    events = "gpu-nodetopo-probe-events"
+    assert (
+        f"kubectl -n NS create rolebinding {events}-SA --clusterrole={events} --serviceaccount=NS:SA"
+        in commands
+    )
+    plain = helm(
+        "install", "plain", str(CHART), "--namespace", "nodetopo", "--dry-run=client",
+        "--kubeconfig", str(cluster.kubeconfig_for("admin")), "--set", "tests.enabled=false",
+        "--set", "crds.install=false",
+    ).stdout.split("NOTES:", 1)[1]  # fmt: skip
+    assert "kubectl -n nodetopo rollout status daemonset/plain-nodetopo-agent" in plain
+    assert "helm test" not in plain and "extender" not in plain and "schedulerName" not in plain

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from nodetopo.crd import to_nodetopology
 from nodetopo.errors import InvalidError, PublishError
 from nodetopo.kube.session import ApiSession
-from nodetopo.labels import to_labels, uncertain_keys
 from nodetopo.publish import Publisher
-from nodetopo.publish.nodetopology import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.identity import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from nodetopo.resource.labels import to_labels, uncertain_keys
 from nodetopo.topology.discover import bundle_context, scan
 
 from . import bodies
@@ -310,7 +310,7 @@ def test_kubectl_get_wide_by_short_name(session: ApiSession, kubectl: Callable[.
 
 def test_an_allocation_with_holders_is_kept_whole_and_a_bad_state_refused(session: ApiSession) -> None:
     """status.allocation and gpus[]/migDevices[].heldBy as the agent writes them; nothing pruned."""
-    from nodetopo.allocation import gpu_allocation
+    from nodetopo.kubelet.allocation import gpu_allocation
     from nodetopo.model import DeviceAssignment, KubeletAllocation, PodRef
 
     for bundle in ("dgx-h100", "a100-mig"):

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from nodetopo.crd import MAX_CPULIST, MAX_GPU_LINKS, MAX_GPUS, MAX_NICS, MAX_SOURCES
 from nodetopo.errors import InvalidError, PublishError
 from nodetopo.kube.session import ApiSession
 from nodetopo.model import MAX_LINKED_GPUS
-from nodetopo.publish.nodetopology import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from nodetopo.resource.identity import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from nodetopo.resource.limits import MAX_CPULIST, MAX_GPU_LINKS, MAX_GPUS, MAX_NICS, MAX_SOURCES
 
 from . import bodies
 

@@ -16,10 +16,10 @@ from agent.kube_support import NAMESPACE, SERVICE_ACCOUNT, apply_deploy
 from agent.support import DGX_H100
 
 from kube.bodies import apply_nodetopology
-from nodetopo.crd import to_nodetopology
 from nodetopo.errors import ForbiddenError
 from nodetopo.kube.session import ApiSession
 from nodetopo.publish.nodetopology import owner_reference
+from nodetopo.resource.body import to_nodetopology
 from nodetopo.topology.discover import bundle_context, scan
 
 pytestmark = pytest.mark.k8s

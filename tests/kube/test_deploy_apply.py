@@ -20,11 +20,14 @@ def test_kustomize_builds_every_part(cluster: Any, tmp_path: Path) -> None:
     kinds = sorted({(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(done.stdout) if d})
     assert kinds == [
         ("ClusterRole", "nodetopo-agent"),
+        ("ClusterRole", "nodetopo-probe-events"),
+        ("ClusterRole", "nodetopo-reader"),
         ("ClusterRoleBinding", "nodetopo-agent"),
         ("CustomResourceDefinition", "nodetopologies.nodetopo.io"),
         ("CustomResourceDefinition", "nodetopologysummaries.nodetopo.io"),
         ("DaemonSet", "nodetopo-agent"),
         ("Namespace", NAMESPACE),
+        ("NetworkPolicy", "nodetopo-agent"),
         ("ServiceAccount", "nodetopo-agent"),
         ("ValidatingAdmissionPolicy", "nodetopo-agent-own-node"),
         ("ValidatingAdmissionPolicyBinding", "nodetopo-agent-own-node"),

@@ -70,7 +70,7 @@ def pod(name: str, scheduler: str, gpus: int) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def tls_pool(cluster: LocalCluster) -> Iterator[dict[str, str]]:
     """Two GPU nodes: 8 GPUs in one NVSwitch island, and 4 GPUs in NVLink pairs."""
-    from nodetopo.crd import to_nodetopology
+    from nodetopo.resource.body import to_nodetopology
 
     nodes = {"big": f"tls-{RUN}-h100", "pairs": f"tls-{RUN}-pairs"}
     bundles = {"big": "dgx-h100", "pairs": "pcie-4x-nvbridge"}

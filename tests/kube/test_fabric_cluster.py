@@ -11,12 +11,12 @@ import pytest
 import yaml
 
 from nodetopo import export
-from nodetopo.crd import to_nodetopology
 from nodetopo.kube.session import ApiSession
-from nodetopo.labels import to_labels, uncertain_keys
 from nodetopo.model import FabricTier, Facts, NetworkObservation, SwitchPort
 from nodetopo.publish import Publisher
-from nodetopo.publish.nodetopology import GROUP, PLURAL, VERSION
+from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.identity import GROUP, PLURAL, VERSION
+from nodetopo.resource.labels import to_labels, uncertain_keys
 from nodetopo.topology.derive import derive_topology
 
 from .cluster import LocalCluster

@@ -1,7 +1,8 @@
-"""``nodetopo probe`` with a workload's own service account bound to deploy/probe's ``nodetopo-reader``
-ClusterRole, against the real API server: the role is enough (read the node's NodeTopology, post the
-Event on the pod) and no more (no list, no write, nothing else). Run with ``-s`` to see the real
-``kubectl describe pod`` of a failing probe.
+"""``nodetopo probe`` with a workload's own service account bound as deploy/probe/rbac.yaml says
+(``nodetopo-reader`` through a ClusterRoleBinding, ``nodetopo-probe-events`` through a RoleBinding in
+the workload's namespace), against the real API server: the roles are enough (read the node's
+NodeTopology, post the Event on the pod) and no more (no list, no write, no Event in another
+namespace). Run with ``-s`` to see the real ``kubectl describe pod`` of a failing probe.
 """
 
 from __future__ import annotations
@@ -64,15 +65,9 @@ def test_reader_role_is_enough_and_no_more(
     cluster.kubectl("apply", "-f", str(ROOT / "deploy/probe/rbac.yaml"))
     node = make_node()["metadata"]["name"]
     sa = f"workload-{uuid.uuid4().hex[:6]}"
-    bound = node_bound_token(node, service_account=sa)
-    binding = f"nodetopo-reader-{sa}"
-    cluster.kubectl(
-        "create",
-        "clusterrolebinding",
-        binding,
-        "--clusterrole=nodetopo-reader",
-        f"--serviceaccount=default:{sa}",
-    )
+    namespace = f"ml-{sa}"
+    bound = node_bound_token(node, namespace=namespace, service_account=sa)
+    binding = bind_probe(cluster, namespace, sa)
     try:
         # no NodeTopology yet: a clear reason, and the Event still goes to the pod
         env_args = [
@@ -81,7 +76,7 @@ def test_reader_role_is_enough_and_no_more(
             "--pod-name",
             bound.pod_name,
             "--pod-namespace",
-            "default",
+            namespace,
             "--pod-uid",
             bound.pod_uid,
         ]
@@ -103,7 +98,7 @@ def test_reader_role_is_enough_and_no_more(
         assert term.startswith("ResourceNotReal: rdma: "), term
         assert report["event"] == "posted"
 
-        described = cluster.kubectl("describe", "pod", bound.pod_name, "-n", "default").stdout
+        described = cluster.kubectl("describe", "pod", bound.pod_name, "-n", namespace).stdout
         print(described)
         assert "TopologyProbeFailed" in described and "ResourceNotReal: rdma:" in described
         assert "TopologyProbePassed" in described  # the first run, without a NodeTopology, passed
@@ -118,12 +113,18 @@ def test_reader_role_is_enough_and_no_more(
                 "watch nodetopologies": ("GET", "/apis/nodetopo.io/v1alpha1/nodetopologies?watch=1"),
                 "delete nodetopology": ("DELETE", f"/apis/nodetopo.io/v1alpha1/nodetopologies/{node}"),
                 "read node": ("GET", f"/api/v1/nodes/{node}"),
-                "read pod": ("GET", f"/api/v1/namespaces/default/pods/{bound.pod_name}"),
-                "list events": ("GET", "/api/v1/namespaces/default/events"),
-                "list secrets": ("GET", "/api/v1/namespaces/default/secrets"),
+                "read pod": ("GET", f"/api/v1/namespaces/{namespace}/pods/{bound.pod_name}"),
+                "list events": ("GET", f"/api/v1/namespaces/{namespace}/events"),
+                "list secrets": ("GET", f"/api/v1/namespaces/{namespace}/secrets"),
             }
             for what, (method, path) in refused.items():
                 assert connection.request(method, path).status == 403, what
+            # an Event in its own namespace, and in no other: not a spoofed kubelet Warning elsewhere
+            for where, status in ((namespace, 201), ("default", 403), ("kube-system", 403)):
+                posted = connection.request(
+                    "POST", f"/api/v1/namespaces/{where}/events", body=json.dumps(spoofed(where)).encode()
+                )
+                assert posted.status == status, (where, posted.status, posted.data[:300])
             patch = connection.request(
                 "PATCH",
                 f"/apis/nodetopo.io/v1alpha1/nodetopologies/{node}",
@@ -135,3 +136,35 @@ def test_reader_role_is_enough_and_no_more(
             connection.close()
     finally:
         cluster.kubectl("delete", "clusterrolebinding", binding, check=False)
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def bind_probe(cluster: LocalCluster, namespace: str, sa: str) -> str:
+    """The two bindings deploy/probe/rbac.yaml documents; returns the ClusterRoleBinding's name."""
+    binding = f"nodetopo-reader-{namespace}-{sa}"
+    cluster.kubectl(
+        "create",
+        "clusterrolebinding",
+        binding,
+        "--clusterrole=nodetopo-reader",
+        f"--serviceaccount={namespace}:{sa}",
+    )
+    cluster.kubectl(
+        "-n", namespace, "create", "rolebinding", f"nodetopo-probe-events-{sa}",
+        "--clusterrole=nodetopo-probe-events", f"--serviceaccount={namespace}:{sa}",
+    )  # fmt: skip
+    return binding
+
+
+def spoofed(namespace: str) -> dict[str, Any]:
+    """An Event that claims to come from a kubelet, about a pod that may not exist."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": "spoof.", "namespace": namespace},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": "victim"},
+        "reason": "Unhealthy",
+        "message": "Liveness probe failed",
+        "type": "Warning",
+        "source": {"component": "kubelet", "host": "node-1"},
+    }

@@ -31,15 +31,8 @@ from nodetopo.kube.errors import ApiStatusError, KubeConfigError, parse_retry_af
 from nodetopo.kube.session import ApiSession
 from nodetopo.kube.transport import KubeConnection, connect
 from nodetopo.publish import run_publish
-from nodetopo.publish.nodetopology import (
-    API_VERSION,
-    GROUP,
-    KIND,
-    PLURAL,
-    VERSION,
-    NodeTopologyPublisher,
-    status_content_hash,
-)
+from nodetopo.publish.nodetopology import NodeTopologyPublisher, status_content_hash
+from nodetopo.resource.identity import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 from . import bodies
 from .cluster import LocalCluster, free_port

@@ -1,8 +1,9 @@
-"""The Helm chart on a real node: ``helm install`` (the real helm from tests/cluster-helm) of
+"""The Helm chart on a real node: ``helm install --wait`` (the real helm from tests/cluster-helm) of
 charts/nodetopo into its own release namespace, with only what the harness cannot provide changed by
 values (pull policy Never: no registry; the API server's address as the pod sees it: no kube-proxy).
-The real kubelet starts the agent from the image built by image/build_oci.py; it must be Running,
-Ready and publish its node's NodeTopology and nodetopo.io/ labels under the release's identity.
+The real kubelet starts the agent from the image built by image/build_oci.py; when helm returns it
+must be Ready and have published its node's NodeTopology and nodetopo.io/ labels under the release's
+identity; the commands NOTES.txt prints then work as printed, `helm test` included.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube.chart_support import CHART, helm
+import yaml
+from kube.chart_support import CHART, helm, helm_binary, render_tests
 
 from .node import LocalNode
 
@@ -27,6 +29,7 @@ RELEASE = "chart"
 NAMESPACE = "chart-node"
 AGENT = f"{RELEASE}-nodetopo-agent"
 MARKS: dict[str, int] = {}  # audit-log offset taken before the install
+INSTALLED: dict[str, str] = {}  # what `helm install` printed ("stdout"), the values file ("values")
 
 
 def kubeconfig(node: LocalNode) -> str:
@@ -61,10 +64,14 @@ def release(
     )
     cluster.kubectl("create", "namespace", NAMESPACE)
     MARKS["before install"] = cluster.audit_barrier()
-    helm(
+    done = helm(
         "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kubeconfig", kubeconfig(node),
         "-f", str(values), "--wait", "--timeout", "180s",
     )  # fmt: skip
+    INSTALLED["stdout"], INSTALLED["values"] = done.stdout, str(values)
+    INSTALLED["agents"] = cluster.kubectl(
+        "get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={AGENT}", "-o", "json"
+    ).stdout  # the moment `helm install --wait` returned
     try:
         yield RELEASE
     finally:
@@ -88,25 +95,24 @@ def release(
                 cluster.request("PATCH", f"/api/v1/nodes/{node.name}", body={"metadata": {"labels": drop}})
 
 
+def test_helm_install_wait_returns_once_the_agent_is_ready(node: LocalNode, release: str) -> None:
+    """`helm install --wait` waits for the agent on every node: with one node and a maxUnavailable
+    of 10% (rounded up to one pod) it returned before the pod was Ready; with 0 it waits for it."""
+    (pod,) = json.loads(INSTALLED["agents"])["items"]
+    conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
+    events = node.cluster.kubectl("get", "events", "-n", NAMESPACE, check=False).stdout[-3000:]
+    assert pod["status"].get("phase") == "Running" and conditions.get("Ready") == "True", (
+        f"helm returned with the agent not Ready: {json.dumps(pod['status'])[-3000:]}\n{events}"
+    )
+
+
 def test_helm_install_runs_the_agent_and_it_publishes(node: LocalNode, release: str) -> None:
     cluster = node.cluster
-    # `helm install --wait` alone proves little here: with one node, the DaemonSet's maxUnavailable
-    # (10%, rounded up to 1) lets helm call it ready before the pod is.
-    deadline = time.monotonic() + 180
-    while True:
-        pods = json.loads(
-            cluster.kubectl(
-                "get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={AGENT}", "-o", "json"
-            ).stdout
-        )["items"]
-        assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
-        pod = pods[0]
-        conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
-        if pod["status"].get("phase") == "Running" and conditions.get("Ready") == "True":
-            break
-        events = cluster.kubectl("get", "events", "-n", NAMESPACE, check=False).stdout[-3000:]
-        assert time.monotonic() < deadline, f"agent not Ready: {json.dumps(pod['status'])[-3000:]}\n{events}"
-        time.sleep(1)
+    (pod,) = json.loads(
+        cluster.kubectl(
+            "get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={AGENT}", "-o", "json"
+        ).stdout
+    )["items"]
     assert pod["spec"]["nodeName"] == node.name and pod["spec"]["serviceAccountName"] == AGENT
     topology = published_topology(node, timeout_s=60)
     # the agent asked the real kubelet through the chart's pod-resources mount, as uid 0
@@ -176,3 +182,73 @@ def test_kubectl_ntopo_shows_the_node_the_chart_published(node: LocalNode, relea
     assert node.name in done.stdout
     numa = len(topology["status"]["numaNodes"])
     assert f"NUMA nodes: {numa}" in done.stdout, done.stdout
+
+
+def notes_commands() -> list[str]:
+    """The command lines of the NOTES `helm install` printed (indented two spaces)."""
+    notes = INSTALLED["stdout"].split("NOTES:", 1)[1]
+    return [line.strip() for line in notes.splitlines() if line.startswith("  ") and " " in line.strip()]
+
+
+def test_the_commands_the_notes_print_work_as_printed(node: LocalNode, release: str) -> None:
+    """What NOTES.txt tells a newcomer to run next, run as printed (the test's kubectl and helm,
+    the admin kubeconfig): the rollout is complete, `kubectl get ntopo` lists the node, and
+    `helm test --logs` passes and shows what its pod printed: the node's NodeTopology labels."""
+    cluster = node.cluster
+    commands = notes_commands()
+    assert commands[:4] == [
+        f"kubectl -n {NAMESPACE} rollout status daemonset/{AGENT}",
+        "kubectl get ntopo",
+        "kubectl get nodes -L "
+        "nodetopo.io/gpu.count,nodetopo.io/nvlink.island-size,nodetopo.io/gpu-nic.distance",
+        f"helm test {RELEASE} -n {NAMESPACE} --logs",
+    ], commands
+    admin = ["--kubeconfig", kubeconfig(node)]
+    outputs = []
+    for command in commands[:4]:
+        tool, *args = command.split()
+        binary = str(helm_binary()) if tool == "helm" else str(cluster.binary("kubectl"))
+        done = subprocess.run(
+            [binary, *args, *admin, *(["--timeout", "60s"] if tool == "helm" else [])],
+            capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
+        print(f"\n$ {command}\n{done.stdout}")
+        outputs.append(done.stdout)
+    assert "successfully rolled out" in outputs[0]
+    assert node.name in outputs[1] and node.name in outputs[2]
+    assert "Phase:          Succeeded" in outputs[3], outputs[3]
+    test_pod = f"{RELEASE}-nodetopo-test"
+    status, pod = cluster.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{test_pod}")
+    assert status == 200 and pod["status"]["phase"] == "Succeeded" and pod["spec"]["nodeName"] == node.name
+    # --logs: helm printed the pod's log, the node's nodetopo.io/ labels as the NodeTopology gives them
+    logs = outputs[3].split(f"POD LOGS: {test_pod}", 1)[1]
+    _, body = cluster.request("GET", f"/api/v1/nodes/{node.name}")
+    printed = yaml.safe_load("\n".join(line for line in logs.splitlines() if line.startswith("nodetopo.io/")))
+    assert printed["nodetopo.io/gpu.count"] == body["metadata"]["labels"]["nodetopo.io/gpu.count"], logs
+
+
+def test_helm_test_fails_for_a_node_without_a_nodetopology(node: LocalNode, release: str) -> None:
+    """The chart's test pod (rendered with the release's values), asking for a node nothing
+    published: it fails, and says what is missing."""
+    cluster = node.cluster
+    (missing,) = render_tests(RELEASE, NAMESPACE, "-f", INSTALLED["values"])
+    name = f"{RELEASE}-nodetopo-test-missing"
+    missing["metadata"] = {"name": name, "namespace": NAMESPACE}
+    container = missing["spec"]["containers"][0]
+    assert "--node-name=$(NODE_NAME)" in container["args"]
+    container["args"] = ["ray", "--node-name=no-such-node", "--wait=3"]
+    cluster.kubectl("create", "-f", "-", input=json.dumps(missing))
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            _, pod = cluster.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
+            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                break
+            assert time.monotonic() < deadline, pod.get("status")
+            time.sleep(1)
+        assert pod["status"]["phase"] == "Failed"
+        logs = cluster.kubectl("logs", "-n", NAMESPACE, name).stdout
+        assert "NodeTopology/no-such-node: not found" in logs, logs
+    finally:
+        cluster.kubectl("delete", "pod", "-n", NAMESPACE, name, "--grace-period=0", "--force", check=False)

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from kube.cluster import LocalCluster
 
-from nodetopo.crd import condition_type
+from nodetopo.resource.conditions import condition_type
 
 from .node import REPO, LocalNode
 

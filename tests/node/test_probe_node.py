@@ -1,9 +1,9 @@
 """``nodetopo probe`` as an init container on the real node (kubelet + containerd, the image built by
 image/build_oci.py), with the pod's own kubelet-minted service-account token bound to deploy/probe's
-``nodetopo-reader``: a pod without a declaration passes with an Undeclared warning; a pod declaring
-``nodetopo.io/rdma: required`` on a node whose NodeTopology promises RDMA NICs the container cannot see
-fails ResourceNotReal, in its termination message and in an Event. Run with ``-s`` for the real
-``kubectl describe pod`` output.
+roles (``nodetopo-reader``, and ``nodetopo-probe-events`` in the pod's namespace): a pod without a
+declaration passes with an Undeclared warning; a pod declaring ``nodetopo.io/rdma: required`` on a
+node whose NodeTopology promises RDMA NICs the container cannot see fails ResourceNotReal, in its
+termination message and in an Event. Run with ``-s`` for the real ``kubectl describe pod`` output.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 from kube.cluster import LocalCluster
+
+from nodetopo.kube.session import FIELD_MANAGER
 
 from .node import REPO, LocalNode
 
@@ -87,7 +89,8 @@ def init_terminated(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def create_reader(cluster: LocalCluster) -> str:
-    """A new service account bound to deploy/probe's ``nodetopo-reader`` (``delete_reader`` removes it)."""
+    """A new service account bound as deploy/probe/rbac.yaml says: ``nodetopo-reader`` cluster-wide,
+    ``nodetopo-probe-events`` in its own namespace (``delete_reader`` removes them)."""
     cluster.kubectl("apply", "-f", str(REPO / "deploy/probe/rbac.yaml"))
     sa = f"probe-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "serviceaccount", "-n", NAMESPACE, sa)
@@ -98,11 +101,16 @@ def create_reader(cluster: LocalCluster) -> str:
         "--clusterrole=nodetopo-reader",
         f"--serviceaccount={NAMESPACE}:{sa}",
     )
+    cluster.kubectl(
+        "-n", NAMESPACE, "create", "rolebinding", f"nodetopo-probe-events-{sa}",
+        "--clusterrole=nodetopo-probe-events", f"--serviceaccount={NAMESPACE}:{sa}",
+    )  # fmt: skip
     return sa
 
 
 def delete_reader(cluster: LocalCluster, sa: str) -> None:
     cluster.kubectl("delete", "clusterrolebinding", f"nodetopo-reader-{sa}", check=False)
+    cluster.kubectl("delete", "rolebinding", "-n", NAMESPACE, f"nodetopo-probe-events-{sa}", check=False)
     cluster.kubectl("delete", "serviceaccount", "-n", NAMESPACE, sa, check=False)
 
 
@@ -125,14 +133,26 @@ def node_state_kept(cluster: LocalCluster, node: LocalNode) -> Iterator[None]:
     finally:
         cluster.kubectl("delete", "nodetopology", node.name, "--ignore-not-found", check=False)
         after = node_labels(cluster, node.name)
-        restore = {k: before.get(k) for k in {*before, *after} if before.get(k) != after.get(k)}
-        if restore:
-            cluster.request(
+        if before != after:
+            # Put them back as nodetopo's own field manager (server-side apply, forced): a plain
+            # patch would make the test's client their owner, and every later apply of nodetopo's
+            # (agent or publish) that changes one of them would fail with a conflict.
+            apply = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "labels": before}}
+            status, body = cluster.request(
                 "PATCH",
-                f"/api/v1/nodes/{node.name}",
-                body={"metadata": {"labels": restore}},
-                content_type="application/merge-patch+json",
+                f"/api/v1/nodes/{node.name}?fieldManager={FIELD_MANAGER}&force=true",
+                body=apply,
+                content_type="application/apply-patch+yaml",
             )
+            assert status == 200, body
+            left = {k: None for k, v in node_labels(cluster, node.name).items() if before.get(k) != v}
+            if left:  # keys of other managers that the block added
+                cluster.request(
+                    "PATCH",
+                    f"/api/v1/nodes/{node.name}",
+                    body={"metadata": {"labels": left}},
+                    content_type="application/merge-patch+json",
+                )
 
 
 @contextlib.contextmanager

@@ -11,10 +11,10 @@ from nodetopo.probe.checks import (
     Status,
     Thresholds,
     check_allocation,
-    parse_nodetopology,
     run_checks,
     verdict,
 )
+from nodetopo.probe.promised import parse_nodetopology
 
 from .test_checks import declared, nodetopology, seen
 

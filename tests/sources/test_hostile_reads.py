@@ -18,7 +18,6 @@ import pytest
 from sysfs_trees import Link, pci_function, write_tree
 
 from nodetopo.bundle import COMMANDS, bundle_runner
-from nodetopo.crd import to_nodetopology
 from nodetopo.errors import ParseError, excerpt
 from nodetopo.host import (
     SYSFS_ATTRIBUTE_LIMIT,
@@ -31,6 +30,7 @@ from nodetopo.host import (
     sysfs_mount_points,
 )
 from nodetopo.model import ConditionReason
+from nodetopo.resource.body import to_nodetopology
 from nodetopo.sources import ibstat, numa, nvidia_smi, pci, rdma
 from nodetopo.topology.discover import bundle_context, scan
 

@@ -12,8 +12,15 @@
 {{- end -}}
 {{- end -}}
 
+{{/* Component names: objects, selector labels, Leases and scheduler names are made from these. For
+the release "nodetopo" in the namespace "nodetopo" every object is the one deploy/ has
+(tests/kube/test_chart.py compares them). */}}
 {{- define "nodetopo.agent" -}}{{ include "nodetopo.fullname" . }}-agent{{- end -}}
 {{- define "nodetopo.extender" -}}{{ include "nodetopo.fullname" . }}-extender{{- end -}}
+{{- define "nodetopo.scheduler" -}}{{ include "nodetopo.fullname" . }}-scheduler{{- end -}}
+{{- define "nodetopo.summaryController" -}}{{ include "nodetopo.fullname" . }}-summary-controller{{- end -}}
+{{- define "nodetopo.reader" -}}{{ include "nodetopo.fullname" . }}-reader{{- end -}}
+{{- define "nodetopo.probeEvents" -}}{{ include "nodetopo.fullname" . }}-probe-events{{- end -}}
 
 {{/* Labels on every object. */}}
 {{- define "nodetopo.labels" -}}
@@ -24,48 +31,78 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
+{{/* The nodetopo image of a component: each empty field of its `image` takes the top-level one.
+Call with (dict "root" $ "image" .Values.<component>.image). */}}
 {{- define "nodetopo.image" -}}
-{{- if .Values.image.digest -}}
-{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- $top := .root.Values.image -}}
+{{- $own := .image | default dict -}}
+{{- $repository := $own.repository | default $top.repository -}}
+{{- $digest := $own.digest | default $top.digest -}}
+{{- if $digest -}}
+{{ $repository }}@{{ $digest }}
 {{- else -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ $repository }}:{{ $own.tag | default $top.tag | default .root.Chart.AppVersion }}
 {{- end -}}
 {{- end -}}
 
-{{/* A file shipped under files/, moved to the release namespace, names and image: every object name
-(and the selector labels, role and policy references, Lease and scheduler names made from them)
-"nodetopo-<part>" becomes "<fullname>-<part>", so two releases never share an object. For the release
-"nodetopo" in the namespace "nodetopo" the objects are those of deploy/ (tests/kube/test_chart.py). */}}
-{{- define "nodetopo.renamed" -}}
-{{- $text := regexReplaceAll "\\bnodetopo-(extender|scheduler|annotations|topology|summary-controller|summary-writer)\\b" .text (printf "%s-${1}" (include "nodetopo.fullname" .root)) -}}
-{{- $text = replace ".nodetopo.svc:" (printf ".%s.svc:" .root.Release.Namespace) $text -}}
-{{- $text -}}
+{{- define "nodetopo.pullPolicy" -}}
+{{- (.image | default dict).pullPolicy | default .root.Values.image.pullPolicy -}}
 {{- end -}}
 
-{{- define "nodetopo.shipped" -}}
-{{- $text := .root.Files.Get .file -}}
-{{- $text = regexReplaceAll "(?m)(^\\s*|[{,] *)namespace: nodetopo( *[},]|$)" $text (printf "${1}namespace: %s${2}" .root.Release.Namespace) -}}
-{{- $text = include "nodetopo.renamed" (dict "root" .root "text" $text) -}}
-{{- range $pair := .replace | default list -}}
-{{- $text = replace (first $pair) (last $pair) $text -}}
+{{/* A component's service account: its serviceAccount.name, else "<default>". */}}
+{{- define "nodetopo.serviceAccountName" -}}
+{{- .values.serviceAccount.name | default .default -}}
 {{- end -}}
-{{- $text = replace "image: ghcr.io/nodetopo/nodetopo:0.1.0" (printf "image: %s" (include "nodetopo.image" .root)) $text -}}
-{{- range $doc := regexSplit "(?m)^---\\s*$" $text -1 }}
-{{- $obj := fromYaml $doc }}
-{{- if $obj }}
-{{- $meta := $obj.metadata }}
-{{- $_ := set $meta "labels" (merge (dict) (fromYaml (include "nodetopo.labels" $.root)) ($meta.labels | default dict)) }}
-{{- if and $.deployment (eq $obj.kind "Deployment") }}
-{{- $_ := set $obj.spec "replicas" $.deployment.replicas }}
-{{- $pod := $obj.spec.template.spec }}
-{{- $_ := set $pod "priorityClassName" $.deployment.priorityClassName }}
-{{- $_ := set (first $pod.containers) "resources" $.deployment.resources }}
-{{- if $.deployment.image }}
-{{- $_ := set (first $pod.containers) "image" (printf "%s:%s" $.deployment.image.repository $.deployment.image.tag) }}
+{{- define "nodetopo.agent.serviceAccountName" -}}
+{{- .Values.agent.serviceAccount.name | default (include "nodetopo.agent" .) -}}
+{{- end -}}
+{{- define "nodetopo.extender.serviceAccountName" -}}
+{{- .Values.extender.serviceAccount.name | default (include "nodetopo.extender" .) -}}
+{{- end -}}
+{{- define "nodetopo.scheduler.serviceAccountName" -}}
+{{- .Values.scheduler.serviceAccount.name | default (include "nodetopo.scheduler" .) -}}
+{{- end -}}
+{{- define "nodetopo.summaryController.serviceAccountName" -}}
+{{- .Values.admission.summaryController.serviceAccount.name | default (include "nodetopo.summaryController" .) -}}
+{{- end -}}
+
+{{/* A component's ServiceAccount object, when serviceAccount.create. */}}
+{{- define "nodetopo.serviceAccount" -}}
+{{- if .values.serviceAccount.create }}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ include "nodetopo.serviceAccountName" . }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "nodetopo.labels" .root | nindent 4 }}
+    {{- with .labels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with .values.serviceAccount.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+automountServiceAccountToken: true
 {{- end }}
+{{- end -}}
+
+{{/* The pod-spec fields every component shares: placement, pull secrets. */}}
+{{- define "nodetopo.placement" -}}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
 {{- end }}
----
-{{ toYaml $obj }}
+{{- with .values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- with .values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}

@@ -1,0 +1,9 @@
+"""The pod-request language every consumer speaks: what a pod asks of a node's topology, and whether
+a node can give it.
+
+* ``request``: the ``nodetopo.io/`` annotation grammar and a pod's GPU count as a ``PodRequest``
+  (the extender, the admission rules and the probe read pods through it).
+* ``fit``: pure placement over a node's ``NodeShape`` (read from its NodeTopology through
+  ``nodetopo.resource.reader``): the choice of GPUs, feasibility, the 0-10 score; its docstring is
+  the scoring reference. The extender places with it, the summary controller sums it.
+"""

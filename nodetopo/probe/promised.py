@@ -1,0 +1,102 @@
+"""What the node promised the pod: the parts of its NodeTopology the probe compares with.
+
+``parse_nodetopology`` projects them from ``nodetopo.resource.reader`` (the one reader of a published
+object), with its rule: what the object says wrongly is left out or unknown, never guessed, and the
+probe then skips what it cannot compare.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from nodetopo.model import LinkClass
+from nodetopo.resource.reader import read_nodetopology
+
+#: What the probe reads of a NodeTopology (``nodetopo.resource.reader`` sections).
+SECTIONS = frozenset({"gpus", "nics", "allocation", "affinity"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PromisedGpu:
+    index: int
+    uuid: str | None
+    island: int | None
+    numa_node: int | None
+    numa_cpus: frozenset[int] | None  #: the CPUs of the GPU's NUMA node (else its CPU affinity)
+    nics: tuple[tuple[str, LinkClass], ...]  #: (NIC name, distance)
+    #: (namespace, pod) of each holder, from ``heldBy``; None when the NodeTopology does not know
+    held_by: tuple[tuple[str, str], ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PromisedNic:
+    name: str
+    rdma: bool
+    state: str | None
+    link_layer: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Promised:
+    """The parts of a NodeTopology's ``status`` the probe compares with."""
+
+    node: str
+    gpus: tuple[PromisedGpu, ...]
+    nics: tuple[PromisedNic, ...]
+    islands: Mapping[int, int]  #: island id -> number of GPUs in it
+    #: the node's agent asked its kubelet who holds each GPU (``status.allocation.state`` Known)
+    allocation_known: bool = False
+    allocation_why: str = ""  #: why not, when the NodeTopology says
+
+    def held_by(self, namespace: str, name: str) -> tuple[PromisedGpu, ...] | None:
+        """The GPUs the kubelet handed the pod ``namespace/name`` (None: who holds what is unknown)."""
+        if not self.allocation_known or any(g.held_by is None for g in self.gpus):
+            return None
+        return tuple(g for g in self.gpus if (namespace, name) in (g.held_by or ()))
+
+    def gpu(self, key: str) -> PromisedGpu | None:
+        """The GPU named by a UUID or an index (as NVIDIA_VISIBLE_DEVICES names them)."""
+        for g in self.gpus:
+            if g.uuid is not None and g.uuid.lower() == key.lower():
+                return g
+        if key.isdigit():
+            for g in self.gpus:
+                if g.index == int(key):
+                    return g
+        return None
+
+
+def parse_nodetopology(obj: Any) -> Promised:
+    """``Promised`` from a NodeTopology object (a dict as the API serves it). Fields of the wrong
+    type read as unknown; a non-object is a ``ValueError`` (``ResourceError``)."""
+    read = read_nodetopology(obj, sections=SECTIONS)
+    status = read.facts
+    gpus = tuple(
+        PromisedGpu(
+            index=g.gpu.index,
+            uuid=g.gpu.uuid,
+            island=g.gpu.island,
+            numa_node=g.gpu.numa_node,
+            numa_cpus=g.gpu.numa_affinity or g.gpu.cpu_affinity,
+            nics=g.nics,
+            held_by=None if g.held_by is None else tuple((h.namespace, h.name) for h in g.held_by),
+        )
+        for g in status.gpus
+    )
+    islands: dict[int, int] = {}
+    for g in gpus:
+        if g.island is not None:
+            islands[g.island] = islands.get(g.island, 0) + 1
+    allocation = status.allocation
+    return Promised(
+        node=read.node or "",
+        gpus=gpus,
+        nics=tuple(
+            PromisedNic(name=n.name, rdma=n.rdma, state=n.state, link_layer=n.link_layer) for n in status.nics
+        ),
+        islands=islands,
+        allocation_known=allocation is not None and allocation.state == "Known",
+        allocation_why=(allocation.message or "") if allocation is not None else "",
+    )

@@ -1,0 +1,395 @@
+"""The NodeTopology body: ``Topology`` → the object ``crds/nodetopology.yaml`` describes.
+
+The body is the contract of ``crds/nodetopology.yaml``: ``nodetopo discover -o json`` prints exactly
+this object, the agent applies it, and the consumers read it back (``nodetopo.resource.reader``);
+``topology_from_nodetopology`` is the inverse, for the views that render a ``Topology``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from nodetopo import __version__
+from nodetopo.model import (
+    Condition,
+    ConditionReason,
+    Gpu,
+    GpuAllocation,
+    GpuLink,
+    GpuNicDistance,
+    LinkClass,
+    Nic,
+    NumaNode,
+    PodRef,
+    SourceStatus,
+    Topology,
+    format_cpulist,
+)
+from nodetopo.resource.conditions import NOT_READY_REASONS, condition_type, conditions, unique_sources
+from nodetopo.resource.identity import API_VERSION, KIND
+from nodetopo.resource.limits import (
+    MAX_GPU_LINKS,
+    MAX_HOLDERS,
+    MAX_NEIGHBOURS,
+    MAX_RESOURCES,
+    MAX_SOURCE_MESSAGE,
+    MAX_TEXT,
+    MAX_TIER_MEMBERS,
+    MAX_TIERS,
+)
+from nodetopo.resource.published import ALL, PublishedCondition, ResourceError
+from nodetopo.resource.reader import read_nodetopology
+from nodetopo.topology.network import nvlink_domain
+
+
+def to_nodetopology(
+    topology: Topology, node_name: str, allocation: GpuAllocation | None = None
+) -> dict[str, Any]:
+    """The complete NodeTopology object for ``node_name`` (no ownerReferences: the publisher adds them).
+
+    With ``allocation`` (the agent on a node whose kubelet it can ask), ``status.allocation`` says
+    whether the holders are known, and, when they are, every GPU and MIG device has ``heldBy`` (an
+    empty list: free). Without it neither field is written: who holds what is not a fact of
+    discovery (``nodetopo discover``, bundles).
+    """
+    status: dict[str, Any] = {
+        "nodeName": node_name,
+        "agentVersion": __version__,
+        "summary": summary(topology),
+        "gpus": [_gpu(g, topology) for g in topology.gpus],
+        "nics": [_nic(n) for n in topology.nics],
+        "nvlinkIslands": [
+            {
+                "id": i.id,
+                "gpus": list(i.gpus),
+                "linksPerPair": i.links_per_pair,
+                "fullyConnected": i.fully_connected,
+                "nvswitch": i.nvswitch,
+            }
+            for i in topology.nvlink_islands
+        ],
+        **_gpu_links(topology.gpu_links),
+        "numaNodes": [_numa(n) for n in topology.numa_nodes],
+        "migDevices": [
+            {
+                "uuid": m.uuid,
+                "parentUUID": m.parent_uuid,
+                "parentIndex": m.parent_index,
+                "profile": m.profile,
+                "gpuInstance": m.gpu_instance,
+                "computeInstance": m.compute_instance,
+            }
+            for m in topology.mig_devices
+        ],
+        "preferredGPUSets": [
+            {"size": p.size, "sets": [list(s) for s in p.sets]} for p in topology.preferred_gpu_sets
+        ],
+        "fabric": (
+            {
+                "clusterUUID": topology.fabric.cluster_uuid,
+                "cliqueID": topology.fabric.clique_id,
+                "state": topology.fabric.state,
+                "health": topology.fabric.health,
+            }
+            if topology.fabric is not None
+            else None
+        ),
+        "network": network(topology),
+        "sources": [_source(s) for s in unique_sources(topology.sources)],
+        "conditions": conditions(topology),
+    }
+    if allocation is not None:
+        status["allocation"] = _allocation(allocation, status)
+    status["contentHash"] = content_hash(status)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": node_name, "labels": {"app.kubernetes.io/managed-by": "nodetopo"}},
+        "status": status,
+    }
+
+
+def _gpu_links(links: tuple[GpuLink, ...] | None) -> dict[str, Any]:
+    """``{"gpuLinks": [...]}``, or nothing when the links are unknown or more than the schema holds."""
+    if links is None or len(links) > MAX_GPU_LINKS:
+        return {}
+    return {
+        "gpuLinks": [
+            {
+                "a": link.a,
+                "b": link.b,
+                **({"nvlinks": link.nvlinks} if link.nvlinks else {}),
+                **({"pcie": link.pcie.name} if link.pcie is not None else {}),
+            }
+            for link in links
+        ]
+    }
+
+
+def _holders(holders: tuple[PodRef, ...]) -> list[dict[str, str]]:
+    return [
+        {"namespace": h.namespace, "name": h.name, "container": h.container} for h in holders[:MAX_HOLDERS]
+    ]
+
+
+def _allocation(allocation: GpuAllocation, status: dict[str, Any]) -> dict[str, Any]:
+    """``status.allocation``, and ``heldBy`` on every GPU and MIG device of ``status`` when known."""
+    message = allocation.message
+    if allocation.known:
+        gpus = dict(allocation.gpu_holders)
+        migs = dict(allocation.mig_holders)
+        for gpu in status["gpus"]:
+            gpu["heldBy"] = _holders(gpus.get(gpu["index"], ()))
+        for mig in status["migDevices"]:
+            mig["heldBy"] = _holders(migs.get(mig["uuid"], ()))
+        crowded = [i for i, h in allocation.gpu_holders if len(h) > MAX_HOLDERS]
+        if crowded:
+            cut = (
+                f"GPU(s) {', '.join(map(str, crowded))} have more than {MAX_HOLDERS} holders; the list is cut"
+            )
+            message = f"{message}; {cut}" if message else cut
+    return {
+        "state": "Known" if allocation.known else "Unknown",
+        "source": "kubelet-podresources",
+        "message": _bounded(message) or "",
+        "resources": [
+            {"name": r.name, "allocatable": r.allocatable, "allocated": r.allocated}
+            for r in allocation.resources[:MAX_RESOURCES]
+        ],
+    }
+
+
+def network(topology: Topology) -> dict[str, Any]:
+    """``status.network``: the NVLink domain, the tiers above the node (nearest first), per-NIC neighbours."""
+    domain, healthy = nvlink_domain(topology.fabric)
+    position = topology.network
+    return {
+        "nvlinkDomain": {"id": domain, "healthy": healthy} if domain is not None else None,
+        "tierSource": position.tier_source,
+        "tiers": [
+            {
+                "level": t.level,
+                "id": _bounded(t.id),
+                "name": _bounded(t.name),
+                "members": [_bounded(m) for m in t.members[:MAX_TIER_MEMBERS]],
+            }
+            for t in position.tiers[:MAX_TIERS]
+        ],
+        "neighbours": [
+            {
+                "nic": n.nic,
+                "port": n.port,
+                "source": n.source,
+                "state": n.state,
+                "switchID": _bounded(n.switch_id),
+                "switchName": _bounded(n.switch_name),
+                "switchPort": _bounded(n.switch_port),
+                "peerIsSwitch": n.peer_is_switch,
+            }
+            for n in position.neighbours[:MAX_NEIGHBOURS]
+        ],
+    }
+
+
+def _bounded(text: str | None) -> str | None:
+    """A free-text fact (LLDP names come from the network) cut to the schema's maxLength."""
+    if text is None or len(text) <= MAX_TEXT:
+        return text
+    return text[: MAX_TEXT - 3] + "..."
+
+
+def content_hash(status: dict[str, Any]) -> str:
+    """sha256 of the status, ignoring the hash itself and condition timestamps."""
+    stripped = {k: v for k, v in status.items() if k != "contentHash"}
+    stripped["conditions"] = [
+        {k: v for k, v in c.items() if k not in ("lastTransitionTime", "observedGeneration")}
+        for c in status.get("conditions", [])
+    ]
+    encoded = json.dumps(stripped, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(encoded).hexdigest()
+
+
+def islands_text(topology: Topology) -> str:
+    """``1x8``, ``4x2``, ``1x4,2x2`` (largest first), or ``""`` without NVLink."""
+    sizes = Counter(len(i.gpus) for i in topology.nvlink_islands)
+    return ",".join(f"{count}x{size}" for size, count in sorted(sizes.items(), reverse=True))
+
+
+def worst_nic_distance(topology: Topology) -> LinkClass | None:
+    """The worst, over GPUs, of each GPU's best NIC class (None without GPUs or NICs)."""
+    classes = [g.nic_distance for g in topology.gpus if g.nic_distance is not None]
+    return max(classes) if classes else None
+
+
+def model_of(topology: Topology) -> str | None:
+    models = Counter(g.model for g in topology.gpus if g.model)
+    return sorted(models.items(), key=lambda kv: (-kv[1], kv[0]))[0][0] if models else None
+
+
+def summary(topology: Topology) -> dict[str, Any]:
+    worst = worst_nic_distance(topology)
+    return {
+        "gpuCount": len(topology.gpus),
+        "gpuModel": model_of(topology),
+        "islands": islands_text(topology),
+        "nvswitch": any(i.nvswitch for i in topology.nvlink_islands),
+        "rdmaNICs": sum(1 for n in topology.nics if n.rdma),
+        "worstNICDistance": worst.name if worst is not None else None,
+        "migDevices": len(topology.mig_devices),
+        # every Linux host has a NUMA node: none means the NUMA layout is unknown (no sysfs), not 0
+        "numaNodes": len(topology.numa_nodes) or None,
+    }
+
+
+def _cpulist(ids: frozenset[int] | None) -> str | None:
+    return format_cpulist(ids) if ids is not None else None
+
+
+def _gpu(g: Gpu, topology: Topology) -> dict[str, Any]:
+    return {
+        "index": g.index,
+        "uuid": g.uuid,
+        "model": g.model,
+        "pciBusID": str(g.address) if g.address is not None else None,
+        "pcieRoot": g.pcie_root,
+        "numaNode": g.numa_node,
+        "numaAffinity": _cpulist(g.numa_affinity),
+        "gpuNumaNode": g.gpu_numa_node,
+        "cpuAffinity": _cpulist(g.cpu_affinity),
+        "memoryBytes": g.memory_bytes,
+        "island": g.island,
+        "nearestNICs": list(g.nearest_nics),
+        "nicDistance": g.nic_distance.name if g.nic_distance is not None else None,
+        "nics": [
+            {"name": d.nic, "distance": d.distance.name}
+            for d in topology.gpu_nic_distances
+            if d.gpu == g.index
+        ],
+        "migEnabled": g.mig_enabled,
+    }
+
+
+def _nic(n: Nic) -> dict[str, Any]:
+    return {
+        "name": n.name,
+        "netdev": n.netdev,
+        "pciBusID": str(n.address) if n.address is not None else None,
+        "pcieRoot": n.pcie_root,
+        "numaNode": n.numa_node,
+        "linkLayer": n.link_layer if n.link_layer in ("InfiniBand", "Ethernet") else None,
+        "state": n.state,
+        "rateGbps": n.rate_gbps,
+        "rdma": n.rdma,
+    }
+
+
+def _numa(n: NumaNode) -> dict[str, Any]:
+    return {
+        "id": n.id,
+        "cpus": format_cpulist(n.cpus),
+        "memoryBytes": n.memory_bytes,
+        "distances": [{"node": other, "distance": d} for other, d in n.distances],
+    }
+
+
+def _source(s: SourceStatus) -> dict[str, Any]:
+    message = (
+        s.message if len(s.message) <= MAX_SOURCE_MESSAGE else s.message[: MAX_SOURCE_MESSAGE - 3] + "..."
+    )
+    return {"name": s.name, "ok": s.ok, "message": message}
+
+
+# --------------------------------------------------------------------------------------------
+# The inverse: a published body back into a ``Topology`` (``kubectl ntopo`` renders it)
+# --------------------------------------------------------------------------------------------
+
+#: What the round trip reads: every section but the allocation and the summary (not facts of a scan).
+TOPOLOGY_SECTIONS = ALL - {"allocation", "summary"}
+
+
+def topology_from_nodetopology(body: Mapping[str, Any]) -> Topology:
+    """The inverse of ``to_nodetopology``: what the object says, as the ``Topology`` every view renders.
+
+    The object carries no PCIe tree (``pci_devices`` is empty); ``gpu_links`` is None when the object
+    has no ``gpuLinks`` (a node of over 64 GPUs, an older agent). Everything else round-trips:
+    ``to_nodetopology(topology_from_nodetopology(b), name)`` has ``b``'s status. A source condition
+    whose status is False becomes that source's condition again (with its reason), so Ready and
+    Consistent are recomputed from the same facts.
+    Raises ``ResourceError`` naming the field when the body is not a NodeTopology status: the first
+    problem the reader found there (a round trip of part of an object would not be one).
+    """
+    read = read_nodetopology(body, sections=TOPOLOGY_SECTIONS)
+    name = read.name or "?"
+    if read.status is None:
+        raise ResourceError(f"NodeTopology/{name}: no status (not published yet?)")
+    problem = next((p for p in read.problems if p.section in TOPOLOGY_SECTIONS), None)
+    if problem is not None:
+        raise ResourceError(f"NodeTopology/{name}: {problem}")
+    status = read.status
+    return Topology(
+        numa_nodes=status.numa_nodes,
+        gpus=tuple(g.gpu for g in status.gpus),
+        nics=status.nics,
+        nvlink_islands=status.islands,
+        mig_devices=status.mig_devices,
+        preferred_gpu_sets=status.preferred_gpu_sets,
+        gpu_nic_distances=tuple(
+            GpuNicDistance(gpu=g.gpu.index, nic=name, distance=cls)
+            for g in status.gpus
+            for name, cls in g.nics
+        ),
+        fabric=status.fabric,
+        pci_devices=(),
+        sources=status.sources,
+        conditions=_conditions_back(status.conditions, status.sources),
+        network=status.network,
+        gpu_links=status.gpu_links,
+    )
+
+
+def _conditions_back(
+    items: tuple[PublishedCondition, ...], sources: tuple[SourceStatus, ...]
+) -> tuple[Condition, ...]:
+    """Each failing source condition as the ``Condition`` it was made from. A not-ready reason that
+    no source condition carries (a join-level finding) comes back from Ready or Consistent."""
+    by_type = {condition_type(s.name): s for s in sources}
+    reasons = {r.value: r for r in ConditionReason}
+    result: list[Condition] = []
+    top: dict[str, PublishedCondition] = {}
+    for c in items:
+        source = by_type.get(c.type)
+        message = c.message if c.message is not None else ""
+        if c.type in ("Ready", "Consistent"):
+            top[c.type] = c
+        elif source is not None and message == source.message and not source.ok:
+            continue  # the source's own status, not a condition of it (``conditions`` writes it again)
+        elif c.status == "False" and source is not None and c.reason is not None and c.reason in reasons:
+            result.append(Condition(source=source.name, reason=reasons[c.reason], message=message))
+    consistent = top.get("Consistent")
+    if (
+        consistent is not None
+        and consistent.status == "False"
+        and not any(c.reason is ConditionReason.INCONSISTENT for c in result)
+    ):
+        result.append(
+            Condition(
+                source="Consistent", reason=ConditionReason.INCONSISTENT, message=str(consistent.message)
+            )
+        )
+    ready = top.get("Ready")
+    if (
+        ready is not None
+        and ready.status == "False"
+        and not any(c.reason in NOT_READY_REASONS for c in result)
+        and ready.reason is not None
+        and ready.reason in reasons
+    ):
+        who, _, said = str(ready.message).partition(": ")  # Ready says "source: message"
+        result.append(
+            Condition(source=who if said else "Ready", reason=reasons[ready.reason], message=said or who)
+        )
+    return tuple(result)

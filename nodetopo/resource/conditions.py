@@ -1,0 +1,125 @@
+"""The conditions policy of the NodeTopology: which reasons make it not Ready, and the conditions a
+``Topology`` publishes (Ready, Consistent, one per source).
+
+Conditions carry no ``lastTransitionTime`` here: the publisher adds it (keeping the previous time
+when a condition's status did not change), so that discovery output is deterministic.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from nodetopo.model import Condition, ConditionReason, SourceStatus, Topology
+from nodetopo.resource.published import PublishedCondition
+from nodetopo.resource.reader import read_nodetopology
+
+#: Condition reasons that make the resource "not Ready": consumers should treat it as partial.
+NOT_READY_REASONS = frozenset(
+    {
+        ConditionReason.PARSE_ERROR,
+        ConditionReason.TIMEOUT,
+        ConditionReason.DEGRADED,
+        ConditionReason.STALE,
+        ConditionReason.INCONSISTENT,
+        ConditionReason.MISSING,
+    }
+)
+
+
+def unique_sources(sources: tuple[SourceStatus, ...]) -> list[SourceStatus]:
+    """One status per source name (a failed one wins over an ok one), sorted by name."""
+    seen: dict[str, SourceStatus] = {}
+    for s in sources:
+        previous = seen.get(s.name)
+        if previous is None or (previous.ok and not s.ok):
+            seen[s.name] = s
+    return [seen[name] for name in sorted(seen)]
+
+
+def condition_type(source: str) -> str:
+    """``sysfs.pci`` → ``SourceSysfsPci``; ``nvidia-smi topo -m`` → ``SourceNvidiaSmiTopoM``."""
+    words = [w for w in re.split(r"[^A-Za-z0-9]+", source) if w]
+    return "Source" + "".join(w[:1].upper() + w[1:] for w in words)
+
+
+def conditions(topology: Topology) -> list[dict[str, Any]]:
+    """Kubernetes-style conditions: Ready, Consistent, and one per source."""
+    by_source: dict[str, list[Condition]] = {}
+    for c in topology.conditions:
+        by_source.setdefault(c.source, []).append(c)
+    result: list[dict[str, Any]] = []
+    bad = [c for c in topology.conditions if c.reason in NOT_READY_REASONS]
+    result.append(
+        {
+            "type": "Ready",
+            "status": "False" if bad else "True",
+            "reason": bad[0].reason.value if bad else "Discovered",
+            "message": _join(f"{c.source}: {c.message}" for c in bad)
+            if bad
+            else f"{len(topology.gpus)} GPUs, {sum(1 for n in topology.nics if n.rdma)} RDMA NICs discovered",
+        }
+    )
+    inconsistent = [c for c in topology.conditions if c.reason is ConditionReason.INCONSISTENT]
+    result.append(
+        {
+            "type": "Consistent",
+            "status": "False" if inconsistent else "True",
+            "reason": "Inconsistent" if inconsistent else "SourcesAgree",
+            "message": _join(c.message for c in inconsistent) if inconsistent else "sources agree",
+        }
+    )
+    types = {"Ready", "Consistent"}
+    for s in unique_sources(topology.sources):
+        if condition_type(s.name) in types:  # list-map key: two source names must not share a type
+            continue
+        types.add(condition_type(s.name))
+        mine = by_source.get(s.name, [])
+        result.append(
+            {
+                "type": condition_type(s.name),
+                "status": "True" if s.ok else "False",
+                "reason": mine[0].reason.value if mine and not s.ok else _status_reason(s),
+                "message": _join(c.message for c in mine) if mine else (s.message or "ok"),
+            }
+        )
+    return result
+
+
+def typed_conditions(topology: Topology) -> tuple[PublishedCondition, ...]:
+    """``conditions(topology)`` as the reader gives a published object's conditions."""
+    return tuple(
+        PublishedCondition(type=c["type"], status=c["status"], reason=c["reason"], message=c["message"])
+        for c in conditions(topology)
+    )
+
+
+def _status_reason(s: SourceStatus) -> str:
+    """The reason of a source status without a condition of the same name (``nvidia-smi topo -m``
+    reports under ``nvidia-smi``): the ``Reason:`` its message starts with, else Unavailable."""
+    if s.ok:
+        return "Discovered"
+    prefix = s.message.split(":", 1)[0]
+    return prefix if prefix in {r.value for r in ConditionReason} else ConditionReason.UNAVAILABLE.value
+
+
+def _join(messages: Any, limit: int = 1024) -> str:
+    text = "; ".join(dict.fromkeys(messages))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def essential_missing(scan: Topology | Mapping[str, Any]) -> bool:
+    """An essential source (sysfs PCI or NUMA) observed nothing in this scan (a wrong host root): one
+    of its conditions has reason ``Missing``.
+
+    ``scan`` is the ``Topology`` or the NodeTopology body made from it: the rule is the same on
+    both, because ``conditions`` carries a Missing condition into the body as its source's own
+    condition (``check_essential`` gives that source a failed status and that condition first).
+    Then no label may be published from the scan and its facts never replace published ones.
+    """
+    if isinstance(scan, Topology):
+        reasons: list[str | None] = [c.reason.value for c in scan.conditions]
+    else:
+        reasons = [c.reason for c in read_nodetopology(scan, sections={"conditions"}).facts.conditions]
+    return ConditionReason.MISSING.value in reasons

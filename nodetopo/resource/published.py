@@ -1,0 +1,163 @@
+"""What a published NodeTopology says, typed: the records ``nodetopo.resource.reader`` returns.
+
+``Published`` is one object (its name, its ``PublishedStatus``, the ``Problem`` list); the facts are
+the model's own types where the schema and the model agree, ``Published*`` records for what only
+the object says. The reader's rule (what is left out, what is unknown, what is malformed) is in
+``nodetopo.resource.reader``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from nodetopo import model
+
+#: The sections of a status, in the order they are read (``gpuLinks`` and the rest as the schema
+#: names them). ``allocation`` is ``status.allocation`` with every GPU's ``heldBy``. Two are parts of
+#: others, read only when asked for, because parsing them is most of what a read costs and
+#: placement needs neither: ``addresses``, the GPUs' and NICs' ``pciBusID``; ``affinity``, the GPUs'
+#: ``numaAffinity`` and ``cpuAffinity`` CPU lists. Unread, they are None.
+SECTIONS = (
+    "gpus",
+    "nics",
+    "nvlinkIslands",
+    "gpuLinks",
+    "numaNodes",
+    "migDevices",
+    "preferredGPUSets",
+    "fabric",
+    "network",
+    "sources",
+    "conditions",
+    "allocation",
+    "summary",
+    "addresses",
+    "affinity",
+)
+ALL = frozenset(SECTIONS)
+
+
+class ResourceError(ValueError):
+    """A NodeTopology that cannot be read, or not as the reader's caller needs it."""
+
+
+class Severity(enum.Enum):
+    UNKNOWN = "unknown"  #: a value or an entry left out; the rest is what the object says
+    MALFORMED = "malformed"  #: the shape is broken: placement does not trust the object
+    BOUNDS = "bounds"  #: malformed: a list over its schema bound (not read)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Problem:
+    """What the reader could not take as the schema says: where (``section``, ``field``) and what."""
+
+    section: str  #: one of ``SECTIONS``, or ``status`` for the status itself and its scalars
+    field: str  #: ``status.gpus``, ...
+    what: str
+    severity: Severity = Severity.UNKNOWN
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.what}"
+
+    @property
+    def malformed(self) -> bool:
+        return self.severity is not Severity.UNKNOWN
+
+    @property
+    def placement(self) -> str:
+        """How placement says why it does not use the object."""
+        if self.severity is Severity.BOUNDS:
+            return f"NodeTopology over the schema's bounds ({self.what})"
+        return f"malformed NodeTopology ({self.what})"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PublishedGpu:
+    """One entry of ``status.gpus``: the GPU, its NICs by class, and who holds it."""
+
+    gpu: model.Gpu
+    nics: tuple[tuple[str, model.LinkClass], ...] = ()  #: ``nics[]`` (name, distance), in the object's order
+    #: ``heldBy``; None when not said (no allocation read, an agent that does not ask) or unreadable
+    held_by: tuple[model.PodRef, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PublishedCondition:
+    type: str
+    status: str | None = None  #: True | False | Unknown
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PublishedSummary:
+    """What consumers read of ``status.summary`` (the rest is the facts themselves)."""
+
+    gpu_count: int | None = None
+    gpu_model: str | None = None
+    islands: str | None = None  #: ``1x8``, ``4x2``, "" without NVLink
+    worst_nic_distance: model.LinkClass | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PublishedAllocation:
+    state: str | None = None  #: Known | Unknown
+    message: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PublishedStatus:
+    """The ``status`` of one NodeTopology, typed. A section not read (``sections``) is empty."""
+
+    node_name: str | None = None
+    agent_version: str | None = None
+    content_hash: str | None = None
+    summary: PublishedSummary | None = None
+    gpus: tuple[PublishedGpu, ...] = ()
+    nics: tuple[model.Nic, ...] = ()
+    islands: tuple[model.NvlinkIsland, ...] = ()
+    gpu_links: tuple[model.GpuLink, ...] | None = None  #: None: the object has no ``gpuLinks``
+    numa_nodes: tuple[model.NumaNode, ...] = ()
+    mig_devices: tuple[model.MigDevice, ...] = ()
+    preferred_gpu_sets: tuple[model.PreferredGpuSets, ...] = ()
+    fabric: model.FabricInfo | None = None
+    network: model.NetworkPosition = dataclasses.field(default_factory=model.NetworkPosition)
+    #: ``status.network.nvlinkDomain`` (id, healthy), as ``topology.network.nvlink_domain`` says it
+    nvlink_domain: tuple[str | None, bool | None] | None = None
+    sources: tuple[model.SourceStatus, ...] = ()
+    conditions: tuple[PublishedCondition, ...] = ()
+    allocation: PublishedAllocation | None = None
+
+    def condition(self, kind: str) -> PublishedCondition | None:
+        """The first condition of type ``kind`` (``Ready``, ``Consistent``, ...)."""
+        return next((c for c in self.conditions if c.type == kind), None)
+
+
+#: what a consumer reads where an object has no status yet
+NO_STATUS = PublishedStatus()
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Published:
+    """One NodeTopology as read: its name, its status (None: not published yet) and the problems."""
+
+    name: str | None  #: ``metadata.name``
+    status: PublishedStatus | None
+    problems: tuple[Problem, ...] = ()
+
+    @property
+    def node(self) -> str | None:
+        """The node the object describes: ``status.nodeName``, else the object's name."""
+        return (self.status.node_name if self.status is not None else None) or self.name
+
+    @property
+    def facts(self) -> PublishedStatus:
+        """The status, or an empty one before the first publish."""
+        return self.status if self.status is not None else NO_STATUS
+
+    @property
+    def malformed(self) -> Problem | None:
+        """The first problem that makes the object untrustworthy for placement (None: none)."""
+        return next((p for p in self.problems if p.malformed), None)

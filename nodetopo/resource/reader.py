@@ -1,0 +1,580 @@
+"""The one reader of a published NodeTopology: the object as the API (or a file) gives it → typed facts.
+
+Every consumer projects from what ``read_nodetopology`` returns (the extender's ``NodeShape``, the
+summary's facts, the probe's promise, the Ray labels, the exports, the fleet rows, the ``Topology``
+``kubectl ntopo`` renders); none indexes the object's ``status`` itself. The facts are the model's own
+types where the schema and the model agree (``Gpu``, ``Nic``, ``NvlinkIsland``, ``GpuLink``,
+``NumaNode``, ``MigDevice``, ``PreferredGpuSets``, ``FabricInfo``, ``SourceStatus``, the network), and
+``Published*`` records for what only the object says (conditions, summary, allocation, holders).
+
+Reading is bounded: a list longer than its schema bound (``nodetopo.resource.limits``) is not read,
+so any object costs at most those many entries. ``sections`` reads only the parts a consumer uses.
+
+Reading is tolerant in one way, for every consumer. What the reader cannot take as the schema says
+is left out or read as unknown, never guessed, and recorded as a ``Problem``:
+
+1. an object that is not a JSON object is a ``ResourceError``;
+2. a status that is absent, null or empty is *no status yet* (``status`` None); one that is not an
+   object is no status too, and **malformed**;
+3. a list field that is not a list, or longer than its bound, reads as empty and is **malformed**;
+4. an entry of a list that is not an object is left out and is **malformed**;
+5. an entry whose key is missing or of the wrong type is left out: **malformed** for a GPU
+   (``index``) and a NIC (``name``), the entries placement counts; unknown for the others (an
+   island's ``id``/``gpus``, a condition's ``type``, a GPU's NIC ``name``/``distance``, a tier's
+   ``level``/``id``, ...);
+6. any other field of the wrong type, or a word the schema does not allow (a class other than
+   PIX, PXB, PHB, NODE, SYS), reads as unknown (None; False for a NIC's ``rdma``, 0 or "" for the
+   few fields the model cannot leave unknown, which only the strict round trip reads): a GPU's
+   ``island`` and ``numaNode`` are integers from 0 to 2^31-1, and a wrong one is **malformed**
+   (placement groups GPUs on them);
+7. a GPU's holders (``heldBy``) that are not all readable (over their bound included) are unknown as
+   a whole (None): who holds a GPU is never guessed from part of a list.
+
+What each consumer does with problems is its own rule: placement and the Ray bridge refuse an object
+with a malformed problem in what they read (``Published.malformed``); the round trip to a
+``Topology`` refuses any problem; the probe, the summary, the exports and the fleet view use what
+was read (the summary through placement's shape: a malformed node offers no GPU). For an object
+the API server can store (the CRD's types and bounds) the reader finds no problem.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, TypeVar
+
+from nodetopo.model import (
+    FabricInfo,
+    FabricTier,
+    Gpu,
+    GpuLink,
+    LinkClass,
+    MigDevice,
+    NetworkPosition,
+    Nic,
+    NumaNode,
+    NvlinkIsland,
+    PciAddress,
+    PodRef,
+    PreferredGpuSets,
+    SourceStatus,
+    SwitchPort,
+    parse_cpulist,
+)
+from nodetopo.resource.limits import (
+    MAX_CONDITIONS,
+    MAX_GPU_LINKS,
+    MAX_GPUS,
+    MAX_HOLDERS,
+    MAX_ID,
+    MAX_ISLANDS,
+    MAX_MIG_DEVICES,
+    MAX_NEIGHBOURS,
+    MAX_NICS,
+    MAX_NUMA_NODES,
+    MAX_SOURCES,
+    MAX_TIER_MEMBERS,
+    MAX_TIERS,
+)
+from nodetopo.resource.published import (
+    ALL,
+    SECTIONS,
+    Problem,
+    Published,
+    PublishedAllocation,
+    PublishedCondition,
+    PublishedGpu,
+    PublishedStatus,
+    PublishedSummary,
+    ResourceError,
+    Severity,
+)
+
+
+def read_nodetopology(obj: Any, *, sections: Collection[str] = ALL) -> Published:
+    """What the NodeTopology ``obj`` (a dict as the API serves it) says, by the module's rule.
+
+    Raises ``ResourceError`` when ``obj`` is not a JSON object.
+    """
+    if not isinstance(obj, Mapping):
+        raise ResourceError(f"a NodeTopology must be an object, not {type(obj).__name__}")
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    read = read_status(obj.get("status"), sections=sections) if obj.get("status") else None
+    return Published(
+        name=name if isinstance(name, str) else None,
+        status=read.status if read is not None else None,
+        problems=read.problems if read is not None else (),
+    )
+
+
+def read_status(raw: Any, *, sections: Collection[str] = ALL) -> Published:
+    """``read_nodetopology`` of an object whose ``status`` is ``raw`` (and which has no name)."""
+    reader = _Reader()
+    if not isinstance(raw, Mapping):
+        reader.note("status", "status is not an object", Severity.MALFORMED, field="status")
+        return Published(name=None, status=None, problems=tuple(reader.problems))
+    status = reader.status(raw, frozenset(sections))
+    return Published(name=None, status=status, problems=tuple(reader.problems))
+
+
+# --------------------------------------------------------------------------------------------
+# Values
+# --------------------------------------------------------------------------------------------
+
+
+#: The JSON types a field takes (``True`` is not an integer: ``bool`` is a type of its own).
+Kind = tuple[type, ...]
+INT: Kind = (int,)
+STR: Kind = (str,)
+BOOL: Kind = (bool,)
+NUMBER: Kind = (int, float)
+_KINDS = {INT: "an integer", STR: "a string", BOOL: "true or false", NUMBER: "a number"}
+
+
+#: (JSON key, attribute, kind) of the plain fields of an entry, read by ``_Reader.fields``
+Fields = tuple[tuple[str, str, Kind], ...]
+
+
+def _fields(**kinds: Kind) -> Fields:
+    """``Fields`` from the JSON keys (the attribute is the key in snake case: ``pcieRoot``, ``pcie_root``)."""
+    return tuple(
+        (key, re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower(), kind) for key, kind in kinds.items()
+    )
+
+
+_GPU = _fields(uuid=STR, model=STR, pcieRoot=STR, gpuNumaNode=INT, migEnabled=BOOL, memoryBytes=INT)
+_NIC = _fields(netdev=STR, pcieRoot=STR, numaNode=INT, linkLayer=STR, state=STR, rateGbps=NUMBER, rdma=BOOL)
+_CONDITION = _fields(status=STR, reason=STR, message=STR, lastTransitionTime=STR)
+_SUMMARY = _fields(gpuCount=INT, gpuModel=STR, islands=STR)
+_ALLOCATION = _fields(state=STR, message=STR)
+_MIG = _fields(parentUUID=STR, parentIndex=INT, profile=STR, gpuInstance=INT, computeInstance=INT)
+_NEIGHBOUR = _fields(port=INT, state=STR, switchID=STR, switchName=STR, switchPort=STR, peerIsSwitch=BOOL)
+_CLASSES: dict[str, LinkClass] = dict(LinkClass.__members__)
+
+
+def _of(value: Any, kind: Kind) -> bool:
+    """``value`` is of ``kind`` (exactly, as JSON gives it, or a subclass: an enum member)."""
+    if type(value) in kind:
+        return True
+    return isinstance(value, kind) and not (isinstance(value, bool) and bool not in kind)
+
+
+T = TypeVar("T")
+
+
+class _Reader:
+    """One read: the problems found so far, and the readers of each part."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.section = "status"
+        self._field = "status"
+        self._cpulists: dict[str, frozenset[int]] = {}
+
+    def note(self, section: str, what: str, severity: Severity = Severity.UNKNOWN, field: str = "") -> None:
+        self.problems.append(Problem(section, field or f"status.{section}", what, severity))
+
+    def _here(self, what: str, severity: Severity = Severity.UNKNOWN) -> None:
+        self.note(self.section, what, severity, field=self._field)
+
+    # ---- fields -------------------------------------------------------------------------
+
+    def get(self, item: Mapping[str, Any], key: str, kind: Kind, *, required: bool = False) -> Any:
+        """``item[key]`` when it is of ``kind`` (``INT``, ``STR``, ...); else None, noted when it
+        is present and wrong, or missing though ``required``."""
+        raw = item.get(key)
+        if raw is None:
+            if required:
+                self._here(f"missing {key!r}")
+            return None
+        if _of(raw, kind):
+            return raw
+        self._here(_wrong(key, raw, kind))
+        return None
+
+    def fields(self, item: Mapping[str, Any], spec: Fields) -> dict[str, Any]:
+        """``get`` of each (key, attribute, kind) of ``spec``, by attribute: one pass, cheap when
+        every value is of its kind (the common case, the cost of reading every object)."""
+        out = {attr: item.get(key) for key, attr, _ in spec}
+        for key, attr, kind in spec:
+            if type(out[attr]) not in kind and out[attr] is not None:
+                out[attr] = self.get(item, key, kind)
+        return out
+
+    def key(
+        self, item: Mapping[str, Any], key: str, kind: Kind, severity: Severity = Severity.UNKNOWN
+    ) -> Any:
+        """A key of an entry: its value, or None (the entry is left out) with the reason noted."""
+        raw = item.get(key)
+        if raw is not None and _of(raw, kind):
+            return raw
+        self._here(f"missing {key!r}" if raw is None else _wrong(key, raw, kind), severity)
+        return None
+
+    def link_class(self, item: Mapping[str, Any], key: str) -> LinkClass | None:
+        raw = item.get(key)
+        if not raw:
+            return None
+        if isinstance(raw, str) and raw in _CLASSES:
+            return _CLASSES[raw]
+        self._here(f"missing {str(raw)[:32]!r}")  # the word is not a class: the round trip's wording
+        return None
+
+    def identifier(self, item: Mapping[str, Any], key: str, what: str) -> int | None:
+        """A GPU's ``island`` or ``numaNode``: an int from 0 to 2^31-1, else unknown and malformed."""
+        raw = item.get(key)
+        if raw is None or (type(raw) is int and 0 <= raw < MAX_ID):
+            return raw
+        if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw < MAX_ID:
+            self._here(f"GPU {what} {str(raw)[:32]!r}", Severity.MALFORMED)
+            return None
+        return raw
+
+    def cpus(self, item: Mapping[str, Any], key: str) -> frozenset[int] | None:
+        text = self.get(item, key, STR)
+        if text is None:
+            return None
+        cpus = self._cpulists.get(text)  # the GPUs of one NUMA node share their lists
+        if cpus is None:
+            try:
+                cpus = self._cpulists[text] = parse_cpulist(text)
+            except ValueError as e:
+                self._here(str(e))
+        return cpus
+
+    def address(self, item: Mapping[str, Any]) -> PciAddress | None:
+        text = self.get(item, "pciBusID", STR)
+        if not text:
+            return None
+        try:
+            return PciAddress.parse(text)
+        except ValueError as e:
+            self._here(str(e))
+            return None
+
+    def strings(self, value: Any, what: str, bound: int) -> tuple[str, ...]:
+        if type(value) is list and len(value) <= bound and all(type(v) is str for v in value):
+            return tuple(value)
+        items = self.items(value, what, bound, objects=False)
+        kept = tuple(v for v in items if isinstance(v, str))
+        if len(kept) < len(items):
+            self._here(f"{what}: not all strings")
+        return kept
+
+    def ints(self, item: Mapping[str, Any], key: str, what: str, bound: int) -> tuple[int, ...] | None:
+        """The list of ints ``item[key]`` (a key of the entry), or None (noted) when it is missing, not
+        a list of ints or over ``bound``: the entry holding it is left out."""
+        value = item.get(key)
+        if value is None:
+            self._here(f"missing {key!r}")
+            return None
+        if not isinstance(value, list) or len(value) > bound:
+            self.items(value, what, bound, objects=False)
+            return None
+        kept = tuple(v for v in value if _of(v, INT))
+        if len(kept) < len(value):
+            self._here(f"{what}: not all integers")
+            return None
+        return kept
+
+    # ---- lists --------------------------------------------------------------------------
+
+    def items(self, value: Any, what: str, bound: int, *, objects: bool = True, one: str = "") -> list[Any]:
+        """The entries of a list field: [] when absent; not a list or over ``bound``: [] and
+        malformed; with ``objects`` an entry that is not an object is left out (malformed)."""
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self._here(f"{what} is not a list", Severity.MALFORMED)
+            return []
+        if len(value) > bound:
+            self._here(f"{len(value)} {what}, at most {bound}", Severity.BOUNDS)
+            return []
+        if not objects:
+            return value
+        kept = [v for v in value if type(v) is dict or isinstance(v, Mapping)]
+        if len(kept) < len(value):
+            self._here(f"{one or 'an entry of ' + what} is not an object", Severity.MALFORMED)
+        return kept
+
+    def mapping(
+        self, raw: Mapping[str, Any], key: str, severity: Severity = Severity.UNKNOWN
+    ) -> Mapping[str, Any] | None:
+        """The object ``raw[key]``; None when absent, or (noted) when it is not an object."""
+        body = raw.get(key)
+        if body is None or isinstance(body, Mapping):
+            return body
+        self._here(f"{key} is not an object", severity)
+        return None
+
+    def keyed(
+        self, value: Any, what: tuple[str, str, int], key: str, make: Callable[[str, Any], T]
+    ) -> tuple[T, ...]:
+        """The entries of a list (``what``: its name, an entry's, its bound) whose string ``key`` is
+        readable, each made by ``make(key, entry)``; the others are left out (rule 5)."""
+        name, one, bound = what
+        made = []
+        for entry in self.items(value, name, bound, one=one):
+            ident = self.key(entry, key, STR)
+            if ident is not None:
+                made.append(make(ident, entry))
+        return tuple(made)
+
+    def plain(
+        self, value: Any, what: tuple[str, str, int], key: str, record: Callable[..., T], spec: Fields
+    ) -> tuple[T, ...]:
+        """``keyed`` entries that are their key and plain ``fields``: ``record(key=..., **fields)``."""
+        return self.keyed(
+            value, what, key, lambda ident, entry: record(**{key: ident}, **self.fields(entry, spec))
+        )
+
+    # ---- the status ---------------------------------------------------------------------
+
+    def enter(self, section: str, field: str = "") -> None:
+        self.section = section
+        self._field = field or f"status.{section}"
+
+    def status(self, raw: Mapping[str, Any], sections: frozenset[str]) -> PublishedStatus:
+        self.enter("status", "status")
+        values: dict[str, Any] = {
+            "node_name": self.get(raw, "nodeName", STR),
+            "agent_version": self.get(raw, "agentVersion", STR),
+            "content_hash": self.get(raw, "contentHash", STR),
+        }
+        readers = {
+            "gpus": self._gpus,
+            "nics": self._nics,
+            "nvlinkIslands": self._islands,
+            "gpuLinks": self._gpu_links,
+            "numaNodes": self._numa_nodes,
+            "migDevices": self._mig_devices,
+            "preferredGPUSets": self._preferred_gpu_sets,
+            "fabric": self._fabric,
+            "network": self._network,
+            "sources": self._sources,
+            "conditions": self._conditions,
+            "allocation": self._allocation,
+            "summary": self._summary,
+        }
+        for section in SECTIONS:
+            if section in readers and section in sections:
+                self.enter(section)
+                readers[section](raw, values, sections)
+        return PublishedStatus(**values)
+
+    def _gpus(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        gpus = []
+        for g in self.items(raw.get("gpus"), "GPUs", MAX_GPUS, one="a GPU"):
+            index = g.get("index")
+            if index is None:
+                self._here("missing 'index'", Severity.MALFORMED)
+                continue
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < MAX_ID:
+                self._here(f"GPU index {str(index)[:32]!r}", Severity.MALFORMED)
+                continue
+            nics = []
+            for n in self.items(g.get("nics"), "NICs of a GPU", MAX_NICS, one="a NIC of a GPU"):
+                name, word = n.get("name"), n.get("distance")
+                if type(name) is not str or type(word) is not str or word not in _CLASSES:
+                    name, word = self.key(n, "name", STR), self.key(n, "distance", STR)
+                    if name is None or word is None or self.link_class(n, "distance") is None:
+                        continue
+                nics.append((name, _CLASSES[word]))
+            gpu = Gpu(
+                index=index,
+                address=self.address(g) if "addresses" in sections else None,
+                numa_node=self.identifier(g, "numaNode", "numaNode"),
+                numa_affinity=self.cpus(g, "numaAffinity") if "affinity" in sections else None,
+                cpu_affinity=self.cpus(g, "cpuAffinity") if "affinity" in sections else None,
+                island=self.identifier(g, "island", "island"),
+                nearest_nics=self.strings(g.get("nearestNICs"), "nearestNICs", MAX_NICS),
+                nic_distance=self.link_class(g, "nicDistance"),
+                **self.fields(g, _GPU),
+            )
+            held = self._held_by(g.get("heldBy")) if "allocation" in sections else None
+            gpus.append(PublishedGpu(gpu=gpu, nics=tuple(nics), held_by=held))
+        out["gpus"] = tuple(gpus)
+
+    def _held_by(self, value: Any) -> tuple[PodRef, ...] | None:
+        """Rule 7: every holder readable, or None. (Noted under ``allocation``.)"""
+        if value is None:
+            return None
+        section, field = self.section, self._field
+        self.enter("allocation", "status.gpus[].heldBy")
+        try:
+            if not isinstance(value, list) or len(value) > MAX_HOLDERS:
+                self._here(f"holders of a GPU: not a list of at most {MAX_HOLDERS}")
+                return None
+            holders = []
+            for h in value:
+                ns, name = (h.get("namespace"), h.get("name")) if isinstance(h, Mapping) else (None, None)
+                if not (isinstance(ns, str) and isinstance(name, str)):
+                    self._here("a holder without a namespace and name")
+                    return None
+                container = h.get("container")
+                holders.append(
+                    PodRef(namespace=ns, name=name, container=container if isinstance(container, str) else "")
+                )
+            return tuple(holders)
+        finally:
+            self.enter(section, field)
+
+    def _nics(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        nics = []
+        for n in self.items(raw.get("nics"), "NICs", MAX_NICS, one="a NIC"):
+            name = self.key(n, "name", STR, Severity.MALFORMED)
+            if name is None:
+                continue
+            nic = self.fields(n, _NIC)
+            address = self.address(n) if "addresses" in sections else None
+            nics.append(Nic(name=name, address=address, rdma=bool(nic.pop("rdma")), **nic))
+        out["nics"] = tuple(nics)
+
+    def _islands(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        islands = []
+        for i in self.items(raw.get("nvlinkIslands"), "NVLink islands", MAX_ISLANDS, one="an island"):
+            ident, gpus = self.key(i, "id", INT), self.ints(i, "gpus", "GPUs of an island", MAX_GPUS)
+            if ident is None or gpus is None:
+                continue
+            islands.append(
+                NvlinkIsland(
+                    id=ident,
+                    gpus=gpus,
+                    links_per_pair=self.get(i, "linksPerPair", INT, required=True) or 0,
+                    fully_connected=bool(self.get(i, "fullyConnected", BOOL, required=True)),
+                    nvswitch=bool(self.get(i, "nvswitch", BOOL, required=True)),
+                )
+            )
+        out["islands"] = tuple(islands)
+
+    def _gpu_links(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        if raw.get("gpuLinks") is None:
+            return
+        links = []
+        for p in self.items(raw.get("gpuLinks"), "GPU links", MAX_GPU_LINKS, one="a GPU link"):
+            a, b = self.key(p, "a", INT), self.key(p, "b", INT)
+            if a is not None and b is not None:
+                nvlinks = self.get(p, "nvlinks", INT)
+                links.append(GpuLink(a=a, b=b, nvlinks=nvlinks or None, pcie=self.link_class(p, "pcie")))
+        out["gpu_links"] = tuple(links)
+
+    def _numa_nodes(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        nodes = []
+        for n in self.items(raw.get("numaNodes"), "NUMA nodes", MAX_NUMA_NODES, one="a NUMA node"):
+            ident = self.key(n, "id", INT)
+            if ident is None:
+                continue
+            distances = []
+            for d in self.items(n.get("distances"), "NUMA distances", MAX_NUMA_NODES, one="a distance"):
+                other, distance = self.key(d, "node", INT), self.key(d, "distance", INT)
+                if other is not None and distance is not None:
+                    distances.append((other, distance))
+            nodes.append(
+                NumaNode(
+                    id=ident,
+                    cpus=self.cpus(n, "cpus") or frozenset(),
+                    memory_bytes=self.get(n, "memoryBytes", INT),
+                    distances=tuple(distances),
+                )
+            )
+        out["numa_nodes"] = tuple(nodes)
+
+    def _mig_devices(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        what = ("MIG devices", "a MIG device", MAX_MIG_DEVICES)
+        out["mig_devices"] = self.plain(raw.get("migDevices"), what, "uuid", MigDevice, _MIG)
+
+    def _preferred_gpu_sets(
+        self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]
+    ) -> None:
+        preferred = []
+        for p in self.items(raw.get("preferredGPUSets"), "preferred GPU sets", MAX_GPUS, one="a size"):
+            size = self.key(p, "size", INT)
+            raw_sets = p.get("sets")
+            if raw_sets is None:
+                self._here("missing 'sets'")
+            sets = [
+                self.ints({"set": s}, "set", "GPUs of a set", MAX_GPUS)
+                for s in self.items(raw_sets, "sets", MAX_GPUS, objects=False)
+            ]
+            if size is not None and raw_sets is not None and all(s is not None for s in sets):
+                preferred.append(PreferredGpuSets(size=size, sets=tuple(s for s in sets if s is not None)))
+        out["preferred_gpu_sets"] = tuple(preferred)
+
+    def _fabric(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        body = self.mapping(raw, "fabric", Severity.MALFORMED)
+        if not body:
+            return
+        out["fabric"] = FabricInfo(
+            cluster_uuid=self.get(body, "clusterUUID", STR, required=True) or "",
+            clique_id=self.get(body, "cliqueID", INT, required=True) or 0,
+            state=self.get(body, "state", STR, required=True) or "",
+            health=self.get(body, "health", STR),
+        )
+
+    def _network(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        body = raw.get("network") or {}
+        if not isinstance(body, Mapping):
+            self._here("network is not an object", Severity.MALFORMED)
+            return
+        neighbours = self.keyed(
+            body.get("neighbours"),
+            ("neighbours", "a neighbour", MAX_NEIGHBOURS),
+            "nic",
+            lambda nic, n: SwitchPort(
+                nic=nic, source=self.get(n, "source", STR) or "", **self.fields(n, _NEIGHBOUR)
+            ),
+        )
+        tiers = []
+        for t in self.items(body.get("tiers"), "tiers", MAX_TIERS, one="a tier"):
+            level, ident = self.key(t, "level", INT), self.key(t, "id", STR)
+            if level is not None and ident is not None:
+                tiers.append(
+                    FabricTier(
+                        level=level,
+                        id=ident,
+                        name=self.get(t, "name", STR),
+                        members=self.strings(t.get("members"), "members", MAX_TIER_MEMBERS),
+                    )
+                )
+        out["network"] = NetworkPosition(
+            neighbours=tuple(neighbours), tiers=tuple(tiers), tier_source=self.get(body, "tierSource", STR)
+        )
+        domain = body.get("nvlinkDomain")
+        if isinstance(domain, Mapping):
+            out["nvlink_domain"] = (self.get(domain, "id", STR), self.get(domain, "healthy", BOOL))
+        elif domain:
+            self._here("nvlinkDomain is not an object")
+
+    def _sources(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        out["sources"] = self.keyed(
+            raw.get("sources"),
+            ("sources", "a source", MAX_SOURCES),
+            "name",
+            lambda name, s: SourceStatus(
+                name=name,
+                ok=bool(self.get(s, "ok", BOOL, required=True)),
+                message=self.get(s, "message", STR) or "",
+            ),
+        )
+
+    def _conditions(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        what = ("conditions", "a condition", MAX_CONDITIONS)
+        out["conditions"] = self.plain(raw.get("conditions"), what, "type", PublishedCondition, _CONDITION)
+
+    def _allocation(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        body = self.mapping(raw, "allocation")
+        if body is not None:
+            out["allocation"] = PublishedAllocation(**self.fields(body, _ALLOCATION))
+
+    def _summary(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        body = self.mapping(raw, "summary")
+        if body is not None:
+            worst = self.link_class(body, "worstNICDistance")
+            out["summary"] = PublishedSummary(worst_nic_distance=worst, **self.fields(body, _SUMMARY))
+
+
+def _wrong(key: str, value: Any, kind: Kind) -> str:
+    """``rateGbps '400' is not a number``: a value of the wrong type, shown short."""
+    shown = repr(value)[:32] if isinstance(value, (str, int, float, bool)) else f"a {type(value).__name__}"
+    return f"{key} {shown} is not {_KINDS.get(kind, 'readable')}"

@@ -1,0 +1,179 @@
+"""The one reader of a published NodeTopology and its one rule (nodetopo/resource/reader.py)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodetopo.model import GpuAllocation, LinkClass, PodRef
+from nodetopo.resource.body import to_nodetopology
+from nodetopo.resource.limits import MAX_GPUS, MAX_HOLDERS
+from nodetopo.resource.published import ResourceError, Severity
+from nodetopo.resource.reader import read_nodetopology, read_status
+from nodetopo.topology.discover import bundle_context, scan
+
+BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
+MACHINES = sorted(p.name for p in BUNDLES.iterdir() if p.is_dir())
+
+
+@pytest.fixture(scope="module")
+def bodies() -> dict[str, dict[str, Any]]:
+    out = {}
+    for machine in MACHINES:
+        topology = scan(bundle_context(str(BUNDLES / machine))).topology
+        holders = tuple(
+            (g.index, (PodRef(namespace="ns", name=f"p{g.index}", container="c"),)) for g in topology.gpus
+        )
+        out[machine] = to_nodetopology(topology, machine, GpuAllocation(known=True, gpu_holders=holders))
+    return out
+
+
+def test_what_nodetopo_publishes_reads_without_a_problem(bodies: dict[str, dict[str, Any]]) -> None:
+    for machine, body in bodies.items():
+        read = read_nodetopology(body)
+        assert read.problems == (), machine
+        assert read.status is not None and read.node == machine
+        assert [g.gpu.index for g in read.status.gpus] == [g["index"] for g in body["status"]["gpus"]]
+        assert all(
+            g.held_by == (PodRef(namespace="ns", name=f"p{g.gpu.index}", container="c"),)
+            for g in read.status.gpus
+        )
+
+
+def dgx(bodies: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return copy.deepcopy(bodies["dgx-h100"])
+
+
+def test_rule_1_not_an_object_is_an_error() -> None:
+    with pytest.raises(ResourceError, match="a NodeTopology must be an object, not list"):
+        read_nodetopology([])
+    assert issubclass(ResourceError, ValueError)  # the probe's callers catch ValueError
+
+
+@pytest.mark.parametrize("status", [None, {}, []])
+def test_rule_2_no_status_yet(status: Any) -> None:
+    read = read_nodetopology({"metadata": {"name": "n"}, "status": status})
+    assert read.status is None and read.problems == () and read.node == "n" and read.facts.gpus == ()
+
+
+def test_rule_2_a_status_that_is_not_an_object_is_malformed() -> None:
+    read = read_nodetopology({"metadata": {"name": "n"}, "status": ["gpus"]})
+    assert read.status is None and read.malformed is not None
+    assert read.malformed.placement == "malformed NodeTopology (status is not an object)"
+
+
+def test_rule_3_a_list_not_a_list_or_over_its_bound_is_not_read(bodies: dict[str, dict[str, Any]]) -> None:
+    body = dgx(bodies)
+    body["status"]["nics"] = {"mlx5_0": {}}
+    body["status"]["gpus"] = [{"index": i, "nics": [], "nearestNICs": []} for i in range(MAX_GPUS + 1)]
+    read = read_nodetopology(body)
+    assert read.facts.gpus == () and read.facts.nics == ()
+    assert [(p.field, p.what, p.severity) for p in read.problems] == [
+        ("status.gpus", f"{MAX_GPUS + 1} GPUs, at most {MAX_GPUS}", Severity.BOUNDS),
+        ("status.nics", "NICs is not a list", Severity.MALFORMED),
+    ]
+    assert read.malformed is not None and read.malformed.placement == (
+        f"NodeTopology over the schema's bounds ({MAX_GPUS + 1} GPUs, at most {MAX_GPUS})"
+    )
+
+
+def test_rule_4_an_entry_that_is_not_an_object_is_left_out(bodies: dict[str, dict[str, Any]]) -> None:
+    body = dgx(bodies)
+    body["status"]["nvlinkIslands"].append("island")
+    read = read_nodetopology(body)
+    assert len(read.facts.islands) == len(body["status"]["nvlinkIslands"]) - 1
+    assert [str(p) for p in read.problems] == ["status.nvlinkIslands: an island is not an object"]
+    assert read.malformed is not None
+
+
+def test_rule_5_an_entry_without_its_key_is_left_out(bodies: dict[str, dict[str, Any]]) -> None:
+    body = dgx(bodies)
+    del body["status"]["gpus"][0]["index"]
+    del body["status"]["conditions"][0]["type"]
+    read = read_nodetopology(body)
+    assert len(read.facts.gpus) == 7 and len(read.facts.conditions) == len(body["status"]["conditions"]) - 1
+    assert [(str(p), p.malformed) for p in read.problems] == [
+        ("status.gpus: missing 'index'", True),  # a GPU placement counts
+        ("status.conditions: missing 'type'", False),
+    ]
+
+
+def test_rule_6_a_wrong_field_is_unknown(bodies: dict[str, dict[str, Any]]) -> None:
+    body = dgx(bodies)
+    gpu = body["status"]["gpus"][0]
+    gpu.update(model=5, nicDistance="FAR", numaAffinity="0-x")
+    body["status"]["nics"][0]["rdma"] = "yes"
+    read = read_nodetopology(body)
+    first = read.facts.gpus[0].gpu
+    assert (first.model, first.nic_distance, first.numa_affinity) == (None, None, None)
+    assert first.uuid == gpu["uuid"] and read.facts.nics[0].rdma is False
+    assert sorted(str(p) for p in read.problems) == [
+        "status.gpus: bad element '0-x' in cpulist '0-x'",
+        "status.gpus: missing 'FAR'",
+        "status.gpus: model 5 is not a string",
+        "status.nics: rdma 'yes' is not true or false",
+    ]
+    assert read.malformed is None  # placement still uses the object
+
+
+def test_rule_6_an_island_or_numa_node_placement_groups_on_must_be_an_id(
+    bodies: dict[str, dict[str, Any]],
+) -> None:
+    body = dgx(bodies)
+    body["status"]["gpus"][0]["island"] = 2**40
+    read = read_nodetopology(body)
+    assert read.facts.gpus[0].gpu.island is None and len(read.facts.gpus) == 8
+    assert read.malformed is not None and read.malformed.placement == (
+        "malformed NodeTopology (GPU island '1099511627776')"
+    )
+
+
+@pytest.mark.parametrize(
+    "held",
+    [
+        [{"namespace": "ns", "name": "p", "container": "c"}] * (MAX_HOLDERS + 1),
+        [{"name": "p"}, {"namespace": "ns", "name": "q", "container": "c"}],
+        "p",
+    ],
+    ids=["over-bound", "one-unreadable", "not-a-list"],
+)
+def test_rule_7_holders_are_all_readable_or_unknown(bodies: dict[str, dict[str, Any]], held: Any) -> None:
+    body = dgx(bodies)
+    body["status"]["gpus"][0]["heldBy"] = held
+    read = read_nodetopology(body)
+    assert read.facts.gpus[0].held_by is None and read.facts.gpus[1].held_by is not None
+    assert read.malformed is None and [p.section for p in read.problems] == ["allocation"]
+
+
+def test_sections_read_only_what_a_consumer_uses(bodies: dict[str, dict[str, Any]]) -> None:
+    body = dgx(bodies)
+    body["status"]["nvlinkIslands"] = "not a list"
+    read = read_nodetopology(body, sections={"gpus", "nics"})
+    assert read.problems == () and read.facts.islands == () and read.facts.conditions == ()
+    assert len(read.facts.gpus) == 8 and read.facts.gpus[0].held_by is None  # heldBy is the allocation's
+    assert read.facts.gpus[0].nics[0][1] in LinkClass
+    # the PCI addresses and the CPU lists (most of a read's cost) only when asked for
+    assert read.facts.gpus[0].gpu.address is None and read.facts.gpus[0].gpu.cpu_affinity is None
+    full = read_nodetopology(body, sections={"gpus", "addresses", "affinity"}).facts.gpus[0].gpu
+    assert str(full.address) == body["status"]["gpus"][0]["pciBusID"] and full.cpu_affinity
+
+
+class Untouchable(list[Any]):
+    """A list whose entries must not be read."""
+
+    def __iter__(self) -> Any:
+        raise AssertionError("an entry of a list over its bound was read")
+
+    def __getitem__(self, index: Any) -> Any:
+        raise AssertionError("an entry of a list over its bound was read")
+
+
+def test_reading_is_bounded_whatever_the_object_says() -> None:
+    """20,000 GPUs (1.1 MB of schema-valid JSON but for the bounds): not one entry is read."""
+    hostile = {"gpus": Untouchable({"index": i, "nics": []} for i in range(20_000))}
+    read = read_status(hostile)
+    assert read.facts.gpus == () and read.malformed is not None
+    assert "20000 GPUs" in read.malformed.placement

@@ -57,6 +57,8 @@ DRA_DRIVER_BUILD = REPO / "tests" / "node" / "dradriver" / "build.sh"
 CONTAINERD_BUILD = REPO / "tests" / "node" / "containerd" / "build.sh"
 #: The kubelet's device-plugin directory: fixed by the kubelet, whatever its --root-dir.
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+#: The kubelet's device manager checkpoint (devices registered and handed out), in that fixed directory.
+DEVICE_CHECKPOINT = DEVICE_PLUGIN_DIR / "kubelet_internal_checkpoint"
 CNI_BIN = Path("/usr/lib/cni")
 BRIDGE = "ntopo0"
 SUBNET_PREFIX = "10.88.77"
@@ -237,6 +239,10 @@ class LocalNode:
             raise NodeError("this machine cannot host the test node; missing: " + "; ".join(missing))
         atexit.register(self.stop)
         self._remember_outside_state()
+        # A run that was killed leaves its checkpoint behind: the next kubelet would restore that run's
+        # nvidia.com/gpu (capacity, with no plugin serving it). One node per machine (the machine lock),
+        # so any checkpoint here is a dead node's.
+        DEVICE_CHECKPOINT.unlink(missing_ok=True)
         try:
             self._timed("controllers", self._start_controllers)
             self._timed("containerd build", self._build_containerd)

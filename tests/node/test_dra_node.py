@@ -526,7 +526,7 @@ def test_in_dra_mode_the_kubelet_lists_claims_and_nodetopo_still_discovers_every
     with the driver, pool and device of every allocated device and the CDI ids the driver returned.
     With no device plugin (the Node has no nvidia.com/gpu), ``nodetopo publish`` (the agent's discovery
     and its PodResources reader) still publishes every GPU, island and label of the bundle."""
-    from nodetopo.sources.podresources import LIST_METHOD, call_unary
+    from nodetopo.kubelet.podresources import LIST_METHOD, call_unary
 
     from .test_probe_node import bundle_published
 

@@ -525,7 +525,9 @@ def test_in_dra_mode_the_kubelet_lists_claims_and_nodetopo_still_discovers_every
     PodResources ``List`` gives a claim-based container no device-plugin devices, and names each claim
     with the driver, pool and device of every allocated device and the CDI ids the driver returned.
     With no device plugin (the Node has no nvidia.com/gpu), ``nodetopo publish`` (the agent's discovery
-    and its PodResources reader) still publishes every GPU, island and label of the bundle."""
+    and its PodResources reader) still publishes every GPU, island and label of the bundle, and the GPU
+    the claim holds makes the holders unknown (the join of a driver's device name to a GPU is not made),
+    never free."""
     from nodetopo.kubelet.podresources import LIST_METHOD, call_unary
 
     from .test_probe_node import bundle_published
@@ -577,4 +579,8 @@ def test_in_dra_mode_the_kubelet_lists_claims_and_nodetopo_still_discovers_every
         assert labels["nodetopo.io/gpu.count"] == "4" and labels["nodetopo.io/nvlink.island-size"] == "2", (
             labels
         )
-        print("heldBy in DRA mode:", {g["index"]: g.get("heldBy") for g in got["gpus"]})
+        # GPU 0 is held through the claim: never published as free (heldBy []), but as unknown
+        print("allocation in DRA mode:", got["allocation"])
+        assert all("heldBy" not in g for g in got["gpus"]), got["gpus"]
+        assert got["allocation"]["state"] == "Unknown", got["allocation"]
+        assert f"({NAMESPACE}/{claim['metadata']['name']})" in got["allocation"]["message"], got["allocation"]

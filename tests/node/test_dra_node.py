@@ -441,6 +441,82 @@ def test_on_nvswitch_machines_a_pcie_root_constraint_refuses_what_one_island_hol
     assert nic_class(status, gpu, nic, nic_inventory) == "PXB", dra.allocated(claim)
 
 
+# ---- the probe on claim-based pods ------------------------------------------------------------------
+
+
+def probe_claim_pod(name: str, image: str, node: LocalNode, sa: str, claim_name: str) -> dict[str, Any]:
+    """test_probe_node's probe pod declaring ``nodetopo.io/gpus-in-one-island``, its init container (the
+    probe) and main container both using the ResourceClaim ``claim_name`` (one allocation, the same
+    devices for both). Scheduled, not bound: the scheduler allocates the claim."""
+    from .test_probe_node import probe_pod
+
+    pod = probe_pod(name, image, node, sa, {"nodetopo.io/gpus-in-one-island": "true"})
+    spec = pod["spec"]
+    del spec["nodeName"]
+    spec["nodeSelector"] = {"kubernetes.io/hostname": node.name}
+    spec["resourceClaims"] = [{"name": "gpus", "resourceClaimName": claim_name}]
+    for container in [*spec["initContainers"], *spec["containers"]]:
+        container["resources"] = {"claims": [{"name": "gpus"}]}
+    # /dev/shm big enough for NCCL (the probe's shm check), as a multi-GPU pod should have it
+    spec["volumes"].append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}})
+    spec["initContainers"][0]["volumeMounts"].append({"name": "dshm", "mountPath": "/dev/shm"})
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("order", "verdict"),
+    [
+        ("as-given", "passed"),
+        (
+            "across-groups",
+            "PlacedWrong: gpus-in-one-island: GPUs span 2 NVLink islands: "
+            "GPU 0 in island 0; GPU 2 in island 1",
+        ),
+    ],
+)
+def test_the_probe_judges_a_claim_based_pods_gpus_by_island(
+    classes: LocalNode,
+    objects: list[tuple[str, str]],
+    node_image: dict[str, Any],
+    two_islands: dict[str, Any],
+    order: str,
+    verdict: str,
+) -> None:
+    """``nodetopo probe`` as the init container of a pod whose 2 GPUs come from a ResourceClaim (no
+    constraint) and which declares one island: the container sees the claim's GPUs (CDI), the probe
+    places them on the published NodeTopology, and passes when the driver's order gave one island,
+    fails the pod ``PlacedWrong`` when the driver was told to publish across islands (GPUs 0 and 2, as
+    test_an_unconstrained_two_gpu_claim_gets_the_first_devices_of_the_slice measured; the claim itself is
+    deallocated once the pod is done, so the probe's own words name the GPUs)."""
+    from .test_probe_node import bundle_published, create_reader, delete_reader, init_terminated, wait_done
+
+    node, image = classes, node_image["name"]
+    start(node, dra.gpu_inventory(two_islands), order=order)
+    claim_name = f"probe-gpus-{uuid.uuid4().hex[:6]}"
+    create(node.cluster, objects, dra.claim(claim_name, NAMESPACE, [dra.gpus(2)]))
+    sa = create_reader(node.cluster)
+    try:
+        with bundle_published(node.cluster, node, TWO_ISLANDS):
+            name = f"probe-dra-{uuid.uuid4().hex[:6]}"
+            create(node.cluster, objects, probe_claim_pod(name, image, node, sa, claim_name))
+            pod = wait_done(node.cluster, name)
+            term = init_terminated(pod)
+            report = node.cluster.kubectl(
+                "logs", "-n", NAMESPACE, name, "-c", "topology-probe", check=False
+            ).stdout
+            why = f"{term}\n{report[-3000:]}{driver_logs(node)}"
+            print(f"{order}: probe: {term.get('message', '').strip()}")
+            assert term.get("message", "").startswith(verdict), why
+            if verdict == "passed":
+                assert pod["status"]["phase"] == "Succeeded" and term.get("exitCode") == 0, why
+                island = {c["name"]: c for c in json.loads(report)["checks"]}["gpus-in-one-island"]
+                assert island["status"] == "pass" and "all in island 0" in island["reason"], island
+            else:
+                assert pod["status"]["phase"] == "Failed" and term.get("exitCode") == 1, why
+    finally:
+        delete_reader(node.cluster, sa)
+
+
 # ---- what the kubelet and nodetopo see of claim-based pods ---------------------------------------------
 
 

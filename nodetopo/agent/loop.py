@@ -14,7 +14,9 @@ Error policy:
 
 * a ``PublishError`` whose class is retryable → exponential backoff with jitter (``Retry-After``
   as a floor), then a fresh scan and publish;
-* a fatal one (Forbidden, Invalid, Conflict) → ``run`` returns 1 (the kubelet restarts the pod);
+* a fatal one (Forbidden, Invalid) → ``run`` returns 1 (the kubelet restarts the pod). A conflict
+  never is: the publish chain takes back the fields the agent owns (an admin's label on one of its
+  keys; ``nodetopo.publish.ownership``), and any other conflict is retried with backoff;
 * any other exception → logged with its traceback, this cycle's publish skipped, the loop goes on.
 
 ``stop()`` (SIGTERM) lets the current scan and write finish, then ``run`` returns 0. Nothing is
@@ -34,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from nodetopo.agent.bands import BandCache
 from nodetopo.agent.config import AgentConfig
 from nodetopo.agent.health import Health
 from nodetopo.agent.metrics import AgentStats
@@ -136,6 +139,8 @@ class Agent:
         self.publisher = publisher
         self.events: EventSource = events if events is not None else NoEvents()
         self.stats = stats if stats is not None else AgentStats(config.node_name, dry_run=config.dry_run)
+        #: the bandwidth model's bands of the latest topology, computed again when it changes
+        self.bands = BandCache(config.node_name)
         self._clock = clock
         self._wall_clock = wall_clock
         self._random = random
@@ -338,6 +343,7 @@ class Agent:
         scan = self.keeper.apply(self._scan())
         topology = scan.topology
         self.stats.record_scan(trigger, scan.results, topology, self.keeper.stale_sources)
+        self.stats.record_bands(self.bands.bands(topology))
         self._topology = topology
         body = to_nodetopology(topology, self.config.node_name, self._allocation(topology)[0])
         labels = node_labels(body)

@@ -18,6 +18,7 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from nodetopo.errors import clip
 from nodetopo.model import format_cpulist
 from nodetopo.placement.request import MAX_NIC_DISTANCE, RDMA, PodRequest
 from nodetopo.probe.promised import Promised, PromisedGpu, PromisedNic
@@ -553,11 +554,36 @@ def run_checks(
     return checks
 
 
+def placement(seen: Seen, promised: Promised | None, node: str | None) -> dict[str, Any]:
+    """What the probe learnt about the pod's place, for the workload's own metrics
+    (``nodetopo.acceptance`` labels its series with it): the node, its leaf, the container's GPUs
+    with their island and NUMA node, and the share of the container's CPUs on its GPUs' NUMA
+    nodes. An unknown fact is null (no NodeTopology: no island, no leaf)."""
+    found, _ = container_gpus(seen, promised) if promised is not None else ([], [])
+    ratio: float | None = None
+    if seen.cpus and found and all(g.numa_cpus is not None for g in found):
+        local: frozenset[int] = frozenset().union(*(g.numa_cpus or frozenset() for g in found))
+        ratio = round(len(seen.cpus & local) / len(seen.cpus), 4)
+    return {
+        "node": node or (promised.node if promised is not None else None) or None,
+        "leaf": promised.leaf if promised is not None else None,
+        "gpus": [
+            {"index": g.index, "uuid": g.uuid, "island": g.island, "numaNode": g.numa_node}
+            for g in sorted(found, key=lambda g: g.index)
+        ],
+        "cpuNumaLocalRatio": ratio,
+    }
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Verdict:
     passed: bool
     attribution: Attribution | None
     line: str  #: the one-line verdict (termination message, Event message)
+
+
+#: the longest verdict line (the kubelet keeps 4096 bytes of a termination message)
+MAX_LINE = 4000
 
 
 def checked(checks: Sequence[Check]) -> str:
@@ -569,23 +595,31 @@ def checked(checks: Sequence[Check]) -> str:
 
 
 def verdict(checks: Sequence[Check], *, strict: bool = False) -> Verdict:
-    """The one-line verdict. ``strict``: a check that applies but could not be made fails the pod."""
+    """The one-line verdict. ``strict``: a check that applies but could not be made fails the pod.
+
+    Its ``line`` is one line (``nodetopo.errors.clip``): a reason quotes names the node and the
+    container chose (NIC names, device names), which may hold newlines or terminal escape sequences,
+    and the line ends in a termination message and an Event."""
     failures = [c for c in checks if c.status is Status.FAIL]
     warnings = [c for c in checks if c.status is Status.WARN]
     if failures:
         first = failures[0]
         more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
-        return Verdict(False, first.attribution, f"{first.attribution}: {first.name}: {first.reason}{more}")
+        line = clip(f"{first.attribution}: {first.name}: {first.reason}", MAX_LINE - len(more)) + more
+        return Verdict(False, first.attribution, line)
     if strict and any(c.asked and c.status is Status.SKIP for c in checks):
-        return Verdict(False, None, f"failed (--strict): {checked(checks)}")
+        return Verdict(False, None, clip(f"failed (--strict): {checked(checks)}", MAX_LINE))
     if warnings:
         first = warnings[0]
         return Verdict(
             True,
             first.attribution,
-            f"passed with warning {first.attribution}: {first.name}: {first.reason}; {checked(checks)}",
+            clip(
+                f"passed with warning {first.attribution}: {first.name}: {first.reason}; {checked(checks)}",
+                MAX_LINE,
+            ),
         )
-    return Verdict(True, None, f"passed, {checked(checks)}")
+    return Verdict(True, None, clip(f"passed, {checked(checks)}", MAX_LINE))
 
 
 def _size(n: int) -> str:

@@ -25,6 +25,9 @@ from nodetopo.kube.flags import add_kube_args
 
 T = TypeVar("T")
 
+#: the largest ``--nodetopology`` file read (the API server stores objects up to ~1.5 MiB)
+NODETOPOLOGY_FILE_LIMIT = 4 * 1024 * 1024
+
 DESCRIPTION = __doc__.split("\n\n")[1] if __doc__ else ""
 EPILOG = """\
 checks (each pass, fail, warn or skip, with its reason):
@@ -158,6 +161,14 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
         action="store_true",
         help="fail (exit 1) when a check that applies could not be made (skipped: its input could not be "
         "read); checks the pod does not ask for never fail it",
+    )
+    p.add_argument(
+        "--report",
+        default=env.get("NODETOPO_PROBE_REPORT", ""),
+        metavar="FILE",
+        help="also write the JSON report here, e.g. on an emptyDir the workload container mounts: "
+        "nodetopo.acceptance labels the workload's metrics with its placement (default: "
+        "$NODETOPO_PROBE_REPORT; '' for none)",
     )
     p.add_argument(
         "--termination-log",
@@ -295,10 +306,14 @@ def _promised(args: argparse.Namespace, connection: Any) -> tuple[Any, str | Non
     from nodetopo.probe.promised import parse_nodetopology
 
     if args.nodetopology:
+        from nodetopo.host import Refused, read_regular_file
+
         try:
-            obj = json.loads(Path(args.nodetopology).read_text(encoding="utf-8"))
-            return parse_nodetopology(obj), None
-        except (OSError, ValueError) as e:
+            data = read_regular_file(args.nodetopology, limit=NODETOPOLOGY_FILE_LIMIT)
+            return parse_nodetopology(json.loads(data)), None
+        except Refused as e:
+            return None, f"--nodetopology {args.nodetopology}: refused: {e.why}"
+        except (OSError, ValueError, RecursionError) as e:
             return None, f"--nodetopology {args.nodetopology}: {e}"
     if not args.node_name:
         return None, "no node name (--node-name or $NODE_NAME): the NodeTopology cannot be read"
@@ -336,7 +351,7 @@ def _session(args: argparse.Namespace) -> tuple[Any, str | None]:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from nodetopo.probe import events
-    from nodetopo.probe.checks import Thresholds, run_checks, verdict
+    from nodetopo.probe.checks import Thresholds, placement, run_checks, verdict
     from nodetopo.probe.observe import read_declared
 
     started = time.monotonic()
@@ -364,6 +379,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         "node": args.node_name,
         "pod": f"{args.pod_namespace}/{args.pod_name}" if args.pod_name else None,
         "checks": [c.to_json() for c in checks],
+        "placement": placement(seen, promised, args.node_name),
     }
     event = (
         "not posted (--no-event)" if args.no_event else "not posted: no pod name (--pod-name or $POD_NAME)"
@@ -391,10 +407,16 @@ def cmd_probe(args: argparse.Namespace) -> int:
     report["event"] = event
     report["seconds"] = round(time.monotonic() - started, 3)
     print(json.dumps(report, indent=2))
+    if args.report:
+        try:
+            with open(args.report, "w", encoding="utf-8") as f:
+                f.write(json.dumps(report, indent=2) + "\n")
+        except OSError as e:
+            print(f"nodetopo probe: cannot write {args.report}: {e.strerror or e}", file=sys.stderr)
     if args.termination_log:
         try:
             with open(args.termination_log, "w", encoding="utf-8") as f:
-                f.write(result.line[:4000] + "\n")
+                f.write(result.line + "\n")
         except OSError as e:
             print(f"nodetopo probe: cannot write {args.termination_log}: {e.strerror or e}", file=sys.stderr)
     if session is not None:

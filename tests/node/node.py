@@ -171,7 +171,13 @@ def missing_prerequisites() -> list[str]:
 
 #: The programs a node runs that outlive a test run killed before its teardown (SIGKILL, OOM, a CI
 #: job cancelled): each started with a path under the run's pytest base temp on its command line.
-NODE_PROGRAMS = ("kubelet", "containerd", "containerd-shim-runc-v2", "deviceplugin", "draplugin")
+NODE_PROGRAMS = (
+    "kubelet",
+    "containerd",
+    "containerd-shim-runc-v2",
+    "nodetopo-test-deviceplugin",
+    "nodetopo-test-dradriver",
+)
 
 
 def reclaim_after_a_dead_run(

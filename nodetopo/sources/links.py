@@ -40,7 +40,7 @@ from nodetopo.model import (
     SourceStatus,
 )
 from nodetopo.sources import _sysfs
-from nodetopo.sources.base import SourceResult, guarded
+from nodetopo.sources.base import Context, SourceResult, guarded
 from nodetopo.sources.commands import Command
 
 NAME = "sysfs.links"
@@ -192,48 +192,102 @@ class _Reader:
 
 
 def read_pcie_links(
-    root: HostRoot, addresses: Iterable[PciAddress]
+    root: HostRoot, addresses: Iterable[PciAddress], memo: LinkMemo | None = None
 ) -> tuple[tuple[PcieLinkReading, ...], tuple[Condition, ...]]:
     """The link attributes and AER totals of each of ``addresses`` (``bus/pci/devices/<address>``).
 
     A function without any of the attributes (a capture that left them out, a kernel before 4.19
-    for AER) reads as unknown values, without a condition.
+    for AER) reads as unknown values, without a condition. Every attribute is read every time;
+    ``memo``: the readings of the last read through it, given back for a function whose texts
+    all equal what was read for it then (an unchanged node parses nothing; without one nothing is
+    reused or kept).
     """
+    if memo is None:
+        memo = LinkMemo()
     reader = _Reader(root)
     base = os.fspath(root.sys(PCI_DEVICES_DIR))
     readings: list[PcieLinkReading] = []
-    for address in addresses:
-        entry = f"{base}/{address}"
-        opened = root.open_link_directory(entry)
-        fd: int | None = None
-        if opened is not None:
-            fd, directory = opened
-        else:
-            directory = entry
-            if not os.path.isdir(entry):
+    try:
+        for address in addresses:
+            entry = f"{base}/{address}"
+            opened = root.open_link_directory(entry)
+            fd: int | None = None
+            if opened is not None:
+                fd, directory = opened
+            else:
+                directory = entry
+                if not os.path.isdir(entry):
+                    continue
+            try:
+                texts = reader.texts(directory, fd, PCI_ATTRIBUTES)
+            finally:
+                if fd is not None:
+                    os.close(fd)
+            if not any(t is not None for t in texts):
                 continue
-        try:
-            texts = reader.texts(directory, fd, PCI_ATTRIBUTES)
-        finally:
-            if fd is not None:
-                os.close(fd)
-        if not any(t is not None for t in texts):
-            continue
-        path = f"{entry}/"
-        speed, width, max_speed, max_width, cor, nonfatal, fatal = texts
-        readings.append(
-            PcieLinkReading(
-                address=address,
-                current_gts=reader.parsed(speed, parse_link_speed, path + "current_link_speed"),
-                current_width=reader.parsed(width, parse_link_width, path + "current_link_width"),
-                max_gts=reader.parsed(max_speed, parse_link_speed, path + "max_link_speed"),
-                max_width=reader.parsed(max_width, parse_link_width, path + "max_link_width"),
-                aer_correctable=reader.parsed(cor, _aer("aer_dev_correctable"), path + "aer_dev_correctable"),
-                aer_nonfatal=reader.parsed(nonfatal, _aer("aer_dev_nonfatal"), path + "aer_dev_nonfatal"),
-                aer_fatal=reader.parsed(fatal, _aer("aer_dev_fatal"), path + "aer_dev_fatal"),
-            )
-        )
+            key = (entry, address, *texts)
+            parsed = memo.last.get(key)
+            if parsed is None:
+                parsed = _parse_pcie(root, entry, address, texts)
+            memo.keep(key, parsed)
+            readings.append(parsed[0])
+            reader.conditions.extend(parsed[1])
+    finally:
+        memo.done()
     return tuple(readings), tuple(reader.conditions)
+
+
+def _parse_pcie(
+    root: HostRoot, entry: str, address: PciAddress, texts: Sequence[str | None]
+) -> tuple[PcieLinkReading, tuple[Condition, ...]]:
+    """One function's reading from its attribute texts (``PCI_ATTRIBUTES`` order), with the
+    conditions of text that does not parse: a pure function of its arguments."""
+    reader = _Reader(root)
+    path = f"{entry}/"
+    speed, width, max_speed, max_width, cor, nonfatal, fatal = texts
+    reading = PcieLinkReading(
+        address=address,
+        current_gts=reader.parsed(speed, parse_link_speed, path + "current_link_speed"),
+        current_width=reader.parsed(width, parse_link_width, path + "current_link_width"),
+        max_gts=reader.parsed(max_speed, parse_link_speed, path + "max_link_speed"),
+        max_width=reader.parsed(max_width, parse_link_width, path + "max_link_width"),
+        aer_correctable=reader.parsed(cor, _aer("aer_dev_correctable"), path + "aer_dev_correctable"),
+        aer_nonfatal=reader.parsed(nonfatal, _aer("aer_dev_nonfatal"), path + "aer_dev_nonfatal"),
+        aer_fatal=reader.parsed(fatal, _aer("aer_dev_fatal"), path + "aer_dev_fatal"),
+    )
+    return reading, tuple(reader.conditions)
+
+
+#: a function whose attribute texts are longer than this in all is parsed every read (real ones:
+#: ~600 bytes, most of it the three AER tables)
+_MEMO_TEXT_LIMIT = 8 * 1024
+#: the most text kept from one read for all its functions
+_MEMO_TEXTS = 4 << 20
+
+
+class LinkMemo:
+    """The PCIe readings parsed in the last read (``last``) and in this one, by everything read for
+    them (the function's path and its attribute texts). One per scan context (``Context.cache``).
+
+    Only the last read's readings are kept: an unchanged node finds each of its functions there, and
+    what is held is one read's worth of small values, bounded in size. A counter that rose is new
+    text, parsed afresh.
+    """
+
+    def __init__(self) -> None:
+        self.last: dict[tuple[object, ...], tuple[PcieLinkReading, tuple[Condition, ...]]] = {}
+        self._now: dict[tuple[object, ...], tuple[PcieLinkReading, tuple[Condition, ...]]] = {}
+        self._size = 0
+
+    def keep(self, key: tuple[object, ...], parsed: tuple[PcieLinkReading, tuple[Condition, ...]]) -> None:
+        size = sum(len(part) for part in key if isinstance(part, str))
+        if size <= _MEMO_TEXT_LIMIT and self._size + size <= _MEMO_TEXTS:
+            self._now[key] = parsed
+            self._size += size
+
+    def done(self) -> None:
+        """End of a read: its readings become ``last``."""
+        self.last, self._now, self._size = self._now, {}, 0
 
 
 def _aer(name: str) -> Callable[[str, str], int]:
@@ -286,10 +340,10 @@ def read_port_counters(
     return tuple(readings), tuple(reader.conditions)
 
 
-def read_links(root: HostRoot, facts: Facts) -> Facts:
+def read_links(root: HostRoot, facts: Facts, memo: LinkMemo | None = None) -> Facts:
     """The readings of every link of the devices in ``facts`` (``Facts.health``), with this source's
-    status and conditions."""
-    pcie, pcie_conditions = read_pcie_links(root, link_functions(facts.pci_devices))
+    status and conditions (``memo``: see ``read_pcie_links``)."""
+    pcie, pcie_conditions = read_pcie_links(root, link_functions(facts.pci_devices), memo)
     ports, port_conditions = read_port_counters(root, facts.rdma_devices)
     conditions = pcie_conditions + port_conditions
     message = f"{len(pcie)} PCIe function(s), {len(ports)} RDMA port(s)"
@@ -302,6 +356,7 @@ def read_links(root: HostRoot, facts: Facts) -> Facts:
     )
 
 
-def collect(root: HostRoot, facts: Facts) -> SourceResult:
-    """``read_links`` behind the source boundary (a failure is this source's condition)."""
-    return guarded(NAME, lambda: read_links(root, facts))
+def collect(ctx: Context, facts: Facts) -> SourceResult:
+    """``read_links`` under ``ctx.root`` behind the source boundary (a failure is this source's
+    condition), reusing the readings of the context's last read where no text changed."""
+    return guarded(NAME, lambda: read_links(ctx.root, facts, ctx.cache.state(LinkMemo)))

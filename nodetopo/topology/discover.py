@@ -65,7 +65,7 @@ def collect(ctx: Context, selected: Sequence[Source] | None = None) -> tuple[Fac
         results.append(result)
         facts = facts.merge(result.facts)
     if selected is None or any(s.NAME in ("sysfs.pci", "sysfs.rdma") for s in selected):
-        result = links.collect(ctx.root, facts)
+        result = links.collect(ctx, facts)
         results.append(result)
         facts = facts.merge(result.facts)
     return facts, tuple(results)

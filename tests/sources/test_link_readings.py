@@ -123,6 +123,40 @@ def test_garbage_is_a_parse_error_of_the_file(tmp_path: Path) -> None:
     assert "sys/bus/pci/devices/0000:01:00.0/current_link_width" in condition.message
 
 
+def test_a_rescan_reads_every_file_and_parses_only_what_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through one memo (the scan context's), an unchanged function's reading is given back as parsed
+    at the last read (no AER table parsed again); a counter that rose is new text, parsed afresh; a
+    file that does not parse is its condition at every read, not only the first."""
+    real = tmp_path / "sys/devices/pci0000:00/0000:01:00.0"
+    _write(real / "max_link_width", "16\n")
+    _write(real / "current_link_width", "lots\n")
+    _write(real / "aer_dev_correctable", AER_CORRECTABLE)
+    devices = tmp_path / "sys/bus/pci/devices"
+    devices.mkdir(parents=True)
+    os.symlink("../../../devices/pci0000:00/0000:01:00.0", devices / "0000:01:00.0")
+    root, addresses = HostRoot(tmp_path), [PciAddress.parse("0000:01:00.0")]
+    parsed: list[str] = []
+    parse_aer_total = links.parse_aer_total
+
+    def counting(text: str, path: str, total: str) -> int:
+        parsed.append(path)
+        return parse_aer_total(text, path, total)
+
+    monkeypatch.setattr(links, "parse_aer_total", counting)
+    memo = links.LinkMemo()
+    (first,), first_conditions = links.read_pcie_links(root, addresses, memo)
+    (again,), again_conditions = links.read_pcie_links(root, addresses, memo)
+    assert again is first and len(parsed) == 1
+    assert again_conditions == first_conditions and len(first_conditions) == 1
+    _write(real / "aer_dev_correctable", AER_CORRECTABLE.replace("TOTAL_ERR_COR 4", "TOTAL_ERR_COR 9"))
+    (rose,), _ = links.read_pcie_links(root, addresses, memo)
+    assert (first.aer_correctable, rose.aer_correctable, len(parsed)) == (4, 9, 2)
+    (fresh,), _ = links.read_pcie_links(root, addresses)  # without a memo nothing is kept
+    assert fresh == rose and fresh is not rose
+
+
 @pytest.mark.corpus
 def test_port_counters_of_a_real_h100_node(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """gpud's capture of /sys/class/infiniband on an H100 node: link_downed of mlx5_1 reads 255 (the

@@ -3,8 +3,9 @@ AER totals of every GPU, NIC, NVSwitch and bridge on their way to the root port,
 counters of every RDMA port) add to a rescan's CPU time.
 
 Each input is scanned as the agent scans it (every source, the links read, judged and derived) and
-with `sysfs.links` answering nothing (its `collect` replaced inside this benchmark's process, so
-nothing is read and no PCIe edge is judged; nodetopo itself is not modified), in pairs of
+with `sysfs.links` answering nothing (its `collect` and the link reads `sysfs.pci` does for it,
+`PcieTexts.offer`, replaced inside this benchmark's process, so nothing of it is read and no PCIe
+edge is judged; nodetopo itself is not modified), in pairs of
 alternating order, each timed scan a rescan (after an untimed scan of the same variant); the figure
 is the median of the paired differences in the scanning thread's CPU time over the median scan
 without the readings. Inputs: the fixture bundles `dgx-h100` (69 PCI functions, 10 RDMA ports) and
@@ -43,10 +44,13 @@ def run(quick: bool) -> Section:
     from nodetopo.sources.base import SourceResult
     from nodetopo.topology.discover import bundle_context, scan
 
-    real = links.collect
+    real, real_offer = links.collect, links.PcieTexts.offer
 
     def unread(ctx: Any, facts: Any) -> SourceResult:
         return SourceResult(name=links.NAME, facts=Facts())
+
+    def not_offered(*args: Any) -> None:
+        return None
 
     section = Section("health", "Edge health (issue 24): cost of the link readings per rescan")
     pairs = 100 if quick else 300
@@ -58,7 +62,8 @@ def run(quick: bool) -> Section:
             contexts = {True: bundle_context(BUNDLES / name), False: bundle_context(BUNDLES / name)}
 
             def one(with_links: bool, ctx_of: dict[bool, Any] = contexts) -> float:
-                links.collect = real if with_links else unread  # type: ignore[assignment]
+                links.collect = real if with_links else unread
+                links.PcieTexts.offer = real_offer if with_links else not_offered  # type: ignore[method-assign,assignment]
                 scan(ctx_of[with_links])  # the untimed scan before: the timed one is a rescan
                 return _timed_scan(scan, ctx_of[with_links])
 
@@ -83,7 +88,8 @@ def run(quick: bool) -> Section:
                 ]
             )
     finally:
-        links.collect = real  # type: ignore[assignment]
+        links.collect = real
+        links.PcieTexts.offer = real_offer  # type: ignore[method-assign]
     section.tables.append(
         table(
             ["input", "CPU: rescan without the link readings", "with", "added CPU", "ratio with / without"],
@@ -108,7 +114,8 @@ def run(quick: bool) -> Section:
     )
     section.notes.append(
         "CPU = the scanning thread's CPU time (`time.thread_time`). 'Without' replaces "
-        "`sysfs.links`'s `collect` inside this process: nothing under `bus/pci/devices/*/` "
+        "`sysfs.links`'s `collect` and `PcieTexts.offer` (the link attributes `sysfs.pci` reads "
+        "through the directory it has open) inside this process: nothing under `bus/pci/devices/*/` "
         "`*_link_*`/`aer_dev_*` or `class/infiniband/*/ports/*/counters` is read, and the PCIe and "
         "port edges are judged on what the other sources read. The driver's link readings "
         "(`nvidia-smi nvlink -e`, `-q -x`, NVML) are read by both variants."

@@ -184,15 +184,72 @@ class _Reader:
             return None
 
     def texts(self, directory: str, fd: int | None, names: Sequence[str]) -> list[str | None]:
-        texts, problems = _sysfs.read_attributes_at(self.root, fd, directory, names)
+        return self.kept(*_sysfs.read_attributes_at(self.root, fd, directory, names))
+
+    def kept(self, texts: list[str | None], problems: Sequence[_sysfs.Unreadable]) -> list[str | None]:
+        """``texts``, with ``problems`` (their read's) kept as conditions."""
         for problem in problems:
             if not problem.no_value:  # EINVAL from a link that is down: no value now
                 self.conditions.append(_sysfs.unavailable(NAME, str(problem)))
         return texts
 
 
+#: vendor and class codes (``class >> 8``) of the functions ``sysfs.pci`` reads the link attributes of
+#: in its own pass: NVIDIA GPUs and NVSwitches, network functions, PCI bridges (the ports on the way)
+_NVIDIA = 0x10DE
+_NVIDIA_CLASSES = frozenset({0x0300, 0x0302, 0x0680})
+_BRIDGE = 0x0604
+_NETWORK = 0x02
+
+
+class PcieTexts:
+    """The link attribute texts ``sysfs.pci`` read this scan, by function, while it had each function's
+    directory open: ``read_pcie_links`` takes them instead of opening the directory again. One per
+    scan context (``Context.cache``); what the PCI source did not read (a function of another class, a
+    directory it could not open as a link) this source reads itself.
+
+    Filled by one PCI read (``begin``, then ``offer`` per function) and emptied by the next link read
+    (``take``, then ``done``): texts are never kept from one scan to the next.
+    """
+
+    def __init__(self) -> None:
+        self._texts: dict[PciAddress, tuple[list[str | None], list[_sysfs.Unreadable]]] = {}
+
+    def begin(self) -> None:
+        self._texts = {}
+
+    def offer(
+        self,
+        root: HostRoot,
+        address: PciAddress,
+        dir_fd: int,
+        directory: str,
+        class_text: str | None,
+        vendor_text: str | None,
+    ) -> None:
+        """Read the link attributes of ``address`` through its open directory when its class is one
+        whose links may be judged (an NVIDIA GPU or NVSwitch, a network function, a bridge)."""
+        try:
+            code = int((class_text or "").strip(), 16) >> 8
+            vendor = int((vendor_text or "").strip(), 16)
+        except ValueError:
+            return  # garbage: the PCI source says so; this source reads the function itself if needed
+        if not (code == _BRIDGE or code >> 8 == _NETWORK or (vendor == _NVIDIA and code in _NVIDIA_CLASSES)):
+            return
+        self._texts[address] = _sysfs.read_attributes_at(root, dir_fd, directory, PCI_ATTRIBUTES)
+
+    def take(self, address: PciAddress) -> tuple[list[str | None], list[_sysfs.Unreadable]] | None:
+        return self._texts.pop(address, None)
+
+    def done(self) -> None:
+        self._texts = {}
+
+
 def read_pcie_links(
-    root: HostRoot, addresses: Iterable[PciAddress], memo: LinkMemo | None = None
+    root: HostRoot,
+    addresses: Iterable[PciAddress],
+    memo: LinkMemo | None = None,
+    read: PcieTexts | None = None,
 ) -> tuple[tuple[PcieLinkReading, ...], tuple[Condition, ...]]:
     """The link attributes and AER totals of each of ``addresses`` (``bus/pci/devices/<address>``).
 
@@ -210,19 +267,23 @@ def read_pcie_links(
     try:
         for address in addresses:
             entry = f"{base}/{address}"
-            opened = root.open_link_directory(entry)
-            fd: int | None = None
-            if opened is not None:
-                fd, directory = opened
+            early = read.take(address) if read is not None else None
+            if early is not None:
+                texts = reader.kept(*early)
             else:
-                directory = entry
-                if not os.path.isdir(entry):
-                    continue
-            try:
-                texts = reader.texts(directory, fd, PCI_ATTRIBUTES)
-            finally:
-                if fd is not None:
-                    os.close(fd)
+                opened = root.open_link_directory(entry)
+                fd: int | None = None
+                if opened is not None:
+                    fd, directory = opened
+                else:
+                    directory = entry
+                    if not os.path.isdir(entry):
+                        continue
+                try:
+                    texts = reader.texts(directory, fd, PCI_ATTRIBUTES)
+                finally:
+                    if fd is not None:
+                        os.close(fd)
             if not any(t is not None for t in texts):
                 continue
             key = (entry, address, *texts)
@@ -234,6 +295,8 @@ def read_pcie_links(
             reader.conditions.extend(parsed[1])
     finally:
         memo.done()
+        if read is not None:
+            read.done()
     return tuple(readings), tuple(reader.conditions)
 
 
@@ -340,10 +403,12 @@ def read_port_counters(
     return tuple(readings), tuple(reader.conditions)
 
 
-def read_links(root: HostRoot, facts: Facts, memo: LinkMemo | None = None) -> Facts:
+def read_links(
+    root: HostRoot, facts: Facts, memo: LinkMemo | None = None, read: PcieTexts | None = None
+) -> Facts:
     """The readings of every link of the devices in ``facts`` (``Facts.health``), with this source's
-    status and conditions (``memo``: see ``read_pcie_links``)."""
-    pcie, pcie_conditions = read_pcie_links(root, link_functions(facts.pci_devices), memo)
+    status and conditions (``memo``, ``read``: see ``read_pcie_links``)."""
+    pcie, pcie_conditions = read_pcie_links(root, link_functions(facts.pci_devices), memo, read)
     ports, port_conditions = read_port_counters(root, facts.rdma_devices)
     conditions = pcie_conditions + port_conditions
     message = f"{len(pcie)} PCIe function(s), {len(ports)} RDMA port(s)"
@@ -359,4 +424,6 @@ def read_links(root: HostRoot, facts: Facts, memo: LinkMemo | None = None) -> Fa
 def collect(ctx: Context, facts: Facts) -> SourceResult:
     """``read_links`` under ``ctx.root`` behind the source boundary (a failure is this source's
     condition), reusing the readings of the context's last read where no text changed."""
-    return guarded(NAME, lambda: read_links(ctx.root, facts, ctx.cache.state(LinkMemo)))
+    return guarded(
+        NAME, lambda: read_links(ctx.root, facts, ctx.cache.state(LinkMemo), ctx.cache.state(PcieTexts))
+    )

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.k8s
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "tests/fixtures/bundles/dgx-h100"
-#: our own 8 × H100 run, 482.12 GB/s at 4 GiB: inside the band of an 8-GPU NVSwitch node
-LOG = ROOT / "tests/fixtures/perf/own/allreduce-per-iteration-I1.txt"
+#: our own 8 × H100 run, 482.12 GB/s at 4 GiB: inside the band of an 8-GPU NVSwitch node (relative to
+#: the checkout, as docs/bandwidth-model.md shows it)
+LOG = "tests/fixtures/perf/own/allreduce-per-iteration-I1.txt"
 
 
 def _accept(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -33,11 +34,12 @@ def _accept(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[st
             "-m",
             "nodetopo",
             "accept",
-            str(LOG),
+            LOG,
             "--kubeconfig",
             str(cluster.kubeconfig),
             *args,
         ],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
@@ -115,6 +117,7 @@ def test_accept_pod_posts_the_verdict_on_the_pod(
 
         # with --gpus: judged by the pod's own need (900 GB/s), PlacedWrong, a Warning on the pod
         placed = _accept(cluster, "--pod", ref, "--gpus", f"{node}=all")
+        print(placed.stdout, unknown.stderr)
         assert placed.returncode == 4, placed
         assert "PlacedWrong: 482.12 GB/s busbw at 4 GiB: the workload needs 900 GB/s" in placed.stdout
         assert f"pod {ref}: {node} GPU(s) all (--gpus); Event posted (Warning PlacedWrong)" in placed.stdout

@@ -89,7 +89,7 @@ def parse_annotations_file(text: str, *, source: str) -> dict[str, str]:
         if not sep or not key:
             raise ValueError(f'{source}:{number}: not key="value"')
         try:
-            value = json.loads(quoted)
+            value = json.loads(quoted) if quoted.startswith('"') else None  # a string never nests
         except ValueError:
             value = None
         if not isinstance(value, str):

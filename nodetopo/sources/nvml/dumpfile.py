@@ -116,6 +116,7 @@ from typing import TypeVar
 
 from nodetopo.errors import ParseError, excerpt
 from nodetopo.host import NVML_DUMP_LIMIT, HostRoot, Refused, read_regular_file
+from nodetopo.jsonread import JSON_TOKEN
 from nodetopo.model import (
     MAX_NUMA_NODE_ID,
     FabricInfo,
@@ -577,8 +578,6 @@ def _loads(text: str) -> object:
 
 #: the deepest nesting read (a dump has 5 levels: dump, devices, device, nvlinks, link errors)
 MAX_DEPTH = 32
-#: a JSON string (skipped), or a run of opening or of closing brackets
-_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{]+|[\]}]+')
 
 
 def _flatten_deep(text: str) -> tuple[str, list[int]]:
@@ -593,7 +592,7 @@ def _flatten_deep(text: str) -> tuple[str, list[int]]:
     kept_to = 0
     cut_from: int | None = None
     line, counted_to = 1, 0
-    for match in _JSON_TOKEN.finditer(text):
+    for match in JSON_TOKEN.finditer(text):
         token = match.group()
         if token[0] == '"':
             continue

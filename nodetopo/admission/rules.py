@@ -17,7 +17,8 @@ Two policies, evaluated separately by the API server, and so here:
 ``nodetopo-annotations`` (no parameters; always on in an opted-in namespace)
     every ``nodetopo.io/`` annotation of the pod (of the Job's pod template) is known and its value
     matches its grammar (``GRAMMAR``; the extender's five plus ``topology``, ``topology-scope``,
-    ``gpus-per-pod``). All errors, in ``GRAMMAR`` order, then the unknown keys, joined by ``; ``.
+    ``gpus-per-pod`` and ``min-busbw``, the need ``nodetopo accept`` and ``nodetopo probe`` read).
+    All errors, in ``GRAMMAR`` order, then the unknown keys, joined by ``; ``.
 ``nodetopo-topology`` (parameters: the ``NodeTopologySummary``)
     only when the annotations parse. *Declaration* (thresholds in the summary's ``spec``): a pod
     with at least ``declareTopologyMinGPUs`` GPUs declares ``gpus-in-one-island``/``numa-aligned``
@@ -51,6 +52,8 @@ from nodetopo.placement.request import (
     GPU_RESOURCE,
     LINK_LAYER,
     MAX_NIC_DISTANCE,
+    MIN_BUSBW,
+    MIN_BUSBW_GRAMMAR,
     NUMA_ALIGNED,
     ONE_ISLAND,
     RDMA,
@@ -81,6 +84,7 @@ GRAMMAR: dict[str, Grammar] = {
         f"a node label key: {PREFIX}nvlink.domain, nvlink.clique or fabric.tier-0 to fabric.tier-9",
     ),
     GPUS_PER_POD: Grammar("^[1-9][0-9]{0,2}$", "a whole number from 1 to 999"),
+    MIN_BUSBW: MIN_BUSBW_GRAMMAR,
 }
 _PRINTABLE = re.compile(r"[ -~]*")
 _KNOWN = ", ".join(key.removeprefix(PREFIX) for key in GRAMMAR)

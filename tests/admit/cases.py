@@ -28,7 +28,7 @@ from nodetopo.admission.rules import WORKLOAD_TOPOLOGY_POLICY as WTOPO
 
 KNOWN = (
     "known: gpus-in-one-island, max-nic-distance, numa-aligned, rdma, link-layer, topology, "
-    "topology-scope, gpus-per-pod"
+    "topology-scope, gpus-per-pod, min-busbw"
 )
 NO_TOPOLOGY = (
     "pod requests {n} GPUs (at least 2) but declares no topology: set nodetopo.io/gpus-in-one-island "
@@ -116,6 +116,7 @@ CASES: tuple[Case, ...] = (
             "nodetopo.io/link-layer": "infiniband",
             "nodetopo.io/topology": "ANY",
             "nodetopo.io/gpus-per-pod": "2",
+            "nodetopo.io/min-busbw": "372.5",
             **SCOPE,
         },
         gpus=2,
@@ -146,6 +147,16 @@ CASES: tuple[Case, ...] = (
         "huge-number",
         {"nodetopo.io/gpus-per-pod": "99999999999999999999"},
         'nodetopo.io/gpus-per-pod: expected a whole number from 1 to 999, got "99999999999999999999"',
+    ),
+    deny_ann(
+        "min-busbw-with-unit",
+        {"nodetopo.io/min-busbw": "400GB/s"},
+        'nodetopo.io/min-busbw: expected a positive number of GB/s (400, 372.5), got "400GB/s"',
+    ),
+    deny_ann(
+        "min-busbw-zero",
+        {"nodetopo.io/min-busbw": "0.0"},
+        'nodetopo.io/min-busbw: expected a positive number of GB/s (400, 372.5), got "0.0"',
     ),
     deny_ann(
         "zero",

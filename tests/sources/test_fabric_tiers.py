@@ -111,3 +111,22 @@ def test_corpus_sweeps_keep_their_tiers(corpus: Path) -> None:
     osc = ib.parse_ibnetdiscover_ports((corpus / OSC).read_text(), OSC)
     tier = ib.classify(osc).tier
     assert (tier[0x7CFE9003009CE5B0], tier[0x506B4B03005C2740], tier[0x7CFE900300B07320]) == (0, 0, 1)
+
+
+def test_servers_on_two_spines_do_not_make_the_leaf_between_them_a_spine() -> None:
+    """Judged most central first: spine-01 and spine-02 (servers on both) are spines, every leaf a leaf."""
+    text = (FIXTURES / "fat-tree-2tier-storage-on-spine.topo").read_text()
+    text += (
+        "\nvendid=0x2c9\ndevid=0x1021\ncaguid=0xa088c20300d00020\n"
+        'Ca\t1 "H-a088c20300d00020"\t\t# "login01 mlx5_0"\n'
+        '[1](a088c20300d00020) \t"S-0c42a10300a00002"[61]\t\t'
+        '# lid 40 lmc 0 "MF0;spine-02:MQM9700/U1" lid 2 4xNDR\n'
+    )
+    fabric = ib.parse_ibnetdiscover(text, "two servers")
+    tiers = tiers_by_name(fabric)
+    assert tiers == {
+        **{f"spine-0{i}": 1 for i in (1, 2, 3)},
+        **{f"leaf-0{j}": 0 for j in (1, 2, 3, 4)},
+    }
+    assert place(fabric, "login01") == ((0, f"S-{guids(fabric, 'spine-02')[0]:016x}", "spine-02"),)
+    assert place(fabric, "gpu003")[1] == (1, ib.group_id(1, guids(fabric, "spine")), None)

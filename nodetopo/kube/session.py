@@ -105,8 +105,8 @@ class ApiSession:
         query: Mapping[str, str] | None = None,
     ) -> dict[str, Any] | None:
         """One request; its JSON object, None for 404 when ``missing_ok``; errors translated.
-        ``apply``: a server-side apply of that body (``force`` as given); ``create``: a POST;
-        ``query``: the query of a plain GET."""
+        ``apply``: a server-side apply of that body (``force`` as given); ``create``: a body sent as
+        JSON (a POST's object, a DELETE's options); ``query``: the query of a plain GET."""
         try:
             if apply is not None:
                 response = self.connection.request(
@@ -161,6 +161,17 @@ class ApiSession:
     def list_cluster_objects(self, group: str, version: str, plural: str) -> dict[str, Any]:
         """The list of a cluster-scoped custom resource (one page: ``items``)."""
         return self._must(self._call(f"list {plural}", "GET", f"/apis/{group}/{version}/{plural}"))
+
+    def delete_cluster_object(
+        self, group: str, version: str, plural: str, name: str, *, uid: str | None = None
+    ) -> dict[str, Any] | None:
+        """Delete a cluster-scoped custom object (only the one with ``uid``, when given: a 409 if the
+        name now holds another); None when it was already gone (404)."""
+        path = f"/apis/{group}/{version}/{plural}/{quote_segment(name)}"
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        return self._call(f"delete {plural}/{name}", "DELETE", path, create=options, missing_ok=True)
 
     def read_namespaced_object(
         self, group: str, version: str, namespace: str, plural: str, name: str

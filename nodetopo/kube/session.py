@@ -102,6 +102,7 @@ class ApiSession:
         force: bool = False,
         create: Mapping[str, Any] | None = None,
         missing_ok: bool = False,
+        query: Mapping[str, str] | None = None,
     ) -> dict[str, Any] | None:
         """One request; its JSON object, None for 404 when ``missing_ok``; errors translated.
         ``apply``: a server-side apply of that body (``force`` as given); ``create``: a POST."""
@@ -117,7 +118,7 @@ class ApiSession:
             elif create is not None:
                 response = self.connection.request(method, path, body=json.dumps(dict(create)).encode())
             else:
-                response = self.connection.request(method, path)
+                response = self.connection.request(method, path, query=query)
         except (OSError, http.client.HTTPException) as e:
             raise translate_api_error(e, action=action, server=self.connection.access.server) from e
         if missing_ok and response.status == 404:
@@ -157,6 +158,15 @@ class ApiSession:
     def list_cluster_objects(self, group: str, version: str, plural: str) -> dict[str, Any]:
         """The list of a cluster-scoped custom resource (one page: ``items``)."""
         return self._must(self._call(f"list {plural}", "GET", f"/apis/{group}/{version}/{plural}"))
+
+    def list_page(
+        self, path: str, *, what: str, limit: int, field_selector: str, continue_token: str | None = None
+    ) -> dict[str, Any]:
+        """One page (``limit`` items at most) of the collection at ``path``, as the server answered it."""
+        query = {"limit": str(limit), "fieldSelector": field_selector}
+        if continue_token:
+            query["continue"] = continue_token
+        return self._must(self._call(f"list {what}", "GET", path, query=query))
 
     def read_namespaced_object(
         self, group: str, version: str, namespace: str, plural: str, name: str

@@ -550,6 +550,18 @@ class ClaimDevice:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SliceDevice:
+    """One device of a ResourceSlice of this node, as far as tying it to a GPU needs: its name in
+    the driver's pool and the attributes that identify the hardware (None when the slice lacks one)."""
+
+    driver: str
+    pool: str
+    device: str  #: ``gpu-0``
+    uuid: str | None = None  #: the ``uuid`` attribute (``GPU-…`` / ``MIG-…``)
+    pci_bus_id: str | None = None  #: ``resource.kubernetes.io/pciBusID`` (``0000:3b:00.0``)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class KubeletAllocation:
     """What the kubelet's PodResources API answered: ``List`` (devices held by running containers:
     device-plugin ``assignments`` and DRA ``claim_devices``) and ``GetAllocatableResources`` (every
@@ -558,6 +570,9 @@ class KubeletAllocation:
     assignments: tuple[DeviceAssignment, ...]
     allocatable: tuple[tuple[str, tuple[str, ...]], ...] | None = None  #: (resource, device ids), sorted
     claim_devices: tuple[ClaimDevice, ...] = ()
+    #: this node's ResourceSlice devices (what ties ``claim_devices`` to GPUs); None: not read (no GPU
+    #: claim device listed, or no API access); a str: why they could not be read
+    slice_devices: tuple[SliceDevice, ...] | str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,6 +9,7 @@ the config file can still supply them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import logging
 import os
@@ -26,7 +27,9 @@ from nodetopo.agent.publisher import AgentPublisher, ApiPublisher, DryRunPublish
 from nodetopo.agent.udev import EventSource, NoEvents, UdevEventSource
 from nodetopo.kube.flags import HELP as KUBECONFIG_HELP
 from nodetopo.kube.pacing import TokenBucket
+from nodetopo.kubelet.allocation import GPU_DRA_DRIVERS
 from nodetopo.logs import configure_logging
+from nodetopo.model import KubeletAllocation, SliceDevice
 from nodetopo.signals import StopSignals
 
 log = logging.getLogger(__name__)
@@ -172,6 +175,7 @@ def build_agent(
     )
     node_name = config.node_name
     node_labels = None
+    slice_reader: Callable[[], tuple[SliceDevice, ...] | str] | None = None
     if publisher is None:
         if config.dry_run:
             publisher = DryRunPublisher(node_name, sys.stdout)
@@ -183,6 +187,11 @@ def build_agent(
             session = RateLimitedSession(connect(config.kubeconfig, context=config.kube_context), bucket)
             publisher = ApiPublisher(session, node_name, nfd=config.nfd)
             node_labels = functools.partial(read_node_labels, session, node_name)
+            from nodetopo.kube.resourceslices import read_resource_slices
+
+            slice_reader = functools.partial(
+                read_resource_slices, session, node_name, drivers=GPU_DRA_DRIVERS
+            )
     if events is None:
         events = UdevEventSource(config.udev_source) if config.udev else NoEvents()
     allocation = None
@@ -190,7 +199,11 @@ def build_agent(
         from nodetopo.kubelet.podresources import ask_kubelet
 
         timeout = min(config.command_timeout_seconds, 5.0)
-        allocation = functools.partial(ask_kubelet, config.pod_resources_socket, timeout_s=timeout)
+        allocation = functools.partial(
+            with_slices,
+            functools.partial(ask_kubelet, config.pod_resources_socket, timeout_s=timeout),
+            slice_reader,
+        )
     # the links are judged over scans: K degraded scans publish an edge, K clean ones clear it, counter
     # rates between scans (the baseline is not published yet: a restarted agent starts its rates anew)
     tracker = HealthTracker(DEFAULT_POLICY, keep_baseline=False)
@@ -202,6 +215,20 @@ def build_agent(
         allocation=allocation,
         node_labels=node_labels,
     )
+
+
+def with_slices(
+    ask: Callable[[], KubeletAllocation | str],
+    read_slices: Callable[[], tuple[SliceDevice, ...] | str] | None,
+) -> KubeletAllocation | str:
+    """The kubelet's answer; when it lists GPU devices of ResourceClaims, with this node's
+    ResourceSlice devices (or why they could not be read) that tie them to GPUs. The slices are read
+    only then: a node without claim-held GPUs never lists them."""
+    answer = ask()
+    if isinstance(answer, str) or not any(c.driver in GPU_DRA_DRIVERS for c in answer.claim_devices):
+        return answer
+    slices = read_slices() if read_slices is not None else None
+    return dataclasses.replace(answer, slice_devices=slices)
 
 
 def cmd_agent(args: argparse.Namespace) -> int:

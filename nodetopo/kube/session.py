@@ -162,6 +162,15 @@ class ApiSession:
         """The list of a cluster-scoped custom resource (one page: ``items``)."""
         return self._must(self._call(f"list {plural}", "GET", f"/apis/{group}/{version}/{plural}"))
 
+    def list_page(
+        self, path: str, *, what: str, limit: int, field_selector: str, continue_token: str | None = None
+    ) -> dict[str, Any]:
+        """One page (``limit`` items at most) of the collection at ``path``, as the server answered it."""
+        query = {"limit": str(limit), "fieldSelector": field_selector}
+        if continue_token:
+            query["continue"] = continue_token
+        return self._must(self._call(f"list {what}", "GET", path, query=query))
+
     def delete_cluster_object(
         self, group: str, version: str, plural: str, name: str, *, uid: str | None = None
     ) -> dict[str, Any] | None:

@@ -77,12 +77,14 @@ def test_admission_policy_type_checks_cleanly(cluster: Any, tmp_path: Path, name
     assert warnings == [], warnings
 
 
-def test_rbac_grants_no_delete_and_no_list(cluster: Any, tmp_path: Path) -> None:
+def test_rbac_grants_no_delete_and_one_list(cluster: Any, tmp_path: Path) -> None:
     rules = yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text())
     role = next(d for d in rules if d["kind"] == "ClusterRole")
     verbs = {v for rule in role["rules"] for v in rule["verbs"]}
     # publish-own-node is no API operation: the marker admission-policy.yaml recognises the agent by
-    assert verbs == {"get", "patch", "create", "publish-own-node"}
+    assert verbs == {"get", "patch", "create", "list", "publish-own-node"}
+    listed = [(r["apiGroups"], r["resources"]) for r in role["rules"] if "list" in r["verbs"]]
+    assert listed == [(["resource.k8s.io"], ["resourceslices"])]
     apply_deploy(cluster, tmp_path)
     user = "system:serviceaccount:nodetopo:nodetopo-agent"
     for verb, resource, expected in [
@@ -95,6 +97,10 @@ def test_rbac_grants_no_delete_and_no_list(cluster: Any, tmp_path: Path) -> None
         ("delete", "nodetopologies.nodetopo.io", "no"),
         ("patch", "nodetopologies.nodetopo.io/status", "yes"),
         ("list", "secrets", "no"),
+        ("list", "resourceslices.resource.k8s.io", "yes"),
+        ("watch", "resourceslices.resource.k8s.io", "no"),
+        ("get", "resourceslices.resource.k8s.io", "no"),
+        ("list", "resourceclaims.resource.k8s.io", "no"),
         ("publish-own-node", "nodetopologies.nodetopo.io", "yes"),
     ]:
         done = cluster.kubectl("auth", "can-i", verb, resource, f"--as={user}", check=False)

@@ -349,6 +349,8 @@ def test_an_unpack_killed_with_sigterm_removes_its_directory(
     import nodetopo.bundle
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    # whatever handler was there before (another test's library may have set one) is put back
+    before = signal.getsignal(signal.SIGTERM)
 
     def killed(archive: Path, dest: Path) -> None:
         (dest / "b").mkdir()
@@ -363,7 +365,7 @@ def test_an_unpack_killed_with_sigterm_removes_its_directory(
         bundle_dir(archive)
     assert exited.value.code == 128 + signal.SIGTERM
     assert [p.name for p in tmp_path.iterdir()] == ["k.tar.gz"]
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_a_later_unpack_removes_what_a_killed_one_left(

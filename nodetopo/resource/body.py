@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from nodetopo import __version__
@@ -245,7 +246,7 @@ def summary(topology: Topology) -> dict[str, Any]:
     }
 
 
-def _cpulist(ids: frozenset[int] | None) -> str | None:
+def _cpulist(ids: AbstractSet[int] | None) -> str | None:
     return format_cpulist(ids) if ids is not None else None
 
 

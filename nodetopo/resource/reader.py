@@ -44,6 +44,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 from nodetopo.model import (
+    CpuSet,
     FabricInfo,
     FabricTier,
     Gpu,
@@ -59,7 +60,6 @@ from nodetopo.model import (
     PreferredGpuSets,
     SourceStatus,
     SwitchPort,
-    parse_cpulist,
 )
 from nodetopo.resource.limits import (
     MAX_CONDITIONS,
@@ -170,7 +170,7 @@ class _Reader:
         self.problems: list[Problem] = []
         self.section = "status"
         self._field = "status"
-        self._cpulists: dict[str, frozenset[int]] = {}
+        self._cpulists: dict[str, CpuSet] = {}
 
     def note(self, section: str, what: str, severity: Severity = Severity.UNKNOWN, field: str = "") -> None:
         self.problems.append(Problem(section, field or f"status.{section}", what, severity))
@@ -231,14 +231,16 @@ class _Reader:
             return None
         return raw
 
-    def cpus(self, item: Mapping[str, Any], key: str) -> frozenset[int] | None:
+    def cpus(self, item: Mapping[str, Any], key: str) -> CpuSet | None:
+        """A CPU (or NUMA node) list: its ranges, never expanded, so a list costs what it says in
+        characters (the CRD's maxLength), whatever ids it names (``0-65535`` is one range)."""
         text = self.get(item, key, STR)
         if text is None:
             return None
         cpus = self._cpulists.get(text)  # the GPUs of one NUMA node share their lists
         if cpus is None:
             try:
-                cpus = self._cpulists[text] = parse_cpulist(text)
+                cpus = self._cpulists[text] = CpuSet.parse(text)
             except ValueError as e:
                 self._here(str(e))
         return cpus
@@ -473,7 +475,7 @@ class _Reader:
             nodes.append(
                 NumaNode(
                     id=ident,
-                    cpus=self.cpus(n, "cpus") or frozenset(),
+                    cpus=self.cpus(n, "cpus") or CpuSet(),
                     memory_bytes=self.get(n, "memoryBytes", INT),
                     distances=tuple(distances),
                 )

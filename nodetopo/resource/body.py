@@ -61,7 +61,7 @@ def to_nodetopology(
         "nodeName": node_name,
         "agentVersion": __version__,
         "summary": summary(topology),
-        "gpus": [_gpu(g, topology) for g in topology.gpus],
+        "gpus": _gpus(topology),
         "nics": [_nic(n) for n in topology.nics],
         "nvlinkIslands": [
             {
@@ -250,8 +250,32 @@ def _cpulist(ids: AbstractSet[int] | None) -> str | None:
     return format_cpulist(ids) if ids is not None else None
 
 
-def _gpu(g: Gpu, topology: Topology) -> dict[str, Any]:
-    return {
+def _gpus(topology: Topology) -> list[dict[str, Any]]:
+    """``status.gpus``: each fact once. ``nicDistances`` is the GPU's row of the GPU×NIC matrix, one
+    class per entry of ``status.nics`` in that order (null: not known); ``numaAffinity`` is left out
+    when it is exactly ``numaNode``, ``cpuAffinity`` when it is exactly the CPUs of those NUMA nodes
+    (the reader gives them back: written out, the two repeated ``numaNodes`` on every GPU)."""
+    column = {n.name: i for i, n in enumerate(topology.nics)}
+    rows: dict[int, list[str | None]] = {g.index: [None] * len(column) for g in topology.gpus}
+    for d in topology.gpu_nic_distances:
+        row, at = rows.get(d.gpu), column.get(d.nic)
+        if row is not None and at is not None:
+            row[at] = d.distance.name
+    numa_cpus = {n.id: n.cpus for n in topology.numa_nodes}
+    return [_gpu(g, rows[g.index], numa_cpus) for g in topology.gpus]
+
+
+def implied_cpus(
+    numa: AbstractSet[int] | None, numa_cpus: Mapping[int, AbstractSet[int]]
+) -> frozenset[int] | None:
+    """The CPUs of the NUMA nodes ``numa`` (None: not every one of them is known)."""
+    if not numa or any(n not in numa_cpus for n in numa):
+        return None
+    return frozenset().union(*(numa_cpus[n] for n in numa))
+
+
+def _gpu(g: Gpu, nic_row: list[str | None], numa_cpus: Mapping[int, AbstractSet[int]]) -> dict[str, Any]:
+    out = {
         "index": g.index,
         "uuid": g.uuid,
         "model": g.model,
@@ -265,13 +289,14 @@ def _gpu(g: Gpu, topology: Topology) -> dict[str, Any]:
         "island": g.island,
         "nearestNICs": list(g.nearest_nics),
         "nicDistance": g.nic_distance.name if g.nic_distance is not None else None,
-        "nics": [
-            {"name": d.nic, "distance": d.distance.name}
-            for d in topology.gpu_nic_distances
-            if d.gpu == g.index
-        ],
+        "nicDistances": nic_row,
         "migEnabled": g.mig_enabled,
     }
+    if g.numa_affinity is not None and g.numa_node is not None and g.numa_affinity == {g.numa_node}:
+        del out["numaAffinity"]
+    if g.cpu_affinity is not None and g.cpu_affinity == implied_cpus(g.numa_affinity, numa_cpus):
+        del out["cpuAffinity"]
+    return out
 
 
 def _nic(n: Nic) -> dict[str, Any]:

@@ -367,6 +367,10 @@ class _Reader:
 
     def _gpus(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
         gpus = []
+        seen: set[int] = set()
+        columns = _nic_names(raw.get("nics"))
+        affinity = "affinity" in sections
+        numa_cpus: dict[int, CpuSet] | None = None
         for g in self.items(raw.get("gpus"), "GPUs", MAX_GPUS, one="a GPU"):
             index = g.get("index")
             if index is None:
@@ -375,28 +379,71 @@ class _Reader:
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < MAX_ID:
                 self._here(f"GPU index {str(index)[:32]!r}", Severity.MALFORMED)
                 continue
-            nics = []
-            for n in self.items(g.get("nics"), "NICs of a GPU", MAX_NICS, one="a NIC of a GPU"):
-                name, word = n.get("name"), n.get("distance")
-                if type(name) is not str or type(word) is not str or word not in _CLASSES:
-                    name, word = self.key(n, "name", STR), self.key(n, "distance", STR)
-                    if name is None or word is None or self.link_class(n, "distance") is None:
-                        continue
-                nics.append((name, _CLASSES[word]))
+            if index in seen:
+                self._here(f"GPU index {index} listed twice", Severity.MALFORMED)
+                continue
+            seen.add(index)
+            row = g.get("nicDistances")
+            nics = self._nic_row(row, columns) if row is not None else self._nic_list(g.get("nics"))
+            numa_node = self.identifier(g, "numaNode", "numaNode")
+            numa_affinity = cpu_affinity = None
+            if affinity:
+                if "numaAffinity" in g:
+                    numa_affinity = self.cpus(g, "numaAffinity")
+                elif numa_node is not None:  # left out: exactly its NUMA node
+                    numa_affinity = CpuSet(((numa_node, numa_node),))
+                if "cpuAffinity" in g:
+                    cpu_affinity = self.cpus(g, "cpuAffinity")
+                elif numa_affinity:  # left out: exactly the CPUs of its NUMA nodes
+                    numa_cpus = numa_cpus if numa_cpus is not None else _numa_cpus(raw.get("numaNodes"))
+                    if len(numa_affinity) <= len(numa_cpus) and all(n in numa_cpus for n in numa_affinity):
+                        cpu_affinity = CpuSet().union(*(numa_cpus[n] for n in numa_affinity))
             gpu = Gpu(
                 index=index,
                 address=self.address(g) if "addresses" in sections else None,
-                numa_node=self.identifier(g, "numaNode", "numaNode"),
-                numa_affinity=self.cpus(g, "numaAffinity") if "affinity" in sections else None,
-                cpu_affinity=self.cpus(g, "cpuAffinity") if "affinity" in sections else None,
+                numa_node=numa_node,
+                numa_affinity=numa_affinity,
+                cpu_affinity=cpu_affinity,
                 island=self.identifier(g, "island", "island"),
                 nearest_nics=self.strings(g.get("nearestNICs"), "nearestNICs", MAX_NICS),
                 nic_distance=self.link_class(g, "nicDistance"),
                 **self.fields(g, _GPU),
             )
             held = self._held_by(g.get("heldBy")) if "allocation" in sections else None
-            gpus.append(PublishedGpu(gpu=gpu, nics=tuple(nics), held_by=held))
+            gpus.append(PublishedGpu(gpu=gpu, nics=nics, held_by=held))
         out["gpus"] = tuple(gpus)
+
+    def _nic_row(self, row: Any, columns: list[str | None] | None) -> tuple[tuple[str, LinkClass], ...]:
+        """``nicDistances``: one class per entry of ``status.nics``, in that order; as (NIC, class)
+        pairs, nearest first. A row that is not one class (or null) per NIC is unknown as a whole."""
+        if columns is None:
+            return ()  # the NIC list itself is unreadable (noted where it is read)
+        if type(row) is not list or len(row) != len(columns):
+            self._here(f"nicDistances: not a list of {len(columns)} classes (one per NIC)")
+            return ()
+        pairs = []
+        for name, word in zip(columns, row, strict=True):
+            if word is None or name is None:
+                continue
+            cls = _CLASSES.get(word) if type(word) is str else None
+            if cls is None:
+                self._here(f"missing {str(word)[:32]!r}")  # the word is not a class: the round trip's wording
+                return ()
+            pairs.append((cls, name))
+        pairs.sort()
+        return tuple((name, cls) for cls, name in pairs)
+
+    def _nic_list(self, value: Any) -> tuple[tuple[str, LinkClass], ...]:
+        """``nics``, the per-GPU list earlier agents wrote: (NIC, class) pairs in the object's order."""
+        nics = []
+        for n in self.items(value, "NICs of a GPU", MAX_NICS, one="a NIC of a GPU"):
+            name, word = n.get("name"), n.get("distance")
+            if type(name) is not str or type(word) is not str or word not in _CLASSES:
+                name, word = self.key(n, "name", STR), self.key(n, "distance", STR)
+                if name is None or word is None or self.link_class(n, "distance") is None:
+                    continue
+            nics.append((name, _CLASSES[word]))
+        return tuple(nics)
 
     def _held_by(self, value: Any) -> tuple[PodRef, ...] | None:
         """Rule 7: every holder readable, or None. (Noted under ``allocation``.)"""
@@ -424,10 +471,15 @@ class _Reader:
 
     def _nics(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
         nics = []
+        seen: set[str] = set()
         for n in self.items(raw.get("nics"), "NICs", MAX_NICS, one="a NIC"):
             name = self.key(n, "name", STR, Severity.MALFORMED)
             if name is None:
                 continue
+            if name in seen:
+                self._here(f"NIC {name[:64]!r} listed twice", Severity.MALFORMED)
+                continue
+            seen.add(name)
             nic = self.fields(n, _NIC)
             address = self.address(n) if "addresses" in sections else None
             nics.append(Nic(name=name, address=address, rdma=bool(nic.pop("rdma")), **nic))
@@ -574,6 +626,29 @@ class _Reader:
         if body is not None:
             worst = self.link_class(body, "worstNICDistance")
             out["summary"] = PublishedSummary(worst_nic_distance=worst, **self.fields(body, _SUMMARY))
+
+
+def _nic_names(value: Any) -> list[str | None] | None:
+    """The names of ``status.nics`` by position (None where an entry has none), the columns of
+    ``nicDistances``; None when the list cannot be read (the ``nics`` section says why)."""
+    if type(value) is not list or len(value) > MAX_NICS:
+        return None
+    return [n.get("name") if type(n) is dict and type(n.get("name")) is str else None for n in value]
+
+
+def _numa_cpus(value: Any) -> dict[int, CpuSet]:
+    """NUMA node id → its CPUs, from ``status.numaNodes`` as far as it reads (for the GPUs' implied
+    ``cpuAffinity``; the ``numaNodes`` section notes what does not read)."""
+    out: dict[int, CpuSet] = {}
+    if type(value) is not list or len(value) > MAX_NUMA_NODES:
+        return out
+    for n in value:
+        if type(n) is dict and type(n.get("id")) is int and type(n.get("cpus")) is str:
+            try:
+                out[n["id"]] = CpuSet.parse(n["cpus"])
+            except ValueError:
+                continue
+    return out
 
 
 def _wrong(key: str, value: Any, kind: Kind) -> str:

@@ -144,18 +144,25 @@ def shape_of(read: Published) -> NodeShape:
     slots: dict[int, GpuSlot] = {}
     for published in status.gpus:
         gpu = published.gpu
-        distances = [(cls, name) for name, cls in published.nics]
-        best = min((c for c, _ in distances), default=gpu.nic_distance)
-        rdma = [(c, name) for c, name in distances if name in usable_rdma]
-        best_rdma = min((c for c, _ in rdma), default=None)
-        layers = sorted({str(usable_rdma[name]) for c, name in rdma if c == best_rdma and usable_rdma[name]})
+        nics = published.nics  # nearest first
+        best_rdma: LinkClass | None = None
+        layers: set[str] = set()
+        for name, cls in nics:
+            if name in usable_rdma:
+                if best_rdma is None:
+                    best_rdma = cls
+                elif cls != best_rdma:
+                    break
+                layer = usable_rdma[name]
+                if layer:
+                    layers.add(str(layer))
         slots[gpu.index] = GpuSlot(
             index=gpu.index,
             island=gpu.island,
             numa=gpu.numa_node,
-            nic=best,
+            nic=nics[0][1] if nics else gpu.nic_distance,
             rdma_nic=best_rdma,
-            rdma_layers=tuple(layers),
+            rdma_layers=tuple(sorted(layers)),
             whole=gpu.mig_enabled is not True,
         )
     ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions)

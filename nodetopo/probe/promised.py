@@ -16,7 +16,7 @@ from nodetopo.model import LinkClass
 from nodetopo.resource.reader import read_nodetopology
 
 #: What the probe reads of a NodeTopology (``nodetopo.resource.reader`` sections).
-SECTIONS = frozenset({"gpus", "nics", "allocation", "affinity"})
+SECTIONS = frozenset({"gpus", "nics", "allocation", "affinity", "details"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

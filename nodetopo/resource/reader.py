@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from nodetopo.model import (
     CpuSet,
@@ -145,12 +145,14 @@ def _fields(**kinds: Kind) -> Fields:
 
 _GPU = _fields(uuid=STR, model=STR, pcieRoot=STR, gpuNumaNode=INT, migEnabled=BOOL, memoryBytes=INT)
 _NIC = _fields(netdev=STR, pcieRoot=STR, numaNode=INT, linkLayer=STR, state=STR, rateGbps=NUMBER, rdma=BOOL)
+_NIC_PLACED = _fields(linkLayer=STR, state=STR, rdma=BOOL)
 _CONDITION = _fields(status=STR, reason=STR, message=STR, lastTransitionTime=STR)
 _SUMMARY = _fields(gpuCount=INT, gpuModel=STR, islands=STR)
 _ALLOCATION = _fields(state=STR, message=STR)
 _MIG = _fields(parentUUID=STR, parentIndex=INT, profile=STR, gpuInstance=INT, computeInstance=INT)
 _NEIGHBOUR = _fields(port=INT, state=STR, switchID=STR, switchName=STR, switchPort=STR, peerIsSwitch=BOOL)
 _CLASSES: dict[str, LinkClass] = dict(LinkClass.__members__)
+_TEXT = (str, type(None))  #: a string field that may be absent
 
 
 def _of(value: Any, kind: Kind) -> bool:
@@ -369,7 +371,9 @@ class _Reader:
         gpus = []
         seen: set[int] = set()
         columns = _nic_names(raw.get("nics"))
-        affinity = "affinity" in sections
+        affinity, details = "affinity" in sections, "details" in sections
+        addresses = "addresses" in sections
+        allocation = "allocation" in sections
         numa_cpus: dict[int, CpuSet] | None = None
         for g in self.items(raw.get("gpus"), "GPUs", MAX_GPUS, one="a GPU"):
             index = g.get("index")
@@ -398,18 +402,36 @@ class _Reader:
                     numa_cpus = numa_cpus if numa_cpus is not None else _numa_cpus(raw.get("numaNodes"))
                     if len(numa_affinity) <= len(numa_cpus) and all(n in numa_cpus for n in numa_affinity):
                         cpu_affinity = CpuSet().union(*(numa_cpus[n] for n in numa_affinity))
-            gpu = Gpu(
-                index=index,
-                address=self.address(g) if "addresses" in sections else None,
-                numa_node=numa_node,
-                numa_affinity=numa_affinity,
-                cpu_affinity=cpu_affinity,
-                island=self.identifier(g, "island", "island"),
-                nearest_nics=self.strings(g.get("nearestNICs"), "nearestNICs", MAX_NICS),
-                nic_distance=self.link_class(g, "nicDistance"),
-                **self.fields(g, _GPU),
-            )
-            held = self._held_by(g.get("heldBy")) if "allocation" in sections else None
+            if details:
+                gpu = Gpu(
+                    index=index,
+                    address=self.address(g) if addresses else None,
+                    numa_node=numa_node,
+                    numa_affinity=numa_affinity,
+                    cpu_affinity=cpu_affinity,
+                    island=self.identifier(g, "island", "island"),
+                    nearest_nics=self.strings(g.get("nearestNICs"), "nearestNICs", MAX_NICS),
+                    nic_distance=self.link_class(g, "nicDistance"),
+                    **self.fields(g, _GPU),
+                )
+            else:  # placement's part: where the GPU sits, not what it is
+                mig = g.get("migEnabled")
+                gpu = Gpu(
+                    index=index,
+                    uuid=None,
+                    model=None,
+                    address=self.address(g) if addresses else None,
+                    pcie_root=None,
+                    numa_node=numa_node,
+                    numa_affinity=numa_affinity,
+                    gpu_numa_node=None,
+                    cpu_affinity=cpu_affinity,
+                    island=self.identifier(g, "island", "island"),
+                    nearest_nics=(),
+                    nic_distance=self.link_class(g, "nicDistance"),
+                    mig_enabled=mig if mig is None or type(mig) is bool else self.get(g, "migEnabled", BOOL),
+                )
+            held = self._held_by(g.get("heldBy")) if allocation else None
             gpus.append(PublishedGpu(gpu=gpu, nics=nics, held_by=held))
         out["gpus"] = tuple(gpus)
 
@@ -421,6 +443,13 @@ class _Reader:
         if type(row) is not list or len(row) != len(columns):
             self._here(f"nicDistances: not a list of {len(columns)} classes (one per NIC)")
             return ()
+        if None not in columns:
+            try:  # the common case: a class for every NIC, every NIC named
+                named = cast(list[str], columns)
+                ordered = sorted(zip(map(_CLASSES.__getitem__, row), named, strict=True))
+                return tuple((name, cls) for cls, name in ordered)
+            except (KeyError, TypeError):
+                pass
         pairs = []
         for name, word in zip(columns, row, strict=True):
             if word is None or name is None:
@@ -434,7 +463,7 @@ class _Reader:
         return tuple((name, cls) for cls, name in pairs)
 
     def _nic_list(self, value: Any) -> tuple[tuple[str, LinkClass], ...]:
-        """``nics``, the per-GPU list earlier agents wrote: (NIC, class) pairs in the object's order."""
+        """``nics``, the per-GPU list earlier agents wrote: (NIC, class) pairs, nearest first."""
         nics = []
         for n in self.items(value, "NICs of a GPU", MAX_NICS, one="a NIC of a GPU"):
             name, word = n.get("name"), n.get("distance")
@@ -443,6 +472,7 @@ class _Reader:
                 if name is None or word is None or self.link_class(n, "distance") is None:
                     continue
             nics.append((name, _CLASSES[word]))
+        nics.sort(key=lambda pair: (pair[1], pair[0]))
         return tuple(nics)
 
     def _held_by(self, value: Any) -> tuple[PodRef, ...] | None:
@@ -472,6 +502,7 @@ class _Reader:
     def _nics(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
         nics = []
         seen: set[str] = set()
+        details = "details" in sections
         for n in self.items(raw.get("nics"), "NICs", MAX_NICS, one="a NIC"):
             name = self.key(n, "name", STR, Severity.MALFORMED)
             if name is None:
@@ -480,9 +511,24 @@ class _Reader:
                 self._here(f"NIC {name[:64]!r} listed twice", Severity.MALFORMED)
                 continue
             seen.add(name)
-            nic = self.fields(n, _NIC)
             address = self.address(n) if "addresses" in sections else None
-            nics.append(Nic(name=name, address=address, rdma=bool(nic.pop("rdma")), **nic))
+            if details:
+                nic = self.fields(n, _NIC)
+                nics.append(Nic(name=name, address=address, rdma=bool(nic.pop("rdma")), **nic))
+                continue
+            part = self.fields(n, _NIC_PLACED)  # placement's part: what the NIC can carry
+            nics.append(
+                Nic(
+                    name=name,
+                    netdev=None,
+                    address=address,
+                    pcie_root=None,
+                    numa_node=None,
+                    rate_gbps=None,
+                    rdma=bool(part.pop("rdma")),
+                    **part,
+                )
+            )
         out["nics"] = tuple(nics)
 
     def _islands(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
@@ -613,8 +659,32 @@ class _Reader:
         )
 
     def _conditions(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        value = raw.get("conditions")
+        if type(value) is list and len(value) <= MAX_CONDITIONS:  # the common case: every field a string
+            read = []
+            for c in value:
+                if type(c) is not dict:
+                    break
+                kind, state, why = c.get("type"), c.get("status"), c.get("reason")
+                said, since = c.get("message"), c.get("lastTransitionTime")
+                if not (
+                    type(kind) is str
+                    and type(state) in _TEXT
+                    and type(why) in _TEXT
+                    and type(said) in _TEXT
+                    and type(since) in _TEXT
+                ):
+                    break
+                read.append(
+                    PublishedCondition(
+                        type=kind, status=state, reason=why, message=said, last_transition_time=since
+                    )
+                )
+            else:
+                out["conditions"] = tuple(read)
+                return
         what = ("conditions", "a condition", MAX_CONDITIONS)
-        out["conditions"] = self.plain(raw.get("conditions"), what, "type", PublishedCondition, _CONDITION)
+        out["conditions"] = self.plain(value, what, "type", PublishedCondition, _CONDITION)
 
     def _allocation(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
         body = self.mapping(raw, "allocation")

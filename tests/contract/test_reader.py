@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from nodetopo.model import GpuAllocation, LinkClass, PodRef
+from nodetopo.model import CpuSet, GpuAllocation, LinkClass, PodRef
 from nodetopo.resource.body import to_nodetopology
 from nodetopo.resource.limits import MAX_GPUS, MAX_HOLDERS
 from nodetopo.resource.published import ResourceError, Severity
@@ -177,3 +177,65 @@ def test_reading_is_bounded_whatever_the_object_says() -> None:
     read = read_status(hostile)
     assert read.facts.gpus == () and read.malformed is not None
     assert "20000 GPUs" in read.malformed.placement
+
+
+def _as_earlier_agents_wrote_it(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with each GPU's ``nics[]`` (name and class, nearest first) instead of ``nicDistances``,
+    and every implied CPU list written out, as agents before ``nicDistances`` published it."""
+    old = copy.deepcopy(body)
+    read = {g.gpu.index: g for g in read_nodetopology(body).facts.gpus}
+    for gpu in old["status"]["gpus"]:
+        del gpu["nicDistances"]
+        published = read[gpu["index"]]
+        gpu["nics"] = [{"name": name, "distance": cls.name} for name, cls in published.nics]
+        for key, value in (
+            ("numaAffinity", published.gpu.numa_affinity),
+            ("cpuAffinity", published.gpu.cpu_affinity),
+        ):
+            gpu.setdefault(key, None if value is None else str(CpuSet.of(value)))
+    return old
+
+
+def test_the_placement_read_is_the_whole_read_cut_to_what_placement_uses(
+    bodies: dict[str, dict[str, Any]],
+) -> None:
+    """One reader: the placement sections give the shape, the holders and the summary's facts the
+    whole read gives, for the object as published now and as earlier agents wrote it."""
+    from nodetopo.admission.summary import SECTIONS as SUMMARY
+    from nodetopo.admission.summary import facts_of
+    from nodetopo.placement.fit import SECTIONS as PLACEMENT
+    from nodetopo.placement.fit import holders_of, shape_of
+
+    for machine, body in bodies.items():
+        whole = read_nodetopology(body)
+        for obj in (body, _as_earlier_agents_wrote_it(body)):
+            placed = read_nodetopology(obj, sections=PLACEMENT)
+            assert placed.problems == (), machine
+            assert shape_of(placed) == shape_of(whole), machine
+            assert holders_of(placed) == holders_of(whole), machine
+            assert facts_of(read_nodetopology(obj, sections=SUMMARY)) == facts_of(whole), machine
+            assert [g.nics for g in placed.facts.gpus] == [g.nics for g in whole.facts.gpus], machine
+        assert read_nodetopology(_as_earlier_agents_wrote_it(body)).facts == whole.facts, machine
+    assert sum(bool(shape_of(read_nodetopology(b)).gpus) for b in bodies.values()) >= 8  # not vacuous
+
+
+def test_a_row_of_nic_classes_that_is_not_one_per_nic_is_unknown(bodies: dict[str, dict[str, Any]]) -> None:
+    body = dgx(bodies)
+    body["status"]["gpus"][0]["nicDistances"] = ["PIX"]
+    read = read_nodetopology(body)
+    assert read.facts.gpus[0].nics == () and read.facts.gpus[1].nics
+    assert [str(p) for p in read.problems] == [
+        "status.gpus: nicDistances: not a list of 10 classes (one per NIC)"
+    ]
+    assert read.malformed is None
+    body["status"]["gpus"][0]["nicDistances"] = ["FAR"] + ["SYS"] * 9
+    assert read_nodetopology(body).facts.gpus[0].nics == ()
+
+
+def test_a_gpu_or_nic_listed_twice_is_malformed(bodies: dict[str, dict[str, Any]]) -> None:
+    body = dgx(bodies)
+    body["status"]["gpus"][1]["index"] = 0
+    assert "GPU index 0 listed twice" in str(read_nodetopology(body).malformed)
+    body = dgx(bodies)
+    body["status"]["nics"][1]["name"] = body["status"]["nics"][0]["name"]
+    assert "NIC 'mlx5_0' listed twice" in str(read_nodetopology(body).malformed)

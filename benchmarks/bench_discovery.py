@@ -177,6 +177,7 @@ def floor_rows(name: str, lstopo_s: float, lstopo_cpu: float, runs: int) -> tupl
 def run(quick: bool, only: Sequence[str] = ()) -> Section:
     """``only``: the names of the inputs to measure (a bundle's directory name or the corpus tree's
     name); default every input."""
+    from nodetopo.reuse import ScanCache
     from nodetopo.topology.discover import bundle_context, scan
 
     section = Section("discovery", "1. Discovery: in process, as a process, versus lstopo (hwloc)")
@@ -204,8 +205,9 @@ def run(quick: bool, only: Sequence[str] = ()) -> Section:
         elif tarball is not None:
             section.notes.append(f"corpus tree {tarball} not found: skipped")
         for name, path in inputs:
+            cache = ScanCache()  # one input's scans keep their last results, as an agent's do
             in_s, in_cpu, lstopo_s, lstopo_cpu = paired(
-                lambda path=path: scan(bundle_context(path)),
+                lambda path=path, cache=cache: scan(bundle_context(path, cache=cache)),
                 lstopo_argv() if have_lstopo else None,
                 lstopo_env(path),
                 runs_in,
@@ -343,8 +345,9 @@ def run(quick: bool, only: Sequence[str] = ()) -> Section:
         )
     )
     section.notes.append(
-        "In process = `scan(bundle_context(B))` (opens the bundle, runs every source, joins, derives), "
-        "what the agent does every interval: from the second scan on, a parser or derivation whose "
+        "In process = `scan(bundle_context(B, cache=C))` (opens the bundle, runs every source, joins, "
+        "derives; one scan cache C per input), what the agent does every interval: from the second "
+        "scan on, a parser or derivation whose "
         "input is the same as last scan's returns its last result (every file and output is still "
         "read; `nvidia-smi -q -x` is parsed every time, as a live driver's answer differs at every "
         "call). First scan in a fresh process = one scan of B in a process that has scanned another "

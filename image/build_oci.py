@@ -10,6 +10,12 @@ The same recipe as the Dockerfile, from the same files:
            in /usr/local/lib/python3.11/dist-packages, for this machine (x86_64 or aarch64: the lock
            lists both wheels of each compiled package);
   layer 3  nodetopo/ and image/nodetopo (/usr/local/bin/nodetopo): the small layer a code change rebuilds.
+
+    python3 image/build_oci.py --ray --out nodetopo-ray.oci.tar
+
+also adds Ray (image/ray-requirements.in, locked in image/ray-requirements.lock: the packages beyond
+requirements.lock) as a layer between 2 and 3, and image/ray as /usr/local/bin/ray: one image for a
+RayCluster's Ray containers and its nodetopo init containers, named ``<default name>-ray<version>``.
 The image's labels, environment, user, ports, entry point and command are read from the Dockerfile's
 final stage, so both builders describe one image. Layers 1 and 2 are cached (``--cache``, default
 ``$NODETOPO_IMAGE_CACHE`` or ``~/.cache/nodetopo/image``) under the hash of what they are built from;
@@ -49,7 +55,9 @@ REPO = HERE.parent
 DOCKERFILE = REPO / "Dockerfile"
 PACKAGES = HERE / "debian-packages.txt"
 LOCK = HERE / "requirements.lock"
+RAY_LOCK = HERE / "ray-requirements.lock"
 ENTRYPOINT = HERE / "nodetopo"
+RAY_ENTRYPOINT = HERE / "ray"
 DEFAULT_NAME = "ghcr.io/nodetopo/nodetopo:0.1.0"
 SUITE = "bookworm"
 SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"
@@ -280,35 +288,48 @@ def host_machine() -> str:
     return machine
 
 
-def wheels_layer(cache: Path, machine: str) -> Layer:
-    """Layer 2: the locked wheels for ``machine`` in /usr/local/lib/python3.11/dist-packages (cached on the
-    lock and the machine): pip keeps, of each package, the one wheel whose hash the lock lists."""
+def wheels_layer(cache: Path, machine: str, lock: Path = LOCK, name: str = "wheels") -> Layer:
+    """Layer 2 (and, for the Ray image, the layer of image/ray-requirements.lock): the wheels of
+    ``lock`` for ``machine`` in /usr/local/lib/python3.11/dist-packages (cached on the lock and the
+    machine): pip keeps, of each package, the one wheel whose hash the lock lists."""
     options = ["--no-deps", "--require-hashes", *_lock().target_options(machine), "--no-cache-dir"]
-    key = _key("wheels-v1", LOCK.read_bytes(), *options)
+    key = _key(f"{name}-v1", lock.read_bytes(), *options)
 
     def build(tar_path: Path, scratch: Path) -> None:
         root = scratch / "root"
         _run(
             [
                 sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *options,
-                f"--target={root / SITE_PACKAGES}", "-r", str(LOCK),
+                f"--target={root / SITE_PACKAGES}", "-r", str(lock),
             ],
-            "layer 2 (pip install -r image/requirements.lock)",
+            f"layer {name} (pip install -r image/{lock.name})",
         )  # fmt: skip
         shutil.rmtree(root / SITE_PACKAGES / "bin", ignore_errors=True)  # console scripts: unused
         _write_tar(tar_path, root, mtime=None)
+        shutil.rmtree(root)  # the cache keeps the layer only (the scratch directory becomes its entry)
 
-    return _cached_layer(cache, "wheels", key, build)
+    return _cached_layer(cache, name, key, build)
 
 
-def _app_files() -> Iterator[tuple[str, Path, int]]:
-    """(path in the image, source, mode) of layer 3: nodetopo/ (no caches) and the entry point."""
+def ray_version() -> str:
+    """The Ray version image/ray-requirements.lock pins (the Ray image's tag names it)."""
+    pin = _lock().read_lock(RAY_LOCK).get("ray")
+    if pin is None:
+        raise BuildError(f"{RAY_LOCK} pins no ray: run python3 image/lock.py --ray")
+    return str(pin.version)
+
+
+def _app_files(*, ray: bool = False) -> Iterator[tuple[str, Path, int]]:
+    """(path in the image, source, mode) of layer 3: nodetopo/ (no caches) and the entry point (and,
+    with ``ray``, Ray's: ``ray start`` is how KubeRay starts every Ray node)."""
     package = REPO / "nodetopo"
     for source in sorted(package.rglob("*")):
         if "__pycache__" in source.parts or not source.is_file() or source.suffix == ".pyc":
             continue
         yield f"{SITE_PACKAGES}/nodetopo/{source.relative_to(package).as_posix()}", source, 0o644
     yield "usr/local/bin/nodetopo", ENTRYPOINT, 0o755
+    if ray:
+        yield "usr/local/bin/ray", RAY_ENTRYPOINT, 0o755
 
 
 #: the image's interpreter (Debian bookworm's python3): bytecode is compiled only by the same minor version
@@ -464,18 +485,25 @@ def files_layer(scratch: Path, files: list[tuple[str, bytes, int]]) -> Layer:
     return layer
 
 
-def build(out: Path, *, name: str = DEFAULT_NAME, cache: Path | None = None) -> dict[str, object]:
-    """Build the image into the OCI archive ``out``; return a summary (digests, sizes, seconds)."""
+def build(
+    out: Path, *, name: str | None = None, cache: Path | None = None, ray: bool = False
+) -> dict[str, object]:
+    """Build the image (with ``ray``, the Ray image) into the OCI archive ``out``; return a summary
+    (digests, sizes, seconds)."""
     started = time.monotonic()
+    name = name or (f"{DEFAULT_NAME}-ray{ray_version()}" if ray else DEFAULT_NAME)
     cache = cache or Path(os.environ.get("NODETOPO_IMAGE_CACHE", Path.home() / ".cache/nodetopo/image"))
     cache.mkdir(parents=True, exist_ok=True)
     config = parse_dockerfile(DOCKERFILE.read_text())
     with tempfile.TemporaryDirectory(prefix="nodetopo-image-") as tmp:
         scratch = Path(tmp)
-        app = [(path, source.read_bytes(), mode) for path, source, mode in _app_files()]
+        app = [(path, source.read_bytes(), mode) for path, source, mode in _app_files(ray=ray)]
         app += _bytecode(app, scratch)
         machine = host_machine()
-        layers = [rootfs_layer(cache), wheels_layer(cache, machine), files_layer(scratch, app)]
+        layers = [rootfs_layer(cache), wheels_layer(cache, machine)]
+        if ray:
+            layers.append(wheels_layer(cache, machine, RAY_LOCK, "ray-wheels"))
+        layers.append(files_layer(scratch, app))
         digest = write_archive(
             out,
             name=name,
@@ -504,11 +532,14 @@ def build(out: Path, *, name: str = DEFAULT_NAME, cache: Path | None = None) -> 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="the OCI archive to write")
-    parser.add_argument("--name", default=DEFAULT_NAME, help=f"image name (default {DEFAULT_NAME})")
+    parser.add_argument(
+        "--name", help=f"image name (default {DEFAULT_NAME}, with --ray {DEFAULT_NAME}-ray<version>)"
+    )
     parser.add_argument("--cache", type=Path, help="layer cache directory")
+    parser.add_argument("--ray", action="store_true", help="the Ray image: also Ray and its `ray` command")
     args = parser.parse_args()
     try:
-        summary = build(args.out, name=args.name, cache=args.cache)
+        summary = build(args.out, name=args.name, cache=args.cache, ray=args.ray)
     except BuildError as e:
         print(f"build_oci.py: {e}", file=sys.stderr)
         return 1

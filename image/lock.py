@@ -2,7 +2,8 @@
 """Regenerate ``image/requirements.lock``: the Python packages of the nodetopo image, pinned with hashes.
 
     python3 image/lock.py            # rewrite the lock from pyproject.toml's [project.dependencies]
-    python3 image/lock.py --check    # exit 1 if the lock does not cover pyproject.toml's dependencies
+    python3 image/lock.py --ray      # rewrite image/ray-requirements.lock (the Ray image's extra layer)
+    python3 image/lock.py --check    # exit 1 if a lock does not cover what it is generated from
 
 The image is built for two architectures (the release builds linux/amd64 and linux/arm64; Grace nodes
 are arm64), so the lock resolves pyproject.toml's runtime dependencies for the image's interpreter
@@ -13,6 +14,12 @@ wheel the image may install: one for a pure-Python wheel, one per machine for a 
 trailing comment names each hash's wheel file (``x86_64=FILE aarch64=FILE``, or ``any=FILE``), which
 pip ignores. Both recipes install exactly this file with ``pip install --no-deps --require-hashes``;
 pip keeps only the wheel whose hash is listed, so each architecture gets its own locked wheel.
+
+The Ray image (``image/build_oci.py --ray``: nodetopo and Ray in one image, for the init container and
+the Ray containers of a RayCluster) adds one layer: ``image/ray-requirements.lock``, in the same format,
+holds the packages that ``image/ray-requirements.in`` (Ray, pinned) needs beyond requirements.lock,
+resolved together with pyproject.toml's dependencies and held to requirements.lock's versions, so
+both layers install into one site-packages without a conflict.
 """
 
 from __future__ import annotations
@@ -30,6 +37,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PYPROJECT = HERE.parent / "pyproject.toml"
 LOCK = HERE / "requirements.lock"
+#: The Ray image's top-level requirement (Ray, pinned) and its lock (packages beyond ``LOCK``).
+RAY_REQUIREMENTS = HERE / "ray-requirements.in"
+RAY_LOCK = HERE / "ray-requirements.lock"
 PYTHON_VERSION = "3.11"
 #: The machines the image is built for (``uname -m``), the first one resolved first.
 MACHINES = ("x86_64", "aarch64")
@@ -69,6 +79,17 @@ def target_options(machine: str) -> tuple[str, ...]:
 
 def dependencies() -> list[str]:
     return list(tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"])
+
+
+def ray_requirements(path: Path = RAY_REQUIREMENTS) -> list[str]:
+    """The requirement lines of image/ray-requirements.in (comments and blank lines dropped)."""
+    lines = [line.split("#", 1)[0].strip() for line in path.read_text().splitlines()]
+    return [line for line in lines if line]
+
+
+def requirement_name(requirement: str) -> str:
+    """The canonical distribution name of a requirement line (``ray[default]==2.60.0`` → ``ray``)."""
+    return canonical(re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0])
 
 
 def canonical(name: str) -> str:
@@ -142,12 +163,15 @@ def incomplete(pins: dict[str, Pin]) -> list[str]:
     return [p.name for p in pins.values() if p.compiled and set(p.wheels) != set(MACHINES)]
 
 
-def resolve(machine: str, constraints: list[str] | None = None) -> dict[str, tuple[str, str, str, str]]:
-    """canonical name → (name, version, wheel file, sha256) of every package pip resolves for the image's
-    interpreter on ``machine``; ``constraints`` (``name==version`` lines) hold it to given versions."""
+def resolve(
+    machine: str, requirements: list[str], constraints: list[str] | None = None
+) -> dict[str, tuple[str, str, str, str]]:
+    """canonical name → (name, version, wheel file, sha256) of every package pip resolves from
+    ``requirements`` for the image's interpreter on ``machine``; ``constraints`` (``name==version``
+    lines) hold it to given versions."""
     with tempfile.TemporaryDirectory() as tmp:
-        requirements = Path(tmp) / "requirements.in"
-        requirements.write_text("\n".join(dependencies()) + "\n")
+        requirements_in = Path(tmp) / "requirements.in"
+        requirements_in.write_text("\n".join(requirements) + "\n")
         extra = []
         if constraints:
             (Path(tmp) / "constraints.txt").write_text("\n".join(constraints) + "\n")
@@ -157,7 +181,7 @@ def resolve(machine: str, constraints: list[str] | None = None) -> dict[str, tup
             [
                 sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
                 *target_options(machine), f"--target={tmp}/target", f"--report={report}", *extra,
-                "-r", str(requirements),
+                "-r", str(requirements_in),
             ],
             check=True,
         )  # fmt: skip
@@ -173,14 +197,15 @@ def resolve(machine: str, constraints: list[str] | None = None) -> dict[str, tup
     return found
 
 
-def resolve_all() -> list[Pin]:
-    """One ``Pin`` per package: resolved for ``MACHINES[0]``, then for each other machine at the same
-    versions; a package or version that differs between machines is an error (one lock, one image)."""
-    first = resolve(MACHINES[0])
+def resolve_all(requirements: list[str], held: list[str] | None = None) -> list[Pin]:
+    """One ``Pin`` per package of ``requirements``: resolved for ``MACHINES[0]`` (held to ``held``,
+    ``name==version`` lines, when given), then for each other machine at the same versions; a package
+    or version that differs between machines is an error (one lock, one image)."""
+    first = resolve(MACHINES[0], requirements, held)
     by_machine = {MACHINES[0]: first}
     pinned = [f"{name}=={version}" for name, version, _, _ in first.values()]
     for machine in MACHINES[1:]:
-        by_machine[machine] = resolve(machine, pinned)
+        by_machine[machine] = resolve(machine, requirements, pinned)
         if by_machine[machine].keys() != first.keys():
             differ = sorted(by_machine[machine].keys() ^ first.keys())
             raise SystemExit(f"lock.py: {machine} resolves other packages than {MACHINES[0]}: {differ}")
@@ -207,36 +232,81 @@ def format_pin(pin: Pin) -> str:
     return f"{pin.name}=={pin.version} {hashes}  # {files}"
 
 
+def check(lock: Path = LOCK, ray_lock: Path = RAY_LOCK) -> list[str]:
+    """What is wrong with the two locks (empty: nothing): a dependency of pyproject.toml or a
+    requirement of image/ray-requirements.in without its line, a pinned requirement at another
+    version, a compiled package without the wheel of a machine, a package in both locks."""
+    problems: list[str] = []
+    pins = read_lock(lock)
+    missing = [d for d in dependencies() if requirement_name(d) not in pins]
+    if missing:
+        problems.append(f"{lock} lacks {missing}: run python3 image/lock.py")
+    ray_pins = read_lock(ray_lock)
+    for requirement in ray_requirements():
+        pin = ray_pins.get(requirement_name(requirement))
+        version = requirement.partition("==")[2].strip()
+        if pin is None or (version and pin.version != version):
+            problems.append(f"{ray_lock} does not pin {requirement}: run python3 image/lock.py --ray")
+    both = sorted(set(pins) & set(ray_pins))
+    if both:
+        problems.append(
+            f"{ray_lock} holds {both}, which {lock.name} pins already: run python3 image/lock.py --ray"
+        )
+    for path, found in ((lock, pins), (ray_lock, ray_pins)):
+        partial = incomplete(found)
+        if partial:
+            flag = " --ray" if path == ray_lock else ""
+            problems.append(
+                f"{path}: {partial} lack a wheel for one of {MACHINES}: run python3 image/lock.py{flag}"
+            )
+    return problems
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="verify the lock instead of rewriting it")
+    parser.add_argument("--check", action="store_true", help="verify the locks instead of rewriting one")
+    parser.add_argument(
+        "--ray", action="store_true", help=f"rewrite {RAY_LOCK.name} (from {RAY_REQUIREMENTS.name})"
+    )
     args = parser.parse_args()
     if args.check:
-        pins = read_lock()
-        names = {d: canonical(re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0]) for d in dependencies()}
-        missing = [d for d, name in names.items() if name not in pins]
-        if missing:
-            print(f"lock.py: {LOCK} lacks {missing}: run python3 image/lock.py", file=sys.stderr)
-            return 1
-        partial = incomplete(pins)
-        if partial:
-            print(
-                f"lock.py: {partial} lack a wheel for one of {MACHINES}: run python3 image/lock.py",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    lines = [
-        "# The nodetopo image's Python packages, pinned with hashes. Generated by image/lock.py from",
-        "# pyproject.toml's [project.dependencies] for CPython 3.11 (Debian bookworm's python3) on",
-        f"# linux {' and '.join(MACHINES)}, wheels only: one hash for a pure-Python wheel, one per machine",
-        "# for a compiled one (the comment names each hash's wheel). Installed by both recipes (Dockerfile,",
-        "# image/build_oci.py) with pip install --no-deps --require-hashes. Do not edit by hand: run",
-        "# python3 image/lock.py.",
-    ]
-    resolved = resolve_all()
-    LOCK.write_text("\n".join([*lines, *(format_pin(pin) for pin in resolved)]) + "\n")
-    print(f"wrote {LOCK} ({len(resolved)} packages, {sum(p.compiled for p in resolved)} compiled)")
+        problems = check()
+        for problem in problems:
+            print(f"lock.py: {problem}", file=sys.stderr)
+        return 1 if problems else 0
+    machines = " and ".join(MACHINES)
+    if args.ray:
+        base = read_lock()
+        held = [f"{pin.name}=={pin.version}" for pin in base.values()]
+        resolved = [
+            pin
+            for pin in resolve_all([*dependencies(), *ray_requirements()], held)
+            if canonical(pin.name) not in base
+        ]
+        lines = [
+            "# The Ray image's Python packages beyond requirements.lock, pinned with hashes. Generated by",
+            "# image/lock.py --ray from ray-requirements.in with pyproject.toml's dependencies, held to",
+            "# requirements.lock's versions, for CPython 3.11 (Debian bookworm's python3) on linux",
+            f"# {machines}, wheels only: one hash for a pure-Python wheel, one per machine for a compiled",
+            "# one (the comment names each hash's wheel). Installed by image/build_oci.py --ray, as a layer",
+            "# above requirements.lock's, with pip install --no-deps --require-hashes. Do not edit by hand:",
+            "# run python3 image/lock.py --ray.",
+        ]
+        target = RAY_LOCK
+    else:
+        resolved = resolve_all(dependencies())
+        lines = [
+            "# The nodetopo image's Python packages, pinned with hashes. Generated by image/lock.py from",
+            "# pyproject.toml's [project.dependencies] for CPython 3.11 (Debian bookworm's python3) on",
+            f"# linux {machines}, wheels only: one hash for a pure-Python wheel, one per machine",
+            "# for a compiled one (the comment names each hash's wheel). Installed by both recipes "
+            "(Dockerfile,",
+            "# image/build_oci.py) with pip install --no-deps --require-hashes. Do not edit by hand: run",
+            "# python3 image/lock.py.",
+        ]
+        target = LOCK
+    target.write_text("\n".join([*lines, *(format_pin(pin) for pin in resolved)]) + "\n")
+    print(f"wrote {target} ({len(resolved)} packages, {sum(p.compiled for p in resolved)} compiled)")
     return 0
 
 

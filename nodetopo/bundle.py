@@ -36,41 +36,31 @@ import posixpath
 import re
 from pathlib import Path, PurePosixPath
 
+from nodetopo import sources
 from nodetopo.errors import BundleError
 from nodetopo.host import (
     COMMAND_OUTPUT_LIMIT,
     COMMAND_STDERR_LIMIT,
     SMALL_FILE_LIMIT,
-    CommandNotFound,
-    CommandRunner,
-    CommandTimeout,
     HostRoot,
     Refused,
     Replay,
     ReplayRunner,
 )
+from nodetopo.sources.commands import Command
 
+#: the commands a bundle holds the outputs of: every command a source declares with an output file
+CAPTURED: tuple[Command, ...] = tuple(c for c in sources.COMMANDS if c.output is not None)
 #: bundle file name -> the command line it is the output of
-COMMANDS: dict[str, tuple[str, ...]] = {
-    "nvidia-smi-topo-m.txt": ("nvidia-smi", "topo", "-m"),
-    "nvidia-smi-L.txt": ("nvidia-smi", "-L"),
-    "nvidia-smi-q.xml": ("nvidia-smi", "-q", "-x"),
-    "nvidia-smi-nvlink-s.txt": ("nvidia-smi", "nvlink", "-s"),
-    "ibstat.txt": ("ibstat",),
-    "ibv_devinfo.txt": ("ibv_devinfo",),
-    "lldpcli-neighbors.json": ("lldpcli", "-f", "json0", "show", "neighbors"),
-}
+COMMANDS: dict[str, tuple[str, ...]] = {c.output: c.argv for c in CAPTURED if c.output is not None}
 
 NVML_DUMP = "nvml.json"
-LLDP_OUTPUT = "lldpcli-neighbors.json"
-#: an empty file standing for lldpd's control socket (written when lldpd answered the capture)
-LLDPD_SOCKET_MARK = "run/lldpd.socket"
 
 log = logging.getLogger(__name__)
 
 
 def bundle_runner(bundle: Path) -> ReplayRunner:
-    """A runner that answers the commands in ``COMMANDS`` from ``bundle/cmd``.
+    """A runner that answers the commands the sources declare (``COMMANDS``) from ``bundle/cmd``.
 
     Files are read as ``HostRoot.read_bytes`` reads them: a file that is a link out of the bundle,
     not a regular file (a FIFO, ``/dev/zero``) or larger than ``COMMAND_OUTPUT_LIMIT`` is not read;
@@ -130,43 +120,6 @@ def open_bundle(path: str | Path) -> tuple[HostRoot, ReplayRunner, Path | None]:
     nvml = bundle / NVML_DUMP
     # present in any form (a FIFO or a link out of the bundle too): the NVML source refuses it then
     return HostRoot(bundle), bundle_runner(bundle), nvml if os.path.lexists(nvml) else None
-
-
-def capture_commands(runner: CommandRunner, bundle: Path, *, timeout: float = 30.0) -> list[str]:
-    """Run every command in ``COMMANDS`` and write its output into ``bundle/cmd``.
-
-    A command that is not installed leaves no file (replayed as "not installed"). A failing one
-    keeps its stdout plus ``.rc`` and ``.stderr`` so the failure replays too. Returns notes for the
-    user, one per command.
-    """
-    cmd_dir = bundle / "cmd"
-    cmd_dir.mkdir(parents=True, exist_ok=True)
-    notes: list[str] = []
-    for filename, argv in COMMANDS.items():
-        command = " ".join(argv)
-        try:
-            result = runner.run(argv, timeout=timeout)
-        except CommandNotFound:
-            notes.append(f"{command}: not installed, skipped")
-            continue
-        except CommandTimeout as e:
-            (cmd_dir / filename).write_text("")
-            (cmd_dir / (filename + ".rc")).write_text("timeout\n")
-            (cmd_dir / (filename + ".stderr")).write_text(f"{e}\n")
-            notes.append(f"{command}: timed out after {timeout:g}s")
-            continue
-        (cmd_dir / filename).write_text(result.stdout)
-        if filename == LLDP_OUTPUT and result.returncode == 0:
-            # the LLDP source asks lldpcli only when lldpd's socket exists: leave its mark
-            (bundle / LLDPD_SOCKET_MARK).parent.mkdir(parents=True, exist_ok=True)
-            (bundle / LLDPD_SOCKET_MARK).write_text("")
-        if result.returncode != 0:
-            (cmd_dir / (filename + ".rc")).write_text(f"{result.returncode}\n")
-            (cmd_dir / (filename + ".stderr")).write_text(result.stderr)
-            notes.append(f"{command}: exit {result.returncode}, output kept")
-        else:
-            notes.append(f"{command}: ok")
-    return notes
 
 
 # --------------------------------------------------------------------------------------------
@@ -260,6 +213,21 @@ def read_manifest(path: str | Path) -> Manifest | None:
     except ValueError as e:
         log.warning("bundle %s: %s is not a manifest: %s", bundle, MANIFEST, str(e)[:200])
         return None
+
+
+def bundle_node_name(path: str | Path) -> str:
+    """The node a bundle describes, the one rule of every command that reads bundles (when it is
+    not given ``--node-name``): the host its manifest names, else the bundle's own name (the
+    directory's, or the archive's without ``.tar.gz``/``.tgz``/``.tar``). Never the name of the
+    machine reading it."""
+    manifest = read_manifest(path)
+    if manifest is not None and manifest.host:
+        return manifest.host
+    name = Path(path).name
+    for suffix in ARCHIVE_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 def driver_version(root: HostRoot, bundle: Path | None = None) -> str | None:

@@ -17,9 +17,12 @@ facts as reading the host. It works like ``cp -P`` / hwloc-gather-topology:
   the "no value now" answers (EINVAL/ENODATA: the speed of a link that is down), which the sources
   read as absent anyway.
 
+``capture_commands`` writes the outputs of the commands the sources declare (``sources.COMMANDS``,
+each with its file under ``DEST/cmd``), the same list the bundle's runner replays.
+
 ``capture_bundle`` is the whole capture: it runs ``capture_sysfs`` and then every further step
-given to it (command outputs into ``DEST/cmd``, the NVML dump into ``DEST/nvml.json``: written by
-other modules, wired by the CLI), collecting their warnings.
+given to it (``capture_commands``, the NVML dump into ``DEST/nvml.json``: wired by the CLI),
+collecting their warnings.
 """
 
 from __future__ import annotations
@@ -34,8 +37,15 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path, PurePosixPath
 
 from nodetopo import __version__
-from nodetopo.bundle import MANIFEST, Manifest, driver_version, parse_manifest
-from nodetopo.host import SYSFS_ATTRIBUTE_LIMIT, HostRoot, Refused
+from nodetopo.bundle import CAPTURED, MANIFEST, Manifest, driver_version, parse_manifest
+from nodetopo.host import (
+    SYSFS_ATTRIBUTE_LIMIT,
+    CommandNotFound,
+    CommandRunner,
+    CommandTimeout,
+    HostRoot,
+    Refused,
+)
 from nodetopo.sources import _sysfs, numa, pci, rdma
 
 log = logging.getLogger(__name__)
@@ -50,7 +60,7 @@ _NO_VALUE_ERRNOS = frozenset({errno.EINVAL, errno.ENODATA, errno.EOPNOTSUPP})
 def capture_bundle(root: HostRoot, dest: Path, steps: Sequence[CaptureStep] = ()) -> list[str]:
     """Write a capture bundle of ``root`` into ``dest``: sysfs first, then each of ``steps``.
 
-    The command outputs (``cmd/*``, see ``bundle.COMMANDS``) and the NVML dump (``nvml.json``) are
+    The command outputs (``cmd/*``, ``capture_commands``) and the NVML dump (``nvml.json``) are
     such steps; a step that raises is reported as a warning and the others still run.
     """
     dest.mkdir(parents=True, exist_ok=True)
@@ -79,6 +89,46 @@ def write_manifest(root: HostRoot, dest: Path, host: str | None) -> Manifest:
     manifest = parse_manifest(json.dumps(draft.to_json()))
     (dest / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
     return manifest
+
+
+def capture_commands(runner: CommandRunner, bundle: Path, *, timeout: float = 30.0) -> list[str]:
+    """Run every command the sources declare an output file for (``bundle.CAPTURED``) and write its
+    output into ``bundle/cmd``.
+
+    A command that is not installed leaves no file (replayed as "not installed"). A failing one
+    keeps its stdout plus ``.rc`` and ``.stderr`` so the failure replays too. Returns notes for the
+    user, one per command.
+    """
+    cmd_dir = bundle / "cmd"
+    cmd_dir.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+    for declared in CAPTURED:
+        filename, command = declared.output, declared.line
+        assert filename is not None
+        try:
+            result = runner.run(declared.argv, timeout=timeout)
+        except CommandNotFound:
+            notes.append(f"{command}: not installed, skipped")
+            continue
+        except CommandTimeout as e:
+            (cmd_dir / filename).write_text("")
+            (cmd_dir / (filename + ".rc")).write_text("timeout\n")
+            (cmd_dir / (filename + ".stderr")).write_text(f"{e}\n")
+            notes.append(f"{command}: timed out after {timeout:g}s")
+            continue
+        (cmd_dir / filename).write_text(result.stdout)
+        if declared.answered_mark is not None and result.returncode == 0:
+            # the source asks the command only where this file is (lldpd's socket): leave it
+            mark = bundle / declared.answered_mark
+            mark.parent.mkdir(parents=True, exist_ok=True)
+            mark.write_text("")
+        if result.returncode != 0:
+            (cmd_dir / (filename + ".rc")).write_text(f"{result.returncode}\n")
+            (cmd_dir / (filename + ".stderr")).write_text(result.stderr)
+            notes.append(f"{command}: exit {result.returncode}, output kept")
+        else:
+            notes.append(f"{command}: ok")
+    return notes
 
 
 def capture_sysfs(root: HostRoot, dest: Path) -> list[str]:

@@ -95,14 +95,14 @@ def _add_input(p: argparse.ArgumentParser) -> None:
         type=command_timeout,
         default=20.0,
         metavar="SECONDS",
-        help="kill nvidia-smi/ibstat after this long and report a Timeout condition (default: %(default)s)",
+        help="kill nvidia-smi/ibstat after this long and report a Timeout condition (default: 20)",
     )
     p.add_argument(
         "--nvml",
         choices=["auto", "on", "off"],
         default=os.environ.get("NODETOPO_NVML", "auto"),
         help="use the live NVML library: auto = only when --host-root is / (NVML cannot see a fake root); "
-        "on = also under another root, as in the DaemonSet (env NODETOPO_NVML; default: %(default)s)",
+        "on = also under another root, as in the DaemonSet (env NODETOPO_NVML; default: auto)",
     )
 
 
@@ -155,7 +155,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "--node-name",
         default=None,
         help="name to put in the NodeTopology object (default: with --from, the host the bundle's "
-        "manifest names; else $NODE_NAME or the hostname)",
+        "manifest names, else the bundle's directory or file name; else $NODE_NAME or the hostname)",
     )
     p.add_argument(
         "--strict",
@@ -181,7 +181,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     p.add_argument("directory", metavar="DIR", help="bundle directory to create (must not exist or be empty)")
     p.add_argument("--host-root", default="/", metavar="DIR", help="host root to capture (default: /)")
-    p.add_argument("--command-timeout", type=command_timeout, default=30.0, metavar="SECONDS")
+    p.add_argument(
+        "--command-timeout",
+        type=command_timeout,
+        default=30.0,
+        metavar="SECONDS",
+        help="kill nvidia-smi/ibstat after this long; the bundle records the Timeout (default: %(default)s)",
+    )
     p.add_argument("--no-nvml", action="store_true", help="do not try to dump NVML")
     p.add_argument(
         "--tar",
@@ -206,7 +212,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _add_input(p)
     _add_fabric(p)
     p.add_argument(
-        "--node-name", default=os.environ.get("NODE_NAME"), required=not os.environ.get("NODE_NAME")
+        "--node-name",
+        default=os.environ.get("NODE_NAME"),
+        required=not os.environ.get("NODE_NAME"),
+        help="the Node to publish for: its NodeTopology and labels (default: $NODE_NAME; one is required)",
     )
     add_kube_args(p)
     p.add_argument(
@@ -322,8 +331,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
-    from nodetopo.bundle import ARCHIVE_SUFFIXES, NVML_DUMP, capture_commands, write_archive
-    from nodetopo.capture import capture_bundle, write_manifest
+    from nodetopo.bundle import ARCHIVE_SUFFIXES, NVML_DUMP, write_archive
+    from nodetopo.capture import capture_bundle, capture_commands, write_manifest
     from nodetopo.host import HostRoot, SubprocessRunner
 
     target = Path(args.directory)
@@ -383,16 +392,14 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
 
 def _node_name(args: argparse.Namespace, bundle: str | None = None) -> str:
-    """--node-name, else (reading a bundle) the host its manifest names, else $NODE_NAME, else the
-    hostname."""
+    """--node-name, else (reading a bundle) the bundle's node (``bundle_node_name``: its manifest's
+    host, else the bundle's name), else $NODE_NAME, else the hostname."""
     if args.node_name:
         return str(args.node_name)
     if bundle:
-        from nodetopo.bundle import read_manifest
+        from nodetopo.bundle import bundle_node_name
 
-        manifest = read_manifest(bundle)
-        if manifest is not None and manifest.host:
-            return manifest.host
+        return bundle_node_name(bundle)
     import socket  # only here: most commands never need a host name
 
     return os.environ.get("NODE_NAME") or socket.gethostname()
@@ -420,8 +427,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
     result = scan(_context(args))
     allocation = None
     if args.pod_resources_socket:
-        from nodetopo.allocation import allocation_of
-        from nodetopo.sources.podresources import ask_kubelet
+        from nodetopo.kubelet.allocation import allocation_of
+        from nodetopo.kubelet.podresources import ask_kubelet
 
         answer = ask_kubelet(args.pod_resources_socket)
         if isinstance(answer, str):

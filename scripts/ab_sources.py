@@ -9,7 +9,8 @@ Both versions of the ``nodetopo`` package are imported side by side (the old one
 its calls), then called in turn, old and new alternating, so that load on a shared machine hits
 both alike. Prints the medians and checks that both versions return equal results. ``what``:
 ``pci``, ``rdma`` (class/infiniband + class/net), ``numa``, ``ib`` (fabric.ib's host ports),
-``open`` (``bundle_context``), ``scan`` (``scan(bundle_context(B))``), ``smiq`` (the parse of
+``open`` (``bundle_context``), ``scan`` (``scan(bundle_context(B))``, every run with the same
+scan cache where a version has one, as an agent keeps one across its scans), ``smiq`` (the parse of
 ``nvidia-smi -q -x``: a bundle's ``cmd/nvidia-smi-q.xml``, or an XML file named instead of a bundle).
 """
 
@@ -27,6 +28,7 @@ from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = (
+    "nodetopo.reuse",
     "nodetopo.topology.discover",
     "nodetopo.bundle",
     "nodetopo.sources.pci",
@@ -57,8 +59,14 @@ def reader(modules: dict[str, ModuleType], what: str, bundle: Path) -> Callable[
     discover = modules["nodetopo.topology.discover"]
     if what == "smiq":
         xml = (bundle if bundle.is_file() else bundle / "cmd" / "nvidia-smi-q.xml").read_text()
-        return lambda: modules["nodetopo.sources.nvidia_smi"]._read_smi_query_xml(xml, "nvidia-smi -q -x")
+        # the -q -x reader: in the nvidia_smi module, or its query module once that is a package
+        smi = modules.get("nodetopo.sources.nvidia_smi.query", modules["nodetopo.sources.nvidia_smi"])
+        return lambda: smi._read_smi_query_xml(xml, "nvidia-smi -q -x")
     root = modules["nodetopo.bundle"].open_bundle(bundle)[0]
+    # a version whose scan caches belong to the context: one cache across the runs (what one agent
+    # keeps); an older one kept them in module globals, shared by every run anyway
+    scan_cache = getattr(modules["nodetopo.reuse"], "ScanCache", None)
+    kept = {"cache": scan_cache()} if scan_cache is not None else {}
     pci, rdma = modules["nodetopo.sources.pci"], modules["nodetopo.sources.rdma"]
     numa, ib = modules["nodetopo.sources.numa"], modules["nodetopo.sources.fabric.infiniband"]
     readers: dict[str, Callable[[], object]] = {
@@ -67,7 +75,7 @@ def reader(modules: dict[str, ModuleType], what: str, bundle: Path) -> Callable[
         "numa": lambda: numa.read_numa_nodes(root),
         "ib": lambda: ib.read_host_ports(root),
         "open": lambda: discover.bundle_context(bundle),
-        "scan": lambda: discover.scan(discover.bundle_context(bundle)),
+        "scan": lambda: discover.scan(discover.bundle_context(bundle, **kept)),
     }
     return readers[what]
 

@@ -75,7 +75,9 @@ def test_discover_from_a_bundle_names_the_node_from_its_manifest(
 ) -> None:
     monkeypatch.delenv("NODE_NAME", raising=False)
     bundle = _copy(tmp_path)
-    assert _json(capsys, "--from", str(bundle))["metadata"]["name"] == socket.gethostname()  # type: ignore[index]
+    # no manifest: the bundle's own name, never the machine reading it
+    assert _json(capsys, "--from", str(bundle))["metadata"]["name"] == bundle.name  # type: ignore[index]
+    assert bundle.name != socket.gethostname()
     manifest = Manifest(host="gpu-7", kernel="6.8.0", driver="550.54.15", nodetopo_version="0.1.0")
     (bundle / MANIFEST).write_text(json.dumps(manifest.to_json()))
     assert _json(capsys, "--from", str(bundle))["metadata"]["name"] == "gpu-7"  # type: ignore[index]
@@ -106,7 +108,8 @@ def test_a_bad_manifest_costs_its_facts_not_the_bundle(
     bundle = _copy(tmp_path)
     (bundle / MANIFEST).write_text(text)
     body = _json(capsys, "--from", str(bundle))
-    assert body["metadata"]["name"] == "fallback"  # type: ignore[index]
+    # the manifest's facts are lost; the bundle's own name stands in, not $NODE_NAME of the reader
+    assert body["metadata"]["name"] == bundle.name  # type: ignore[index]
     manifest = read_manifest(bundle)
     assert manifest is None or (manifest.host is None and manifest.kernel is None)
 

@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from nodetopo import export
+from nodetopo import fabric as ib
 from nodetopo.cli import main
 from nodetopo.export import NodePlace
 from nodetopo.model import Facts, NetworkObservation
 from nodetopo.resource.body import to_nodetopology
-from nodetopo.sources.fabric import infiniband as ib
 from nodetopo.topology.derive import derive_topology
 
 GB200 = "fabric/ibnetdiscover/topograph-gb200-nvl72-superpod-2tier-ndr-rail-example.out"

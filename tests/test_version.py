@@ -1,15 +1,13 @@
 """The version is written once (``nodetopo.__version__``); everything that repeats it agrees.
 
 Also: the LICENSE is the Apache License 2.0 the package metadata and the image label declare, the
-changelog has a section for the version, and the krew manifest pins the archive it describes.
+changelog has a section for the version, and the krew manifest template carries the version.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -65,27 +63,9 @@ def test_license_is_the_apache_license_2_0() -> None:
     assert project["license"] == {"text": "Apache-2.0"}
 
 
-def test_krew_manifest_pins_the_archive_and_the_version() -> None:
+def test_krew_manifest_template_has_the_version() -> None:
+    """The template plugins/archive.py fills in (tests/test_release_artifacts.py checks the filling)."""
     manifest = yaml.safe_load((ROOT / "plugins" / "ntopo.yaml").read_text())
     assert manifest["kind"] == "Plugin" and manifest["metadata"]["name"] == "ntopo"
     assert manifest["spec"]["version"] == f"v{VERSION}"
-    [platform] = manifest["spec"]["platforms"]
-    assert platform["bin"] == "kubectl-ntopo"
-    assert platform["uri"].endswith(f"/v{VERSION}/kubectl-ntopo-v{VERSION}.tar.gz")
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "plugins" / "archive.py")], capture_output=True, text=True, check=True
-    )
-    assert platform["sha256"] == done.stdout.strip()
-
-
-def test_krew_launcher_runs_the_plugin() -> None:
-    done = subprocess.run(
-        [str(ROOT / "plugins" / "kubectl-ntopo"), "--version"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"kubectl-ntopo (nodetopo) {VERSION}"
+    assert manifest["spec"]["platforms"] == []

@@ -106,6 +106,48 @@ def test_release_packages_and_pushes_the_chart_after_the_image() -> None:
     assert "helm push" in script
 
 
+def test_release_signs_the_image_it_pushed_by_digest_with_its_sbom() -> None:
+    image = _load("release.yml")["jobs"]["image"]
+    [build] = [s for s in image["steps"] if str(s.get("uses", "")).startswith("docker/build-push-action@")]
+    assert build["with"]["sbom"] is True and build["with"]["provenance"]
+    assert image["permissions"]["id-token"] == "write"  # keyless: the workflow's OIDC identity
+    names = [str(s.get("uses", s.get("name", ""))) for s in image["steps"]]
+    sign = next(i for i, s in enumerate(image["steps"]) if "cosign sign" in str(s.get("run", "")))
+    assert sign > names.index(build["uses"]) and any(
+        n.startswith("sigstore/cosign-installer@") for n in names
+    )
+    step = image["steps"][sign]
+    assert step["env"]["DIGEST"] == "${{ steps." + build["id"] + ".outputs.digest }}"
+    assert '"${IMAGE}@${DIGEST}"' in step["run"]  # the digest pushed, never a movable tag
+
+
+def test_release_builds_the_python_packages_the_plugin_for_four_platforms_and_publishes_last() -> None:
+    release = _load("release.yml")
+    jobs = release["jobs"]
+    assert "python -m build" in "\n".join(str(s.get("run", "")) for s in jobs["python"]["steps"])
+    platforms = {
+        entry["platform"]: entry["runner"] for entry in jobs["plugin"]["strategy"]["matrix"]["include"]
+    }
+    assert set(platforms) == {"linux-amd64", "linux-arm64", "darwin-amd64", "darwin-arm64"}
+    assert platforms["linux-arm64"].endswith("-arm") and "intel" in platforms["darwin-amd64"]
+    # nothing is published to PyPI (which cannot be undone) unless every artifact was built
+    assert set(jobs["pypi"]["needs"]) >= {"python", "image", "chart", "plugin"}
+    assert any(
+        str(s.get("uses", "")).startswith("pypa/gh-action-pypi-publish@") for s in jobs["pypi"]["steps"]
+    )
+    assert jobs["pypi"]["permissions"] == {"id-token": "write"}
+    github = "\n".join(str(s.get("run", "")) for s in jobs["github"]["steps"])
+    assert (
+        "plugins/archive.py manifest" in github and "gh release create" in github and "SHA256SUMS" in github
+    )
+    assert set(jobs["github"]["needs"]) >= {"python", "chart", "plugin"}
+    assert jobs["github"]["permissions"] == {"contents": "write"}
+    # only the jobs that publish get write permissions; the default stays read-only
+    assert release["permissions"] == {"contents": "read"}
+    for name in ("version", "python", "plugin"):
+        assert "permissions" not in jobs[name], name
+
+
 def test_release_refuses_a_tag_that_is_not_the_code_version() -> None:
     script = "\n".join(str(s.get("run", "")) for s in _load("release.yml")["jobs"]["version"]["steps"])
     assert "nodetopo/__init__.py" in script and "exit 1" in script

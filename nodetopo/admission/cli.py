@@ -53,12 +53,23 @@ def register(
     )
     p.add_argument("files", nargs="+", metavar="FILE", help="YAML/JSON manifest(s); - reads stdin")
     source = p.add_mutually_exclusive_group()
-    source.add_argument("--summary", metavar="FILE", help="a NodeTopologySummary object (YAML or JSON)")
     source.add_argument(
-        "--nodetopologies", metavar="FILE", help="NodeTopology objects (a List or several documents)"
+        "--summary", metavar="FILE", help="a NodeTopologySummary object (YAML or JSON; - reads stdin)"
+    )
+    source.add_argument(
+        "--nodetopologies",
+        metavar="FILE",
+        help="NodeTopology objects (a List or several documents; - reads stdin); without --summary or "
+        "this: the cluster's NodeTopologySummary",
     )
     add_kube_args(p)
-    p.add_argument("-o", "--output", choices=["text", "json"], default="text", help="default: text")
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=["text", "json"],
+        default="text",
+        help="one line per object, or JSON (default: text)",
+    )
     add_common(p)
     p.set_defaults(func=cmd_admit)
 

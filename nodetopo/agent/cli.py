@@ -184,7 +184,7 @@ def build_agent(
         events = UdevEventSource(config.udev_source) if config.udev else NoEvents()
     allocation = None
     if config.pod_resources_socket and not config.bundle:
-        from nodetopo.sources.podresources import ask_kubelet
+        from nodetopo.kubelet.podresources import ask_kubelet
 
         timeout = min(config.command_timeout_seconds, 5.0)
         allocation = functools.partial(ask_kubelet, config.pod_resources_socket, timeout_s=timeout)

@@ -40,9 +40,9 @@ from nodetopo.agent.metrics import AgentStats
 from nodetopo.agent.publisher import AgentPublisher, failed_object
 from nodetopo.agent.staleness import StaleKeeper
 from nodetopo.agent.udev import EventSource, NoEvents
-from nodetopo.allocation import allocation_of
 from nodetopo.errors import ForbiddenError, PublishError
 from nodetopo.kube.pacing import Backoff
+from nodetopo.kubelet.allocation import allocation_of
 from nodetopo.model import GpuAllocation, KubeletAllocation, Topology
 from nodetopo.resource.body import to_nodetopology
 from nodetopo.resource.labels import node_labels, uncertain_keys

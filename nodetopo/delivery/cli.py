@@ -17,7 +17,6 @@ import json
 import math
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from nodetopo.errors import BundleError, ParseError
@@ -76,7 +75,13 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
         choices=sorted(COLLECTIVE_ALGORITHMS),
         help="the collective (default: %(default)s)",
     )
-    p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=["table", "json"],
+        default="table",
+        help="the band as a table, or JSON (default: table)",
+    )
     add_common(p)
     p.set_defaults(func=cmd_expect)
 
@@ -107,7 +112,13 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
         "the "
         "placement gives is PlacedWrong",
     )
-    p.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=["text", "json"],
+        default="text",
+        help="the verdict as text, or JSON (default: text)",
+    )
     add_common(p)
     p.set_defaults(func=cmd_accept)
 
@@ -236,12 +247,10 @@ def _topologies(args: argparse.Namespace, stdin_used: list[bool]) -> dict[str, T
         if not count:
             raise BundleError(f"{path}: no NodeTopology object in it")
     for directory in args.from_bundle:
-        from nodetopo.bundle import read_manifest
+        from nodetopo.bundle import bundle_node_name
         from nodetopo.topology.discover import bundle_context, scan
 
-        manifest = read_manifest(directory)
-        name = manifest.host if manifest is not None and manifest.host else Path(directory).name
-        found[name] = scan(bundle_context(directory)).topology
+        found[bundle_node_name(directory)] = scan(bundle_context(directory)).topology
     if not found:
         raise BundleError(
             "no node: give NodeTopology objects (-f FILE) or capture bundles (--from-bundle DIR)"

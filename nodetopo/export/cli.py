@@ -35,20 +35,26 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
     p = sub.add_parser(
         "export", help=HELP, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("format", choices=["kueue", "volcano", "kai", "slurm"])
+    p.add_argument(
+        "format",
+        choices=["kueue", "volcano", "kai", "slurm"],
+        help="what to write: a Kueue Topology (+ ResourceFlavor), Volcano HyperNodes, a KAI Topology or "
+        "Slurm's topology.conf",
+    )
     source = p.add_mutually_exclusive_group()
     source.add_argument(
         "-f",
         "--file",
         action="append",
         metavar="FILE",
-        help="NodeTopology objects (YAML/JSON; a List too)",
+        help="NodeTopology objects (YAML/JSON; a List too; - reads stdin; repeatable); without -f or "
+        "--from-bundle: every NodeTopology in the cluster",
     )
     source.add_argument(
         "--from-bundle",
         action="append",
         metavar="DIR",
-        help="discover capture bundles (node: dir name)",
+        help="discover capture bundles (repeatable); each node is named as `discover --from` names it",
     )
     add_kube_args(p)
     p.add_argument("--name", default="nodetopo", help="Topology name (kueue, kai; default: %(default)s)")
@@ -66,8 +72,14 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
         help="kueue/kai: add nodetopo.io/nvlink.domain as a level, where it nests among the fabric tiers",
     )
     p.add_argument("--plugin", choices=["tree", "block"], default="tree", help="slurm plugin (default: tree)")
-    p.add_argument("--block-size", type=int, default=None, help="slurm block: BlockSizes= (nodes per block)")
-    p.add_argument("-o", "--output", default="-", metavar="FILE", help="where to write (default: stdout)")
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="slurm block: BlockSizes= (nodes per block; default: not written, Slurm's own)",
+    )
+    p.add_argument("-o", "--output", default="-", metavar="FILE", help="where to write (default: -, stdout)")
     p.add_argument("--strict", action="store_true", help="exit 4 when a node is missing a level")
     add_common(p)
     p.set_defaults(func=cmd_export)
@@ -102,10 +114,11 @@ def _from_cluster(kubeconfig: str | None, context: str | None = None) -> list[di
 
 
 def _from_bundles(paths: Sequence[str]) -> list[dict[str, Any]]:
+    from nodetopo.bundle import bundle_node_name
     from nodetopo.resource.body import to_nodetopology
     from nodetopo.topology.discover import bundle_context, scan
 
-    return [to_nodetopology(scan(bundle_context(p)).topology, Path(p).name) for p in paths]
+    return [to_nodetopology(scan(bundle_context(p)).topology, bundle_node_name(p)) for p in paths]
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -33,19 +33,26 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
     p = sub.add_parser(
         "fabric", help=HELP, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--from", dest="source", metavar="FILE", help="saved `ibnetdiscover` (or `-p`) output")
+    p.add_argument(
+        "--from",
+        dest="source",
+        metavar="FILE",
+        help="saved `ibnetdiscover` (or `-p`) output (default: run ibnetdiscover here)",
+    )
     p.add_argument("--ports", action="store_true", help="the input is `ibnetdiscover -p` (one line per port)")
     p.add_argument("--timeout", type=float, default=600.0, help="sweep timeout, s (default: %(default)s)")
     p.add_argument("--configmap", metavar="NAME", help="write a ConfigMap (YAML) holding the map")
-    p.add_argument("-n", "--namespace", default="nodetopo", help="the ConfigMap's namespace")
-    p.add_argument("-o", "--output", default="-", metavar="FILE", help="where to write (default: stdout)")
+    p.add_argument(
+        "-n", "--namespace", default="nodetopo", help="the ConfigMap's namespace (default: %(default)s)"
+    )
+    p.add_argument("-o", "--output", default="-", metavar="FILE", help="where to write (default: -, stdout)")
     add_common(p)
     p.set_defaults(func=cmd_fabric)
 
 
 def cmd_fabric(args: argparse.Namespace) -> int:
+    from nodetopo import fabric as ib
     from nodetopo.host import CommandNotFound, CommandTimeout, SubprocessRunner
-    from nodetopo.sources.fabric import infiniband as ib
 
     if args.source:
         try:

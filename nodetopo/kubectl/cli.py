@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("get", help="one node's topology: the table, or -o yaml|json|dot|svg")
-    p.add_argument("node", metavar="NODE")
+    p.add_argument("node", metavar="NODE", help="the node's name (its NodeTopology has the same name)")
     p.add_argument(
         "-o",
         "--output",
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and GPU pairs under one PCIe root (PIX/PXB/PHB) show '-'; run `nodetopo discover --matrix` on "
         "the node for every pair.",
     )
-    p.add_argument("node", metavar="NODE")
+    p.add_argument("node", metavar="NODE", help="the node's name (its NodeTopology has the same name)")
     _kube_flags(p, default=argparse.SUPPRESS)
     p.set_defaults(func=cmd_matrix)
 

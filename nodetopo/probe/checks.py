@@ -43,11 +43,16 @@ class Check:
     status: Status
     reason: str
     attribution: Attribution | None = None
+    #: False for a check that does not apply to this pod (not declared, no minimum asked): skipped,
+    #: and not counted among the checks that could have been made
+    asked: bool = True
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "status": str(self.status), "reason": self.reason}
         if self.attribution is not None:
             out["attribution"] = str(self.attribution)
+        if not self.asked:
+            out["asked"] = False
         return out
 
 
@@ -56,7 +61,13 @@ def passed(name: str, reason: str) -> Check:
 
 
 def skipped(name: str, reason: str) -> Check:
+    """A check that applies but could not be made (what it needs could not be read)."""
     return Check(name, Status.SKIP, reason)
+
+
+def not_asked(name: str, reason: str) -> Check:
+    """A check that does not apply to this pod: nothing declared or asked needs it."""
+    return Check(name, Status.SKIP, reason, asked=False)
 
 
 def failed(name: str, reason: str, attribution: Attribution) -> Check:
@@ -129,6 +140,9 @@ class Seen:
     mems: frozenset[int] | None
     unread: Mapping[str, str] = dataclasses.field(default_factory=dict)
     collective_busbw: float | None = None  #: all_reduce_perf's average bus bandwidth, GB/s, when it ran
+    #: False when the collective does not apply: --collective-timeout 0, fewer than 2 GPUs, or no
+    #: all_reduce_perf in the image
+    collective_asked: bool = True
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -280,7 +294,7 @@ def _list(items: Iterable[object]) -> str:
 def check_one_island(declared: Declared, seen: Seen, promised: Promised | None) -> Check:
     name = "gpus-in-one-island"
     if declared.request is None or not declared.request.one_island:
-        return skipped(name, "not declared")
+        return not_asked(name, "not declared")
     if promised is None:
         return skipped(name, "no NodeTopology to compare with")
     found, _ = container_gpus(seen, promised)
@@ -305,7 +319,7 @@ def check_nvlink(declared: Declared, seen: Seen, promised: Promised | None, t: T
     name = "p2p-nvlink"
     wanted = t.require_p2p or (declared.request is not None and declared.request.one_island)
     if not wanted:
-        return skipped(name, "neither declared (gpus-in-one-island) nor required (--require-p2p)")
+        return not_asked(name, "neither declared (gpus-in-one-island) nor required (--require-p2p)")
     if seen.nvml is None:
         return skipped(name, seen.unread.get("nvml", "NVML is not available in the container"))
     view = seen.nvml
@@ -340,7 +354,7 @@ def check_rdma(declared: Declared, seen: Seen, promised: Promised | None) -> Che
     name = "rdma"
     r = declared.request
     if r is None or not (r.rdma or r.max_nic_distance is not None):
-        return skipped(name, f"not declared ({RDMA}, {MAX_NIC_DISTANCE})")
+        return not_asked(name, f"not declared ({RDMA}, {MAX_NIC_DISTANCE})")
     if promised is None:
         return skipped(name, "no NodeTopology to compare with")
     found, _ = container_gpus(seen, promised)
@@ -412,7 +426,7 @@ def check_shm(seen: Seen, t: Thresholds) -> Check:
 def check_hugepages(seen: Seen, t: Thresholds) -> Check:
     name = "hugepages"
     if t.min_hugepages_bytes <= 0:
-        return skipped(name, "no minimum asked (--min-hugepages)")
+        return not_asked(name, "no minimum asked (--min-hugepages)")
     if seen.hugepages_bytes is None:
         return skipped(name, seen.unread.get("hugepages", "hugepages could not be read"))
     if seen.hugepages_bytes < t.min_hugepages_bytes:
@@ -480,7 +494,8 @@ def check_collective(seen: Seen, promised: Promised | None, t: Thresholds) -> Ch
     """The collective smoke test (``all_reduce_perf`` from nccl-tests), judged by the island class."""
     name = "collective"
     if seen.collective_busbw is None:
-        return skipped(name, seen.unread.get("collective", "not run"))
+        why = seen.unread.get("collective", "not run")
+        return skipped(name, why) if seen.collective_asked else not_asked(name, why)
     found, _ = container_gpus(seen, promised) if promised is not None else ([], [])
     islands = {g.island for g in found}
     one_island = (
@@ -545,20 +560,32 @@ class Verdict:
     line: str  #: the one-line verdict (termination message, Event message)
 
 
-def verdict(checks: Sequence[Check]) -> Verdict:
+def checked(checks: Sequence[Check]) -> str:
+    """``N of M checked`` over the checks that apply (M), naming the ones that could not be made."""
+    applying = [c for c in checks if c.asked]
+    made = sum(1 for c in applying if c.status is not Status.SKIP)
+    unmade = [c.name for c in applying if c.status is Status.SKIP]
+    return f"{made} of {len(applying)} checked" + (f" (skipped: {', '.join(unmade)})" if unmade else "")
+
+
+def verdict(checks: Sequence[Check], *, strict: bool = False) -> Verdict:
+    """The one-line verdict. ``strict``: a check that applies but could not be made fails the pod."""
     failures = [c for c in checks if c.status is Status.FAIL]
     warnings = [c for c in checks if c.status is Status.WARN]
     if failures:
         first = failures[0]
         more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
         return Verdict(False, first.attribution, f"{first.attribution}: {first.name}: {first.reason}{more}")
+    if strict and any(c.asked and c.status is Status.SKIP for c in checks):
+        return Verdict(False, None, f"failed (--strict): {checked(checks)}")
     if warnings:
         first = warnings[0]
         return Verdict(
-            True, first.attribution, f"passed with warning {first.attribution}: {first.name}: {first.reason}"
+            True,
+            first.attribution,
+            f"passed with warning {first.attribution}: {first.name}: {first.reason}; {checked(checks)}",
         )
-    counted = sum(1 for c in checks if c.status is Status.PASS)
-    return Verdict(True, None, f"passed: {counted} check(s) passed, {len(checks) - counted} skipped")
+    return Verdict(True, None, f"passed, {checked(checks)}")
 
 
 def _size(n: int) -> str:

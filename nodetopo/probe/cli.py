@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from nodetopo.host import HostRoot, Refused
 from nodetopo.kube.flags import add_kube_args
 
 T = TypeVar("T")
@@ -42,7 +44,9 @@ checks (each pass, fail, warn or skip, with its reason):
                       against what the GPUs' island class should give (--min-busbw-nvlink/-pcie)
 attribution of a failure: PlacedWrong (constraint not expressed or not honoured), ResourceNotReal
 (the NodeTopology promised something the container cannot use), Undeclared (no or bad declaration).
-exit: 0 passed (or --warn-only), 1 a check failed, 2 usage error.
+verdict: "passed, N of M checked" (M: the checks that apply to the pod; the skipped ones are named).
+exit: 0 passed (or --warn-only), 1 a check failed (or, with --strict, one that applies was skipped),
+2 usage error.
 """
 
 _SIZE_SUFFIX = {"": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
@@ -150,6 +154,12 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
     )
     p.add_argument("--warn-only", action="store_true", help="report failures but exit 0")
     p.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail (exit 1) when a check that applies could not be made (skipped: its input could not be "
+        "read); checks the pod does not ask for never fail it",
+    )
+    p.add_argument(
         "--termination-log",
         default="/dev/termination-log",
         metavar="FILE",
@@ -190,7 +200,7 @@ def bounded(fn: Callable[[], T], seconds: float, what: str) -> T:
     return result[0]  # type: ignore[no-any-return]
 
 
-def _observe(root: Path, environ: dict[str, str], timeout: float, collective_timeout: float) -> Any:
+def _observe(root: HostRoot, environ: dict[str, str], timeout: float, collective_timeout: float) -> Any:
     from nodetopo.probe import observe
     from nodetopo.probe.checks import Seen
 
@@ -218,11 +228,15 @@ def _observe(root: Path, environ: dict[str, str], timeout: float, collective_tim
             unread["gpus"] = f"{unread.get('nvml', 'no NVML')}; {ids_from}"
     busbw = None
     gpus = len(ids or ())
+    collective_asked = False
     if collective_timeout <= 0:
         unread["collective"] = "not asked (--collective-timeout 0)"
     elif gpus < 2:
         unread["collective"] = f"{gpus} GPU(s): no collective to test"
+    elif shutil.which(observe.COLLECTIVE_TOOL, path=environ.get("PATH")) is None:
+        unread["collective"] = f"{observe.COLLECTIVE_TOOL} (nccl-tests) is not in the image"
     else:
+        collective_asked = True
         try:
             busbw = observe.run_collective(gpus, collective_timeout, environ.get("PATH"))
         except observe.ReadFailure as e:
@@ -237,30 +251,29 @@ def _observe(root: Path, environ: dict[str, str], timeout: float, collective_tim
         nvml=nvml,
         infiniband=attempt("infiniband", lambda: observe.read_infiniband(root)),
         shm_bytes=attempt("shm", lambda: observe.read_shm_bytes(root)),
-        hugepages_bytes=attempt(
-            "hugepages", lambda: observe.parse_hugepages(observe._read(root / "proc/meminfo"))
-        ),
+        hugepages_bytes=attempt("hugepages", lambda: observe.read_hugepages(root)),
         cpus=cpuset[0] if cpuset else None,
         cpus_from=cpuset[2] if cpuset else "",
         mems=cpuset[1] if cpuset else None,
         unread=unread,
         collective_busbw=busbw,
+        collective_asked=collective_asked,
     )
 
 
-def _nvml_missing(root: Path, environ: dict[str, str]) -> str | None:
+def _nvml_missing(root: HostRoot, environ: dict[str, str]) -> str | None:
     """Why NVML is not to be tried (no GPU device nodes at all), or None to try it."""
-    if not any(n.startswith("nvidia") for n in _listdir(root / "dev")):
+    if not any(n.startswith("nvidia") for n in _listdir(root, root.path / "dev")):
         return "NVML not tried: no /dev/nvidia* in the container"
-    if str(root) != "/":
+    if str(root.path) != "/":
         return "NVML not tried: --root is not /"
     return None
 
 
-def _listdir(path: Path) -> list[str]:
+def _listdir(root: HostRoot, path: Path) -> list[str]:
     try:
-        return os.listdir(path)
-    except OSError:
+        return root.list_directory(path)
+    except (OSError, Refused):
         return []
 
 
@@ -332,7 +345,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     promised, promised_why = _promised(args, session)
     if promised is None and session_error and not args.nodetopology:
         promised_why = f"{promised_why}; {session_error}"
-    seen = _observe(Path(args.root), dict(os.environ), args.timeout, args.collective_timeout)
+    seen = _observe(HostRoot(args.root), dict(os.environ), args.timeout, args.collective_timeout)
     thresholds = Thresholds(
         min_shm_bytes=args.min_shm,
         min_hugepages_bytes=args.min_hugepages,
@@ -343,7 +356,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     )
     pod = (args.pod_namespace or "default", args.pod_name) if args.pod_name else None
     checks = run_checks(declared, promised, promised_why, seen, thresholds, pod)
-    result = verdict(checks)
+    result = verdict(checks, strict=args.strict)
     report: dict[str, Any] = {
         "passed": result.passed,
         "attribution": str(result.attribution) if result.attribution else None,

@@ -1,6 +1,8 @@
 """What the probe reads: the pod's declaration and what the container sees. Every reader takes a root
-path (``/`` in a pod, a fixture tree in tests) and answers a value or None with the reason it could not
-read it; none raises. Parsing is in pure ``parse_*`` functions.
+(a ``HostRoot``, or its path: ``/`` in a pod, a fixture tree in tests) and reads through it, bounded and
+confined to it (a FIFO or a link out of the root is refused, never opened); the collective smoke test
+starts its tool through a ``CommandRunner``. A reader answers a value, or raises ``ReadFailure`` with
+the reason it could not read it. Parsing is in pure ``parse_*`` functions.
 """
 
 from __future__ import annotations
@@ -12,6 +14,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nodetopo.host import (
+    CommandNotFound,
+    CommandOutputRefused,
+    CommandRunner,
+    CommandTimeout,
+    HostRoot,
+    Refused,
+    SubprocessRunner,
+    read_regular_file,
+)
 from nodetopo.model import parse_cpulist
 from nodetopo.placement.request import ANNOTATIONS, AnnotationError, PodRequest, parse_pod_request
 from nodetopo.probe.checks import Declared, IbDevice, IbPort, NvmlPair, NvmlView
@@ -25,15 +37,32 @@ class ReadFailure(Exception):
     """A reader could not read what it was asked for; the message says what and why."""
 
 
-def _read(path: Path) -> str:
+def host_root(root: HostRoot | str | os.PathLike[str]) -> HostRoot:
+    """``root`` as the seam the readers read through."""
+    return root if isinstance(root, HostRoot) else HostRoot(root)
+
+
+def _failure(path: str | os.PathLike[str], error: OSError | Refused) -> ReadFailure:
+    if isinstance(error, Refused):
+        size = error.why.startswith("larger than")
+        return ReadFailure(f"{path}: larger than {MAX_READ} bytes" if size else f"{path}: {error.why}")
+    return ReadFailure(f"{path}: {error.strerror or error}")
+
+
+def _read(root: HostRoot, path: Path) -> str:
+    """A file under ``root``, at most ``MAX_READ`` bytes of it."""
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_READ + 1)
-    except OSError as e:
-        raise ReadFailure(f"{path}: {e.strerror or e}") from e
-    if len(data) > MAX_READ:
-        raise ReadFailure(f"{path}: larger than {MAX_READ} bytes")
-    return data.decode("utf-8", "replace")
+        return root.read_text(path, limit=MAX_READ)
+    except (OSError, Refused) as e:
+        raise _failure(path, e) from e
+
+
+def read_text_file(path: str | os.PathLike[str]) -> str:
+    """A file named by the user (not under the container's root), at most ``MAX_READ`` bytes."""
+    try:
+        return read_regular_file(path, limit=MAX_READ).decode("utf-8", "replace")
+    except (OSError, Refused) as e:
+        raise _failure(path, e) from e
 
 
 # --------------------------------------------------------------------------------------------
@@ -77,7 +106,9 @@ def read_declared(annotations_file: str | None, flags: Mapping[str, str]) -> Dec
     annotations: dict[str, str] = {}
     if annotations_file:
         try:
-            annotations.update(parse_annotations_file(_read(Path(annotations_file)), source=annotations_file))
+            annotations.update(
+                parse_annotations_file(read_text_file(annotations_file), source=annotations_file)
+            )
         except (ReadFailure, ValueError) as e:
             return Declared(None, False, f"annotations file unreadable: {e}")
     annotations.update(flags)
@@ -117,10 +148,11 @@ def gpu_ids_from_env(environ: Mapping[str, str]) -> tuple[tuple[str, ...] | None
     return None, "neither NVIDIA_VISIBLE_DEVICES nor CUDA_VISIBLE_DEVICES names the GPUs"
 
 
-def read_dev_nvidia(root: Path) -> tuple[int, ...]:
+def read_dev_nvidia(root: HostRoot | Path) -> tuple[int, ...]:
+    root = host_root(root)
     try:
-        names = os.listdir(root / "dev")
-    except OSError:
+        names = root.list_directory(root.path / "dev")
+    except (OSError, Refused):
         return ()
     return tuple(sorted(int(m[1]) for n in names if (m := _DEV_NVIDIA.match(n))))
 
@@ -178,32 +210,33 @@ def parse_port_state(text: str) -> str | None:
     return m[1] if m else None
 
 
-def read_infiniband(root: Path) -> tuple[IbDevice, ...]:
+def read_infiniband(root: HostRoot | Path) -> tuple[IbDevice, ...]:
     """The RDMA devices of ``<root>/sys/class/infiniband``, their ports and their uverbs device.
     No such directory is no device (a container without RDMA)."""
-    base = root / "sys/class/infiniband"
+    root = host_root(root)
+    base = root.sys("class/infiniband")
     try:
-        names = sorted(os.listdir(base))[:256]
+        names = sorted(root.list_directory(base))[:256]
     except FileNotFoundError:
         return ()
-    except OSError as e:
-        raise ReadFailure(f"{base}: {e.strerror or e}") from e
+    except (OSError, Refused) as e:
+        raise _failure(base, e) from e
     devices = []
     for name in names:
         ports = []
         try:
-            port_names = sorted(os.listdir(base / name / "ports"), key=lambda p: (len(p), p))[:64]
-        except OSError:
+            port_names = sorted(root.list_directory(base / name / "ports"), key=lambda p: (len(p), p))[:64]
+        except (OSError, Refused):
             port_names = []
         for p in port_names:
             if not p.isdigit():
                 continue
             try:
-                state = parse_port_state(_read(base / name / "ports" / p / "state"))
+                state = parse_port_state(_read(root, base / name / "ports" / p / "state"))
             except ReadFailure:
                 state = None
             try:
-                layer: str | None = _read(base / name / "ports" / p / "link_layer").strip() or None
+                layer: str | None = _read(root, base / name / "ports" / p / "link_layer").strip() or None
             except ReadFailure:
                 layer = None
             ports.append(IbPort(int(p), state, layer))
@@ -211,17 +244,15 @@ def read_infiniband(root: Path) -> tuple[IbDevice, ...]:
     return tuple(devices)
 
 
-def _uverbs(root: Path, device: Path) -> str | None:
+def _uverbs(root: HostRoot, device: Path) -> str | None:
     """``/dev/infiniband/uverbsN`` of the device when it exists and can be opened read-write."""
     try:
-        names = os.listdir(device / "device" / "infiniband_verbs")
-    except OSError:
+        names = root.list_directory(device / "device" / "infiniband_verbs")
+    except (OSError, Refused):
         return None
     for n in names:
-        if n.startswith("uverbs"):
-            path = root / "dev/infiniband" / n
-            if path.exists() and os.access(path, os.R_OK | os.W_OK):
-                return f"/dev/infiniband/{n}"
+        if n.startswith("uverbs") and root.accessible(root.path / "dev/infiniband" / n, os.R_OK | os.W_OK):
+            return f"/dev/infiniband/{n}"
     return None
 
 
@@ -230,12 +261,20 @@ def _uverbs(root: Path, device: Path) -> str | None:
 # --------------------------------------------------------------------------------------------
 
 
-def read_shm_bytes(root: Path) -> int:
+def read_shm_bytes(root: HostRoot | Path) -> int:
+    root = host_root(root)
+    shm = root.path / "dev/shm"
     try:
-        st = os.statvfs(root / "dev/shm")
-    except OSError as e:
-        raise ReadFailure(f"{root / 'dev/shm'}: {e.strerror or e}") from e
+        st = root.statvfs(shm)
+    except (OSError, Refused) as e:
+        raise _failure(shm, e) from e
     return st.f_blocks * st.f_frsize
+
+
+def read_hugepages(root: HostRoot | Path) -> int | None:
+    """``parse_hugepages`` of ``<root>/proc/meminfo``."""
+    root = host_root(root)
+    return parse_hugepages(_read(root, root.path / "proc/meminfo"))
 
 
 _MEMINFO = re.compile(r"^(HugePages_Total|Hugepagesize):\s+([0-9]+)(?:\s+kB)?\s*$", re.M)
@@ -267,12 +306,13 @@ _V2_FILES = ("cpuset.cpus.effective", "cpuset.mems.effective")
 _V1_FILES = ("cpuset.effective_cpus", "cpuset.effective_mems", "cpuset.cpus", "cpuset.mems")
 
 
-def read_cpuset(root: Path) -> tuple[frozenset[int], frozenset[int], str]:
+def read_cpuset(root: HostRoot | Path) -> tuple[frozenset[int], frozenset[int], str]:
     """The container's CPUs and memory nodes: its cgroup's cpuset (v2, else v1), else
     ``/proc/self/status``'s ``Cpus_allowed_list``/``Mems_allowed_list``; and where they came from."""
-    fs = root / "sys/fs/cgroup"
+    root = host_root(root)
+    fs = root.sys("fs/cgroup")
     try:
-        v2, v1 = parse_cgroup_file(_read(root / "proc/self/cgroup"))
+        v2, v1 = parse_cgroup_file(_read(root, root.path / "proc/self/cgroup"))
     except ReadFailure:
         v2 = v1 = None
     candidates: list[tuple[Path, str, str, str]] = []
@@ -287,14 +327,14 @@ def read_cpuset(root: Path) -> tuple[frozenset[int], frozenset[int], str]:
             candidates.append((d, "cpuset.cpus", "cpuset.mems", "cgroup v1"))
     for d, cpus_file, mems_file, what in candidates:
         try:
-            cpus = parse_cpulist(_read(d / cpus_file))
-            mems = parse_cpulist(_read(d / mems_file))
+            cpus = parse_cpulist(_read(root, d / cpus_file))
+            mems = parse_cpulist(_read(root, d / mems_file))
         except (ReadFailure, ValueError):
             continue
         if cpus:
-            return cpus, mems, f"{what} {d.relative_to(root).as_posix()}/{cpus_file}"
+            return cpus, mems, f"{what} {d.relative_to(root.path).as_posix()}/{cpus_file}"
     try:
-        status = _read(root / "proc/self/status")
+        status = _read(root, root.path / "proc/self/status")
     except ReadFailure as e:
         raise ReadFailure(f"no cgroup cpuset and {e}") from e
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
@@ -322,27 +362,31 @@ def parse_nccl_busbw(text: str) -> float:
     return float(m[1])
 
 
-def run_collective(gpus: int, timeout: float, path: str | None = None) -> float:
-    """Run ``all_reduce_perf`` over ``gpus`` GPUs (8 MiB to 128 MiB) and return its average bus
-    bandwidth; ``ReadFailure`` when the tool is not in the image, fails or times out."""
-    import shutil
-    import subprocess
+def collective_argv(gpus: int) -> tuple[str, ...]:
+    """``all_reduce_perf`` over ``gpus`` GPUs, 8 MiB to 128 MiB."""
+    return (COLLECTIVE_TOOL, "-b", "8M", "-e", "128M", "-f", "2", "-g", str(gpus))
 
-    tool = shutil.which(COLLECTIVE_TOOL, path=path)
-    if tool is None:
+
+def run_collective(
+    gpus: int, timeout: float, path: str | None = None, runner: CommandRunner | None = None
+) -> float:
+    """Run ``all_reduce_perf`` over ``gpus`` GPUs (8 MiB to 128 MiB) and return its average bus
+    bandwidth; ``ReadFailure`` when the tool is not in the image, fails or times out.
+
+    ``runner``: how the tool is started (default: a process, found on ``path`` when given, else
+    on the probe's own ``PATH``, with the probe's environment)."""
+    if runner is None:
+        runner = SubprocessRunner(search_path=path)
+    try:
+        done = runner.run(collective_argv(gpus), timeout=timeout)
+    except CommandNotFound as e:
         raise ReadFailure(
             f"{COLLECTIVE_TOOL} (nccl-tests) is not in the image: collective smoke test skipped"
-        )
-    try:
-        done = subprocess.run(
-            [tool, "-b", "8M", "-e", "128M", "-f", "2", "-g", str(gpus)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as e:
+        ) from e
+    except CommandTimeout as e:
         raise ReadFailure(f"{COLLECTIVE_TOOL}: no result within {timeout:g}s") from e
+    except CommandOutputRefused as e:
+        raise ReadFailure(f"{COLLECTIVE_TOOL}: {e}") from e
     except OSError as e:
         raise ReadFailure(f"{COLLECTIVE_TOOL}: {e.strerror or e}") from e
     if done.returncode != 0:

@@ -9,7 +9,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ capture bundle (--from, discovered offline).
 EPILOG = """\
 examples:
   nodetopo ray --node-name $NODE_NAME --labels-file /ray/labels.yaml --resources-file /ray/resources.json
+  nodetopo ray --node-name $NODE_NAME --gpus visible ...   in an init container that requests the Ray
+                                                   container's GPUs (the kubelet gives it the same ones)
   ray start --labels-file /ray/labels.yaml --resources "$(cat /ray/resources.json)" ...
   nodetopo ray --from /tmp/node-bundle             labels as YAML on stdout
 """
@@ -72,10 +74,14 @@ def register(
         "--gpus",
         default=os.environ.get("NODETOPO_RAY_GPUS", "all"),
         metavar="LIST",
-        help="GPU indices or UUIDs (comma-separated) the Ray node owns (env NODETOPO_RAY_GPUS; default: all)",
+        help="GPU indices or UUIDs (comma-separated) the Ray node owns, or `visible`: the GPUs this "
+        "container was given (NVIDIA_VISIBLE_DEVICES) (env NODETOPO_RAY_GPUS; default: all)",
     )
     p.add_argument(
-        "--labels-file", default="-", metavar="PATH", help="where to write the labels YAML (default: stdout)"
+        "--labels-file",
+        default="-",
+        metavar="PATH",
+        help="where to write the labels YAML (default: -, stdout)",
     )
     p.add_argument("--resources-file", metavar="PATH", help="also write the --resources JSON here")
     add_common(p)
@@ -131,10 +137,11 @@ def _seconds(text: str) -> float:
 
 def _from_bundle(path: str, node_name: str | None) -> dict[str, Any]:
     # Offline only: consumers otherwise never discover; the lead's import contract decides this seam.
+    from nodetopo.bundle import bundle_node_name
     from nodetopo.resource.body import to_nodetopology
     from nodetopo.topology.discover import bundle_context, scan
 
-    return to_nodetopology(scan(bundle_context(path)).topology, node_name or Path(path).name)
+    return to_nodetopology(scan(bundle_context(path)).topology, node_name or bundle_node_name(path))
 
 
 def _from_api(node_name: str, kubeconfig: str | None, context: str | None, wait_s: float) -> dict[str, Any]:
@@ -169,6 +176,31 @@ def _write(path: str, text: str) -> None:
     tmp.replace(target)
 
 
+VISIBLE = "visible"
+
+
+def visible_gpus(environ: Mapping[str, str]) -> list[str]:
+    """``--gpus visible``: the GPUs the container runtime gave this container, as NVIDIA_VISIBLE_DEVICES
+    names them (UUIDs or node indices; ``all`` is every GPU). In a pod, an init container that
+    requests the Ray container's GPUs is given the very devices the Ray container gets (the kubelet
+    hands an init container's devices on to the app containers). Not CUDA_VISIBLE_DEVICES: its
+    indices count the container's GPUs, not the node's. ``BundleError`` when the variable names no GPU
+    (unset, empty, ``none`` or ``void``, as the NVIDIA container runtime reads it)."""
+    var = "NVIDIA_VISIBLE_DEVICES"
+    if var not in environ:
+        raise BundleError(
+            f"--gpus {VISIBLE}: {var} is not set, so the GPUs of this container are not known: request the "
+            "Ray container's GPUs in this container (resources.limits), or name them with --gpus"
+        )
+    value = environ[var].strip()
+    if value.lower() == "all":
+        return ["all"]
+    ids = [] if value.lower() in ("none", "void") else [v.strip() for v in value.split(",") if v.strip()]
+    if not ids:
+        raise BundleError(f"--gpus {VISIBLE}: {var}={environ[var]!r}: this container was given no GPU")
+    return ids
+
+
 def cmd_ray(args: argparse.Namespace) -> int:
     from nodetopo.ray.labels import labels_file_text, ray_labels, ray_resources, resources_json
 
@@ -182,7 +214,10 @@ def cmd_ray(args: argparse.Namespace) -> int:
         raise BundleError(
             "nodetopo ray: give --node-name (or $NODE_NAME), --nodetopology FILE or --from BUNDLE"
         )
-    gpus = [g.strip() for g in str(args.gpus).split(",") if g.strip()]
+    if str(args.gpus).strip().lower() == VISIBLE:
+        gpus = visible_gpus(os.environ)
+    else:
+        gpus = [g.strip() for g in str(args.gpus).split(",") if g.strip()]
     try:
         labels = ray_labels(body, gpus)
         resources = ray_resources(body, gpus)

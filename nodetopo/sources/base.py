@@ -9,8 +9,10 @@ from collections.abc import Callable
 from typing import Protocol
 
 from nodetopo.errors import ParseError
-from nodetopo.host import CommandRunner, HostRoot
+from nodetopo.host import CommandError, CommandRunner, HostRoot
 from nodetopo.model import Condition, ConditionReason, Facts, SourceStatus
+from nodetopo.reuse import ScanCache
+from nodetopo.sources.commands import Command, describe
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +62,17 @@ class Context:
     cloud_timeout_s: float = 1.0
     #: ``root`` is a capture bundle (an absent file is "not in the bundle")
     bundle: bool = False
+    #: what the sources and the derivations keep from the last scan through this context, to give
+    #: back for an equal input (nodetopo.reuse): one per agent, shared with nothing else
+    cache: ScanCache = dataclasses.field(default_factory=ScanCache, compare=False, repr=False)
 
 
 class Source(Protocol):
-    """A source module: ``NAME`` plus ``collect``."""
+    """A source module: ``NAME``, the commands it runs (``COMMANDS``, see sources.commands) and
+    ``collect``."""
 
     NAME: str
+    COMMANDS: tuple[Command, ...]
 
     def collect(self, ctx: Context) -> SourceResult: ...
 
@@ -148,13 +155,16 @@ def guarded(name: str, collect: Callable[[], Facts]) -> SourceResult:
     """Run one source's collection, so that nothing it raises escapes as a crash.
 
     A ``ParseError`` that reached here (the source did not handle it itself) becomes a ParseError
-    condition; any other exception is a bug, logged with its traceback and reported as Degraded.
+    condition, and a command's failure the condition ``sources.commands`` maps it to; any other
+    exception is a bug, logged with its traceback and reported as Degraded.
     """
     start = time.monotonic()
     try:
         facts = collect()
     except ParseError as e:
         facts = failed(name, ConditionReason.PARSE_ERROR, str(e))
+    except CommandError as e:
+        facts = failed(name, *describe(e))
     except Exception as e:
         log.exception("source %s failed unexpectedly", name, extra={"source": name})
         facts = failed(name, ConditionReason.DEGRADED, f"internal error: {type(e).__name__}: {e}")

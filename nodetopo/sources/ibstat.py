@@ -18,17 +18,23 @@ from collections.abc import Callable, Sequence
 
 from nodetopo import model
 from nodetopo.errors import ParseError, clip, excerpt
-from nodetopo.host import CommandNotFound, CommandOutputRefused, CommandRunner, CommandTimeout
+from nodetopo.host import CommandRunner
 from nodetopo.model import ConditionReason, Facts, SourceStatus
-from nodetopo.reuse import reuse_last
+from nodetopo.reuse import ScanCache
+from nodetopo.sources import commands
 from nodetopo.sources.base import Context, SourceResult, condition, failure_level, guarded
+from nodetopo.sources.commands import Command
 
 log = logging.getLogger(__name__)
 
 NAME = "ibstat"
 
-IBSTAT_ARGV: tuple[str, ...] = ("ibstat",)
-IBV_DEVINFO_ARGV: tuple[str, ...] = ("ibv_devinfo",)
+IBSTAT = Command(argv=("ibstat",), output="ibstat.txt")
+#: asked only where ``ibstat`` is not installed
+IBV_DEVINFO = Command(argv=("ibv_devinfo",), output="ibv_devinfo.txt")
+COMMANDS: tuple[Command, ...] = (IBSTAT, IBV_DEVINFO)
+IBSTAT_ARGV = IBSTAT.argv
+IBV_DEVINFO_ARGV = IBV_DEVINFO.argv
 
 _CA_LINE = re.compile(r"CA '([^'\s]{1,64})'")
 _PORT_LINE = re.compile(r"Port ([0-9]{1,3}):")
@@ -251,13 +257,13 @@ def parse_ibv_devinfo(text: str, path: str = "ibv_devinfo") -> tuple[model.Ibsta
 
 def _run(
     runner: CommandRunner,
-    argv: Sequence[str],
+    declared: Command,
     timeout: float,
     read: Callable[[str, str], tuple[tuple[model.IbstatCa, ...], Sequence[str]]],
     absent: list[str],
 ) -> Facts | None:
     """Facts from one command, or None when the command is not there (said in ``absent``)."""
-    command = " ".join(argv)
+    command = declared.line
 
     def failed(reason: ConditionReason, message: str) -> Facts:
         log.log(
@@ -273,15 +279,12 @@ def _run(
             conditions=(condition(NAME, reason, f"{command}: {message}"),),
         )
 
-    try:
-        result = runner.run(argv, timeout=timeout)
-    except CommandNotFound as e:
-        absent.append(str(e))
-        return None
-    except CommandTimeout:
-        return failed(ConditionReason.TIMEOUT, f"no answer within {timeout:g}s")
-    except CommandOutputRefused as e:
-        return failed(ConditionReason.PARSE_ERROR, f"output not read: {e}")
+    result = commands.run(runner, declared, timeout=timeout)
+    if isinstance(result, commands.Failed):
+        if result.not_found:
+            absent.append(result.message)
+            return None
+        return failed(result.reason, result.message)
     try:
         adapters, found = read(result.stdout, command)
     except ParseError as e:
@@ -305,18 +308,17 @@ def _run(
     )
 
 
-#: the readers ``read_facts`` uses: each gives back its last result when the command printed the
-#: same text as last time (an unchanged node, every scan); any other text is read afresh (nodetopo.reuse)
-_READ_IBSTAT = reuse_last(_read_ibstat)
-_READ_IBV_DEVINFO = reuse_last(_read_ibv_devinfo)
+def read_facts(runner: CommandRunner, *, timeout: float, cache: ScanCache | None = None) -> Facts:
+    """``ibstat``, or ``ibv_devinfo`` where only rdma-core is installed; neither -> Unavailable.
 
-
-def read_facts(runner: CommandRunner, *, timeout: float) -> Facts:
-    """``ibstat``, or ``ibv_devinfo`` where only rdma-core is installed; neither -> Unavailable."""
+    Each reader gives back its last result through ``cache`` when the command printed the same
+    text as last time (an unchanged node, every scan); any other text is read afresh (nodetopo.reuse).
+    """
+    cache = cache if cache is not None else ScanCache()
     absent: list[str] = []
-    facts = _run(runner, IBSTAT_ARGV, timeout, _READ_IBSTAT, absent)
+    facts = _run(runner, IBSTAT, timeout, cache.last(_read_ibstat), absent)
     if facts is None:
-        facts = _run(runner, IBV_DEVINFO_ARGV, timeout, _READ_IBV_DEVINFO, absent)
+        facts = _run(runner, IBV_DEVINFO, timeout, cache.last(_read_ibv_devinfo), absent)
     if facts is None:
         message = "; ".join(absent) + " (normal on nodes without InfiniBand/RDMA tools)"
         log.info("%s: %s", NAME, message, extra={"source": NAME})
@@ -329,4 +331,4 @@ def read_facts(runner: CommandRunner, *, timeout: float) -> Facts:
 
 def collect(ctx: Context) -> SourceResult:
     """The ibstat source: channel adapters and ports, through ``ctx.runner``."""
-    return guarded(NAME, lambda: read_facts(ctx.runner, timeout=ctx.command_timeout_s))
+    return guarded(NAME, lambda: read_facts(ctx.runner, timeout=ctx.command_timeout_s, cache=ctx.cache))

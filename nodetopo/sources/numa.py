@@ -41,10 +41,13 @@ from nodetopo.model import (
 )
 from nodetopo.sources import _sysfs
 from nodetopo.sources.base import Context, SourceResult, failed, guarded
+from nodetopo.sources.commands import Command
 
 log = logging.getLogger(__name__)
 
 NAME = "sysfs.numa"
+#: reads sysfs only: runs nothing
+COMMANDS: tuple[Command, ...] = ()
 
 #: where the nodes live, relative to ``<root>/sys``
 NODE_DIR = "devices/system/node"

@@ -52,11 +52,14 @@ from nodetopo.model import (
 )
 from nodetopo.sources import _sysfs
 from nodetopo.sources.base import Context, SourceResult, failed, guarded
+from nodetopo.sources.commands import Command
 from nodetopo.sources.numa import parse_cpulist_text
 
 log = logging.getLogger(__name__)
 
 NAME = "sysfs.pci"
+#: reads sysfs only: runs nothing
+COMMANDS: tuple[Command, ...] = ()
 
 _T = TypeVar("_T")
 
@@ -161,11 +164,17 @@ def parse_device_location(parts: Sequence[str]) -> tuple[str | None, tuple[PciAd
     return None, ()
 
 
-def read_pci_devices(root: HostRoot) -> tuple[tuple[PciDevice, ...], tuple[Condition, ...]]:
+def read_pci_devices(
+    root: HostRoot, memo: _Memo | None = None
+) -> tuple[tuple[PciDevice, ...], tuple[Condition, ...]]:
     """Every PCI function under ``root``, sorted by address, plus per-device problems as conditions.
 
     Returns no devices and one ``Unavailable`` condition when ``bus/pci/devices`` is absent.
+    ``memo``: the devices of the last read through it, reused where everything read for them is
+    equal (the source passes its context's; without one nothing is reused or kept).
     """
+    if memo is None:
+        memo = _Memo()
     base = root.sys(DEVICES_DIR)
     if not base.is_dir():
         return (), (_sysfs.unavailable(NAME, f"{root.relative(base)}: missing: no PCI bus in sysfs"),)
@@ -177,11 +186,11 @@ def read_pci_devices(root: HostRoot) -> tuple[tuple[PciDevice, ...], tuple[Condi
     cpu_sets = _sysfs.CpuSets(NAME)
     try:
         for name in _sysfs.list_directory(base, root=root):
-            device = _read_device(root, root_real, base_dir, host_base, name, conditions, cpu_sets, _MEMO)
+            device = _read_device(root, root_real, base_dir, host_base, name, conditions, cpu_sets, memo)
             if device is not None:
                 devices.append(device)
     finally:
-        _MEMO.done()
+        memo.done()
     devices.sort(key=lambda d: d.address)
     return tuple(devices), tuple(conditions)
 
@@ -293,7 +302,8 @@ _MEMO_TEXTS = 4 << 20
 
 
 class _Memo:
-    """The devices parsed in the last read (``last``) and in this one, by everything read for them.
+    """The devices parsed in the last read (``last``) and in this one, by everything read for them,
+    whatever the root (the key holds the paths). One per scan context (``Context.cache``).
 
     Only the last read's devices are kept: an unchanged machine finds each of its devices there, and
     what is held is one read's worth of small values, bounded in count and size.
@@ -313,10 +323,6 @@ class _Memo:
     def done(self) -> None:
         """End of a read: its devices become ``last``."""
         self.last, self._now, self._size = self._now, {}, 0
-
-
-#: the devices of the last read_pci_devices, whatever its root (the key holds the paths)
-_MEMO = _Memo()
 
 
 def _parse_device(
@@ -441,8 +447,8 @@ def _driver(dir_fd: int | None, real_dir: str) -> str | None:
     return os.path.basename(target.rstrip("/")) or None
 
 
-def _collect(root: HostRoot) -> Facts:
-    devices, conditions = read_pci_devices(root)
+def _collect(root: HostRoot, memo: _Memo) -> Facts:
+    devices, conditions = read_pci_devices(root, memo)
     if not devices and conditions:
         facts = failed(NAME, conditions[0].reason, "; ".join(c.message for c in conditions[:3]))
         return Facts(sources=facts.sources, conditions=conditions)
@@ -455,5 +461,6 @@ def _collect(root: HostRoot) -> Facts:
 
 
 def collect(ctx: Context) -> SourceResult:
-    """The PCI source: ``read_pci_devices(ctx.root)`` behind the source boundary."""
-    return guarded(NAME, lambda: _collect(ctx.root))
+    """The PCI source: ``read_pci_devices(ctx.root)`` behind the source boundary, reusing the
+    devices of the context's last read where nothing read for them changed."""
+    return guarded(NAME, lambda: _collect(ctx.root, ctx.cache.state(_Memo)))

@@ -32,10 +32,13 @@ from nodetopo.host import HostRoot
 from nodetopo.model import Condition, Facts, NetDevice, PciAddress, RdmaDevice, RdmaPort, SourceStatus
 from nodetopo.sources import _sysfs
 from nodetopo.sources.base import Context, SourceResult, guarded
+from nodetopo.sources.commands import Command
 
 log = logging.getLogger(__name__)
 
 NAME = "sysfs.rdma"
+#: reads sysfs only: runs nothing
+COMMANDS: tuple[Command, ...] = ()
 
 _T = TypeVar("_T")
 

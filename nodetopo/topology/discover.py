@@ -12,7 +12,7 @@ from nodetopo import sources
 from nodetopo.bundle import open_bundle
 from nodetopo.host import CommandRunner, HostRoot, SubprocessRunner
 from nodetopo.model import Facts, Topology
-from nodetopo.reuse import reuse_last
+from nodetopo.reuse import ScanCache
 from nodetopo.sources.base import Context, Source, SourceResult, check_essential
 from nodetopo.topology.derive import derive_topology
 
@@ -43,15 +43,12 @@ def collect(ctx: Context, selected: Sequence[Source] | None = None) -> tuple[Fac
     return facts, tuple(results)
 
 
-#: ``derive_topology`` for ``scan``: facts equal to the last scan's give back its topology (an
-#: unchanged node re-discovered every interval); any other facts are derived afresh (nodetopo.reuse)
-_derive = reuse_last(derive_topology)
-
-
 def scan(ctx: Context, selected: Sequence[Source] | None = None) -> Scan:
+    """Collect and derive. Facts equal to the last scan's through ``ctx`` give back its topology (an
+    unchanged node re-discovered every interval); any other facts are derived afresh (nodetopo.reuse)."""
     start = time.monotonic()
     facts, results = collect(ctx, selected)
-    topology = _derive(facts)
+    topology = ctx.cache.last(derive_topology)(facts)
     return Scan(facts=facts, results=results, topology=topology, duration_s=time.monotonic() - start)
 
 
@@ -63,13 +60,15 @@ def host_context(
     *,
     fabric_map: str | None = None,
     cloud_metadata: str | None = None,
+    cache: ScanCache | None = None,
 ) -> Context:
     """The seams for a live host (``root`` is ``/host`` in the DaemonSet).
 
     ``nvml``: ``auto`` uses the live NVML library only when ``root`` is ``/``; ``on`` also under
     another root (a container that reads the host's sysfs at /host and sees its GPUs through the
     NVIDIA container runtime); ``off`` never. ``fabric_map`` and ``cloud_metadata``: see the
-    fabric sources (both off when None).
+    fabric sources (both off when None). ``cache``: what the scans through the context keep from
+    each other (a fresh one when None; see ``Context.cache``).
     """
     live = {"auto": None, "on": True, "off": False}[nvml]
     return Context(
@@ -79,11 +78,19 @@ def host_context(
         live_nvml=live,
         fabric_map=fabric_map,
         cloud_metadata=cloud_metadata,
+        cache=cache if cache is not None else ScanCache(),
     )
 
 
-def bundle_context(path: str | Path) -> Context:
-    """The seams for a capture bundle: its sys/ tree, its cmd/ outputs, its NVML dump."""
+def bundle_context(path: str | Path, *, cache: ScanCache | None = None) -> Context:
+    """The seams for a capture bundle: its sys/ tree, its cmd/ outputs, its NVML dump (``cache``: as
+    for ``host_context``)."""
     root, runner, nvml_dump = open_bundle(path)
     # the path, not a loaded dump: the NVML source reads it, so a bad nvml.json is its condition
-    return Context(root=root, runner=runner, nvml=nvml_dump, bundle=True)
+    return Context(
+        root=root,
+        runner=runner,
+        nvml=nvml_dump,
+        bundle=True,
+        cache=cache if cache is not None else ScanCache(),
+    )

@@ -91,9 +91,9 @@ def _key_literals(path: Path) -> set[int]:
 
 def test_the_prefix_and_the_group_are_written_once() -> None:
     """``nodetopo.io`` as a value is written only in resource/identity.py; everything else builds
-    keys from ``PREFIX``. The fabric map's kind stays in sources/, which sits below the resource."""
+    keys from ``PREFIX``. The fabric map's kind stays in fabric/, which sits below the resource."""
     where = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py") if _key_literals(p)}
-    assert where == {"resource/identity.py", "sources/fabric/infiniband.py"}
+    assert where == {"resource/identity.py", "fabric/tree.py"}
     assert _key_literals(PACKAGE / "resource" / "identity.py")  # the scan finds what it looks for
 
 

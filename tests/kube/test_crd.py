@@ -316,7 +316,7 @@ def test_kubectl_get_wide_by_short_name(session: ApiSession, kubectl: Callable[.
 
 def test_an_allocation_with_holders_is_kept_whole_and_a_bad_state_refused(session: ApiSession) -> None:
     """status.allocation and gpus[]/migDevices[].heldBy as the agent writes them; nothing pruned."""
-    from nodetopo.allocation import gpu_allocation
+    from nodetopo.kubelet.allocation import gpu_allocation
     from nodetopo.model import DeviceAssignment, KubeletAllocation, PodRef
 
     for bundle in ("dgx-h100", "a100-mig"):

@@ -6,7 +6,9 @@ controller (built from its Go module by tests/cluster-kueue/build.sh), the job c
 kube-controller-manager and a real kube-scheduler run against the test apiserver. A Job of 4 pods ×
 8 GPUs asking ``kueue.x-k8s.io/podset-required-topology: nodetopo.io/fabric.tier-0`` is admitted and
 its pods are bound under one leaf; a Job of 5 × 8 GPUs (a leaf holds 4 × 8) stays unadmitted with
-Kueue's reason.
+Kueue's reason. The same for a RayJob (Kueue's ``ray.io/rayjob`` integration, the KubeRay operator built
+from its Go module in tests/cluster-kuberay): its worker group of 4 × 8 GPUs, asking for one leaf, is
+admitted and every worker pod KubeRay creates is bound under one leaf.
 
 Kueue runs without its webhooks (the apiserver is not told about them, so the tests set what they
 would default: the Job is created suspended). Kueue reads its metrics certificate from the fixed
@@ -53,6 +55,7 @@ from nodetopo.resource.labels import to_labels
 from nodetopo.topology.derive import derive_topology
 
 from .cluster import LocalCluster, free_port
+from .kuberay import running_operator
 from .kueue import build_kueue, kueue_source
 
 # a cold build of Kueue (first run on a machine) takes 7-15 minutes on 2 cores: more than the
@@ -209,11 +212,22 @@ def kueue(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> It
         assert shutil.which(tool), f"{tool} (util-linux) is needed to give Kueue a private /etc"
     tmp = tmp_path_factory.mktemp("kueue-e2e")
     cluster.kubectl("apply", "--server-side", "--field-manager=nodetopo-tests", "-f", str(crds))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    # `kubectl wait` fails at once on a CRD the API server has not given a status yet: again, briefly
+    deadline = time.monotonic() + 60
+    while (
+        done := cluster.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all", check=False
+        )
+    ).returncode != 0:
+        assert "accessor error" in done.stderr and time.monotonic() < deadline, done.stderr
+        time.sleep(0.5)
     processes: list[subprocess.Popen[bytes]] = []
     nodes: list[str] = []
     objects = []
+    operator = contextlib.ExitStack()
     try:
+        # KubeRay's CRDs and operator before Kueue, whose RayJob integration needs the RayJob CRD
+        operator_log = operator.enter_context(running_operator(cluster, tmp))
         for ns in (NAMESPACE, KUEUE_NAMESPACE):
             ok(cluster.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}}), 201)
         ok(
@@ -336,7 +350,7 @@ def kueue(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> It
                     "metrics": {"bindAddress": f"127.0.0.1:{free_port()}"},
                     "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
                     "leaderElection": {"leaderElect": False},
-                    "integrations": {"frameworks": ["batch/job"]},
+                    "integrations": {"frameworks": ["batch/job", "ray.io/rayjob"]},
                     "featureGates": {"VisibilityOnDemand": False},
                 }
             )
@@ -361,10 +375,13 @@ def kueue(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> It
         wait_for_log(processes[0], kcm_log, "Started controller", "kube-controller-manager (job)")
         wait_for_log(processes[1], scheduler_log, "Starting Kubernetes Scheduler", "kube-scheduler")
         wait_for_log(processes[2], kueue_log, "Starting workers", "Kueue")
-        yield {"tmp": tmp, "logs": {"kueue": kueue_log, "scheduler": scheduler_log, "kcm": kcm_log}}
+        logs = {"kueue": kueue_log, "scheduler": scheduler_log, "kcm": kcm_log, "kuberay": operator_log}
+        yield {"tmp": tmp, "logs": logs}
     finally:
         for process in reversed(processes):
             stop(process)
+        cluster.kubectl("delete", "rayjobs", "--all", "-n", NAMESPACE, "--wait=false", check=False)
+        operator.close()
         cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
         cluster.kubectl("delete", "clusterqueue", f"gpus-{RUN}", "--wait=false", check=False)
         for name in nodes:
@@ -476,3 +493,87 @@ def test_a_gang_larger_than_a_leaf_stays_unadmitted_with_kueues_reason(
     assert (condition(workload_of(cluster, "too-big"), "Admitted") or {}).get("status") != "True"
     spec = json.loads(cluster.kubectl("get", "job", "-n", NAMESPACE, "too-big", "-o", "json").stdout)["spec"]
     assert spec["suspend"] is True
+
+
+def rayjob(name: str, workers: int) -> dict[str, Any]:
+    """A RayJob whose worker group of ``workers`` × 8 GPUs asks Kueue for one leaf (the head asks for no
+    resource Kueue covers). No submitter: the job is submitted by hand (InteractiveMode)."""
+
+    def template(container: str, gpus: int, annotations: dict[str, str]) -> dict[str, Any]:
+        resources = {"requests": {"nvidia.com/gpu": str(gpus)}, "limits": {"nvidia.com/gpu": str(gpus)}}
+        return {
+            "metadata": {"annotations": annotations},
+            "spec": {
+                "schedulerName": SCHEDULER,
+                "automountServiceAccountToken": False,
+                "containers": [
+                    {
+                        "name": container,
+                        "image": "registry.invalid/ray:never-pulled",
+                        **({"resources": resources} if gpus else {}),
+                    }
+                ],
+            },
+        }
+
+    leaf = {"kueue.x-k8s.io/podset-required-topology": "nodetopo.io/fabric.tier-0"}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"kueue.x-k8s.io/queue-name": "gpus"}},
+        "spec": {
+            "suspend": True,  # what Kueue's webhook would default
+            "shutdownAfterJobFinishes": True,  # KubeRay suspends only a RayJob that cleans up after itself
+            "submissionMode": "InteractiveMode",
+            "rayClusterSpec": {
+                "headGroupSpec": {"rayStartParams": {}, "template": template("ray-head", 0, {})},
+                "workerGroupSpecs": [
+                    {
+                        "groupName": "gpu-workers",
+                        "replicas": workers,
+                        "minReplicas": workers,
+                        "maxReplicas": workers,
+                        "rayStartParams": {},
+                        "template": template("ray-worker", 8, leaf),
+                    }
+                ],
+            },
+        },
+    }
+
+
+def test_a_rayjobs_worker_group_is_admitted_and_bound_under_one_leaf(
+    cluster: LocalCluster, kueue: dict[str, Any]
+) -> None:
+    cluster.kubectl("create", "-f", "-", input=yaml.safe_dump(rayjob("ray-fits", 4)))
+    admitted = wait(
+        lambda: (c := condition(workload_of(cluster, "ray-fits"), "Admitted")) and c["status"] == "True",
+        "the RayJob's 4×8-GPU worker group was not admitted",
+        kueue["logs"],
+    )
+    assert admitted
+    workload = workload_of(cluster, "ray-fits")
+    assert workload is not None
+    assignments = {a["name"]: a for a in workload["status"]["admission"]["podSetAssignments"]}
+    assert assignments["gpu-workers"]["count"] == 4, assignments
+
+    def bound() -> list[str] | None:
+        status = json.loads(
+            cluster.kubectl("get", "rayjob", "-n", NAMESPACE, "ray-fits", "-o", "json").stdout
+        )
+        name = status.get("status", {}).get("rayClusterName")
+        if not name:
+            return None
+        selector = f"ray.io/cluster={name},ray.io/node-type=worker"
+        pods = json.loads(
+            cluster.kubectl("get", "pods", "-n", NAMESPACE, "-l", selector, "-o", "json").stdout
+        )["items"]
+        names = [p["spec"].get("nodeName") for p in pods]
+        return names if len(names) == 4 and all(names) else None
+
+    nodes = wait(bound, "the RayJob's 4 worker pods were not all bound", kueue["logs"], timeout=180)
+    leaves = set()
+    for name in nodes:
+        node = json.loads(cluster.kubectl("get", "node", name, "-o", "json").stdout)
+        leaves.add(node["metadata"]["labels"]["nodetopo.io/fabric.tier-0"])
+    assert len(set(nodes)) == 4 and len(leaves) == 1, (nodes, leaves)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from nodetopo.sources.podresources import read_allocation
+from nodetopo.kubelet.podresources import read_allocation
 
 from .node import LocalNode
 

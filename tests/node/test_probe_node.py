@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from kube.cluster import LocalCluster
 
+from nodetopo.kube.session import FIELD_MANAGER
+
 from .node import REPO, LocalNode
 
 pytestmark = [pytest.mark.k8s, pytest.mark.node]
@@ -131,14 +133,26 @@ def node_state_kept(cluster: LocalCluster, node: LocalNode) -> Iterator[None]:
     finally:
         cluster.kubectl("delete", "nodetopology", node.name, "--ignore-not-found", check=False)
         after = node_labels(cluster, node.name)
-        restore = {k: before.get(k) for k in {*before, *after} if before.get(k) != after.get(k)}
-        if restore:
-            cluster.request(
+        if before != after:
+            # Put them back as nodetopo's own field manager (server-side apply, forced): a plain
+            # patch would make the test's client their owner, and every later apply of nodetopo's
+            # (agent or publish) that changes one of them would fail with a conflict.
+            apply = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "labels": before}}
+            status, body = cluster.request(
                 "PATCH",
-                f"/api/v1/nodes/{node.name}",
-                body={"metadata": {"labels": restore}},
-                content_type="application/merge-patch+json",
+                f"/api/v1/nodes/{node.name}?fieldManager={FIELD_MANAGER}&force=true",
+                body=apply,
+                content_type="application/apply-patch+yaml",
             )
+            assert status == 200, body
+            left = {k: None for k, v in node_labels(cluster, node.name).items() if before.get(k) != v}
+            if left:  # keys of other managers that the block added
+                cluster.request(
+                    "PATCH",
+                    f"/api/v1/nodes/{node.name}",
+                    body={"metadata": {"labels": left}},
+                    content_type="application/merge-patch+json",
+                )
 
 
 @contextlib.contextmanager

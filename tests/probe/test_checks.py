@@ -454,3 +454,47 @@ def test_collective_judged_by_island_class() -> None:
         Thresholds(),
     )
     assert c.status is Status.SKIP and "not in the image" in c.reason
+
+
+# -- how much was checked; --strict -----------------------------------------------------------
+
+
+def test_a_pass_says_how_many_of_the_checks_that_apply_were_made() -> None:
+    """No NodeTopology: its check and those comparing with it are skipped, and the verdict says so;
+    what the pod never asked for (rdma, hugepages, the collective here) is not counted."""
+    checks = run_checks(declared(), None, "no NodeTopology for node n1 yet", seen(), Thresholds())
+    applying = [c for c in checks if c.asked]
+    made = [c for c in applying if c.status is not Status.SKIP]
+    unmade = [c.name for c in applying if c.status is Status.SKIP]
+    assert unmade and len(applying) < len(checks)  # the case has both kinds of skip
+    line = verdict(checks).line
+    assert f"{len(made)} of {len(applying)} checked (skipped: {', '.join(unmade)})" in line
+    assert "nodetopology" in unmade and "rdma" not in line
+    everything = run_checks(declared(), PROMISED, None, seen(), Thresholds())
+    assert verdict(everything).passed
+
+
+def test_strict_fails_on_a_skip_that_applies_and_only_then() -> None:
+    skipped_one = run_checks(declared(), None, "no NodeTopology for node n1 yet", seen(), Thresholds())
+    result = verdict(skipped_one, strict=True)
+    assert not result.passed and result.attribution is None
+    assert result.line.startswith("failed (--strict): ") and "nodetopology" in result.line
+    assert verdict(skipped_one).passed  # without --strict a skip never fails a pod
+    checks = run_checks(declared(), PROMISED, None, seen(collective_asked=False), Thresholds())
+    unmade = [c.name for c in checks if c.asked and c.status is Status.SKIP]
+    assert unmade == ["kubelet-allocation"]  # no pod name: the kubelet's answer cannot be matched
+    assert not verdict(checks, strict=True).passed
+    made_or_not_asked = [c for c in checks if c.name != "kubelet-allocation"]
+    assert any(not c.asked for c in made_or_not_asked)
+    assert verdict(made_or_not_asked, strict=True).passed  # what the pod never asked for never fails it
+
+
+def test_not_asked_is_in_the_report() -> None:
+    checks = run_checks(declared(), PROMISED, None, seen(), Thresholds())
+    hugepages = next(c for c in checks if c.name == "hugepages")
+    assert hugepages.to_json() == {
+        "name": "hugepages",
+        "status": "skip",
+        "reason": "no minimum asked (--min-hugepages)",
+        "asked": False,
+    }

@@ -73,6 +73,17 @@ def test_undeclared_warns_and_exits_0(tmp_path: Path) -> None:
     )
 
 
+def test_the_verdict_counts_the_checks_made_and_strict_fails_on_a_skip(tmp_path: Path) -> None:
+    code, report, term = probe(tmp_path, "--nodetopology", str(tmp_path / "nt.json"), "--no-event")
+    applying = [c for c in report["checks"] if c.get("asked", True)]
+    made = [c for c in applying if c["status"] != "skip"]
+    assert code == 0 and f"; {len(made)} of {len(applying)} checked (skipped: " in term
+    code, report, term = probe(
+        tmp_path, "--nodetopology", str(tmp_path / "nt.json"), "--no-event", "--strict"
+    )
+    assert code == 1 and not report["passed"] and term.startswith("failed (--strict): ")
+
+
 def test_unreachable_api_is_a_reason(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(

@@ -99,3 +99,34 @@ def test_cli_from_bundle_and_from_a_nodetopology_file(
     assert main(["ray", "--nodetopology", str(body_path), "--gpus", "0,1"]) == 0
     assert yaml.safe_load(capsys.readouterr().out)[GPU_DOMAIN] == "n2.nvl0"
     assert main(["ray", "--nodetopology", str(body_path), "--gpus", "7"]) == 2
+
+
+def test_gpus_visible_reads_the_gpus_the_container_was_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = body_of("pcie-4x-nvbridge", "n2")
+    body_path = tmp_path / "ntopo.json"
+    body_path.write_text(json.dumps(body))
+    by_index = {g["index"]: g["uuid"] for g in body["status"]["gpus"]}
+    argv = ["ray", "--nodetopology", str(body_path), "--gpus", "visible"]
+    # the device plugin names the UUIDs of island 1 (GPUs 2 and 3): that island's domain, 2 GPUs
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", f"{by_index[2]},{by_index[3]}")
+    assert main(argv) == 0
+    labels = yaml.safe_load(capsys.readouterr().out)
+    assert (labels[GPU_DOMAIN], labels["nodetopo.io/gpu.count"]) == ("n2.nvl1", "2")
+    # node indices work too; `all` is the whole node (spanning both islands: no domain)
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "0,1")
+    assert main(argv) == 0
+    assert yaml.safe_load(capsys.readouterr().out)[GPU_DOMAIN] == "n2.nvl0"
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "all")
+    assert main(argv) == 0
+    labels = yaml.safe_load(capsys.readouterr().out)
+    assert GPU_DOMAIN not in labels and labels["nodetopo.io/gpu.count"] == "4"
+    # no GPU given, or not said: an error naming the variable, never the whole node's labels
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "void")
+    assert main(argv) == 2
+    assert "NVIDIA_VISIBLE_DEVICES='void': this container was given no GPU" in capsys.readouterr().err
+    monkeypatch.delenv("NVIDIA_VISIBLE_DEVICES")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # the container's own numbering: not used
+    assert main(argv) == 2
+    assert "NVIDIA_VISIBLE_DEVICES is not set" in capsys.readouterr().err

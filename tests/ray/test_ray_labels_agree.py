@@ -60,3 +60,37 @@ def test_kuberay_example_uses_no_ray_io_label_of_ours() -> None:
         labels = group.get("labels") or {}
         assert labels, "KubeRay >= 1.5: group labels go in workerGroupSpec.labels"
         assert not [k for k in labels if k.startswith("ray.io/")]
+
+
+def test_kuberay_example_binds_the_probes_reader_role_without_redefining_it() -> None:
+    """The workers' init containers run `nodetopo probe`, which reads its node's NodeTopology and posts
+    an Event on its pod: the example binds deploy/probe's two ClusterRoles (one definition per role)
+    instead of a copy, `nodetopo-reader` cluster-wide and `nodetopo-probe-events` in its namespace."""
+    docs = [d for d in yaml.safe_load_all((REPO / "deploy" / "examples" / "kuberay.yaml").read_text()) if d]
+    assert not [d for d in docs if d["kind"] in ("ClusterRole", "Role")]
+    (binding,) = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "nodetopo-reader",
+    }
+    probe = [d for d in yaml.safe_load_all((REPO / "deploy" / "probe" / "rbac.yaml").read_text()) if d]
+    assert [d["metadata"]["name"] for d in probe if d["kind"] == "ClusterRole"] == [
+        "nodetopo-reader",
+        "nodetopo-probe-events",
+    ]
+    (events,) = [d for d in docs if d["kind"] == "RoleBinding"]
+    assert events["roleRef"]["name"] == "nodetopo-probe-events"
+    cluster = next(d for d in docs if d["kind"] == "RayCluster")
+    (group,) = cluster["spec"]["workerGroupSpecs"]
+    spec = group["template"]["spec"]
+    subject = {
+        "kind": "ServiceAccount",
+        "name": spec["serviceAccountName"],
+        "namespace": cluster["metadata"]["namespace"],
+    }
+    assert binding["subjects"] == [subject]
+    assert (events["metadata"]["namespace"], events["subjects"]) == (subject["namespace"], [subject])
+    # both init containers hold the Ray container's GPUs (the kubelet hands theirs on to it)
+    gpus = spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+    assert [c["resources"]["limits"]["nvidia.com/gpu"] for c in spec["initContainers"]] == [gpus, gpus]

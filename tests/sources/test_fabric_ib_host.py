@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from nodetopo import fabric as ib
 from nodetopo.errors import ParseError
 from nodetopo.host import HostRoot, Replay, ReplayRunner
 from nodetopo.model import ConditionReason
 from nodetopo.sources import ibstat
 from nodetopo.sources.base import Context
-from nodetopo.sources.fabric import infiniband as ib
+from nodetopo.sources.fabric import infiniband
+from tests.sources.ibdiags_extra import join_linkinfo, parse_ibswitches
 from tests.sysfs_trees import write_tree
 
 IBSTAT = "fabric/ib-host/ibstat-n01-cx4-edr-opensm-host-lenovo19a.txt"
@@ -58,7 +60,7 @@ def test_ibstat_n01(corpus: Path) -> None:
 def test_grep_up_lines_join_by_lid(corpus: Path) -> None:
     lines = ib.parse_iblinkinfo((corpus / GREP).read_text(), GREP)
     assert len(lines) == 6 and all(line.header is None for line in lines)
-    cas = {(u.guid, u.lid, u.port): (u.switch_lid, u.switch_port) for u in ib.join_linkinfo(lines)}
+    cas = {(u.guid, u.lid, u.port): (u.switch_lid, u.switch_port) for u in join_linkinfo(lines)}
     assert cas == {
         (0xEC0D9A03003D62BE, 4, 1): (2, 17),
         (0x248A070300928186, 3, 1): (2, 36),
@@ -90,7 +92,7 @@ def test_full_iblinkinfo_truncated(corpus: Path) -> None:
     assert all(p.phys_state == "Polling" and p.peer_lid is None and p.peer_description == "" for p in down)
     up = {p.port: (p.peer_lid, p.peer_port, p.peer_description) for p in switch if p.state == "Active"}
     assert up == {17: (4, 1, "n02 HCA-1"), 18: (1, 1, "n01 HCA-1")}
-    cas = {(u.guid, u.lid): (u.switch_guid, u.switch_lid, u.switch_port) for u in ib.join_linkinfo(lines)}
+    cas = {(u.guid, u.lid): (u.switch_guid, u.switch_lid, u.switch_port) for u in join_linkinfo(lines)}
     assert cas == {
         (0xEC0D9A03003D62BE, 4): (0x506B4B0300820910, 2, 17),
         (0x248A070300928186, 3): (0x506B4B0300820910, 2, 36),
@@ -100,7 +102,7 @@ def test_full_iblinkinfo_truncated(corpus: Path) -> None:
 
 @pytest.mark.corpus
 def test_ibswitches(corpus: Path) -> None:
-    switches = ib.parse_ibswitches((corpus / SWITCHES).read_text(), SWITCHES)
+    switches = parse_ibswitches((corpus / SWITCHES).read_text(), SWITCHES)
     assert [(hex(s.guid), s.ports, s.description, s.lid, s.name) for s in switches] == [
         ("0xf45214030095bdf0", 36, "MF0;fdrleaf-xx5a-66:SX0000/U1", 574, "fdrleaf-xx5a-66"),
         ("0xf45214030095b470", 36, "MF0;leaf-xx5a-60:SX0000/U1", 631, "leaf-xx5a-60"),
@@ -112,7 +114,7 @@ def test_ibswitches(corpus: Path) -> None:
         ("0x1070fd03000f4b72", 41, "Quantum Mellanox Technologies", 770, None),
     ]
     with pytest.raises(ParseError, match=r"ibswitches:1: expected 'Switch : 0x<guid>"):
-        ib.parse_ibswitches("garbage\n")
+        parse_ibswitches("garbage\n")
 
 
 def host(tmp_path: Path, ports: dict[tuple[str, int], tuple[str, int, str]]) -> HostRoot:
@@ -135,8 +137,8 @@ def host(tmp_path: Path, ports: dict[tuple[str, int], tuple[str, int, str]]) -> 
 def test_source_asks_only_the_neighbour_switch(corpus: Path, tmp_path: Path) -> None:
     """n01's mlx5_0 (sysfs: LID 1, GUID 0xec0d...677a) → SB7700 port 18, from a partial iblinkinfo."""
     root = host(tmp_path, {("mlx5_0", 1): ("ACTIVE", 1, "0xec0d9a03003d677a")})
-    runner = ReplayRunner({ib.neighbour_query_argv("mlx5_0", 1): corpus / FULL})
-    result = ib.collect(Context(root=root, runner=runner))
+    runner = ReplayRunner({infiniband.neighbour_query_argv("mlx5_0", 1): corpus / FULL})
+    result = infiniband.collect(Context(root=root, runner=runner))
     assert runner.calls == [("iblinkinfo", "-C", "mlx5_0", "-P", "1", "-D", "0,1", "--switches-only")]
     assert not any(c[0] == "ibnetdiscover" for c in runner.calls)
     (observation,) = result.facts.network
@@ -155,7 +157,7 @@ def test_source_asks_only_the_neighbour_switch(corpus: Path, tmp_path: Path) -> 
 
 def test_source_on_a_host_without_infiniband(tmp_path: Path) -> None:
     runner = ReplayRunner({})
-    result = ib.collect(Context(root=HostRoot(tmp_path), runner=runner))
+    result = infiniband.collect(Context(root=HostRoot(tmp_path), runner=runner))
     assert runner.calls == []  # nothing runs on a node without IB ports
     assert [c.reason for c in result.facts.conditions] == [ConditionReason.UNAVAILABLE]
     assert result.facts.network == ()
@@ -171,8 +173,8 @@ def test_down_port_is_not_used_and_half_cabled_port_is_degraded(corpus: Path, tm
         },
     )
     # the switch shows no port cabled to LID 7: the cable is not where sysfs says it is
-    runner = ReplayRunner({ib.neighbour_query_argv("mlx5_0", 1): corpus / FULL})
-    result = ib.collect(Context(root=root, runner=runner))
+    runner = ReplayRunner({infiniband.neighbour_query_argv("mlx5_0", 1): corpus / FULL})
+    result = infiniband.collect(Context(root=root, runner=runner))
     assert len(runner.calls) == 1  # the DOWN port is not queried
     (observation,) = result.facts.network
     assert observation.tiers == ()
@@ -184,10 +186,10 @@ def test_down_port_is_not_used_and_half_cabled_port_is_degraded(corpus: Path, tm
 
 def test_neighbour_query_timeout_and_garbage(tmp_path: Path) -> None:
     root = host(tmp_path, {("mlx5_0", 1): ("ACTIVE", 1, "0xec0d9a03003d677a")})
-    argv = ib.neighbour_query_argv("mlx5_0", 1)
-    hung = ib.collect(Context(root=root, runner=ReplayRunner({argv: Replay(hang=True)})))
+    argv = infiniband.neighbour_query_argv("mlx5_0", 1)
+    hung = infiniband.collect(Context(root=root, runner=ReplayRunner({argv: Replay(hang=True)})))
     assert [c.reason for c in hung.facts.conditions] == [ConditionReason.TIMEOUT]
-    garbage = ib.collect(Context(root=root, runner=ReplayRunner({argv: "<html>oops</html>\n"})))
+    garbage = infiniband.collect(Context(root=root, runner=ReplayRunner({argv: "<html>oops</html>\n"})))
     assert [c.reason for c in garbage.facts.conditions] == [ConditionReason.PARSE_ERROR]
     assert "fabric.ib" in garbage.facts.conditions[0].message
 
@@ -211,7 +213,7 @@ def test_source_reads_a_fabric_map(corpus: Path, tmp_path: Path) -> None:
         },
     )
     runner = ReplayRunner({})
-    result = ib.collect(Context(root=root, runner=runner, fabric_map=str(path)))
+    result = infiniband.collect(Context(root=root, runner=runner, fabric_map=str(path)))
     assert runner.calls == []
     (observation,) = result.facts.network
     tier0, tier1 = observation.tiers
@@ -219,7 +221,7 @@ def test_source_reads_a_fabric_map(corpus: Path, tmp_path: Path) -> None:
     assert tier1.id.startswith("t1-")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    broken = ib.collect(Context(root=root, runner=runner, fabric_map=str(bad)))
+    broken = infiniband.collect(Context(root=root, runner=runner, fabric_map=str(bad)))
     assert [c.reason for c in broken.facts.conditions] == [ConditionReason.PARSE_ERROR]
 
 
@@ -229,8 +231,8 @@ def test_an_unreadable_port_withholds_the_tiers(corpus: Path, tmp_path: Path) ->
     broken = tmp_path / "sys/class/infiniband/mlx5_1/ports/1"
     (broken / "state").mkdir(parents=True)  # a directory where sysfs has a file
     (broken / "link_layer").write_text("InfiniBand\n")
-    runner = ReplayRunner({ib.neighbour_query_argv("mlx5_0", 1): corpus / FULL})
-    result = ib.collect(Context(root=root, runner=runner))
+    runner = ReplayRunner({infiniband.neighbour_query_argv("mlx5_0", 1): corpus / FULL})
+    result = infiniband.collect(Context(root=root, runner=runner))
     (observation,) = result.facts.network
     assert observation.neighbours[0].switch_name == "SB7700" and observation.tiers == ()
     (condition,) = result.facts.conditions

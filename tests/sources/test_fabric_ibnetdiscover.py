@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from nodetopo import fabric as ib
 from nodetopo.errors import ParseError
-from nodetopo.sources.fabric import infiniband as ib
 
 pytestmark = pytest.mark.corpus
 

@@ -12,6 +12,7 @@ from nodetopo.model import ConditionReason
 from nodetopo.sources.base import Context
 from nodetopo.sources.fabric import lldp
 from nodetopo.sources.fabric.lldp import LldpNeighbour
+from tests.sources.lldp_keyvalue import parse_lldp_keyvalue
 
 RAIL = "fabric/lldp/lldpcli-json0-gpu-node-4rail-sonic-leaf01-04-unifabric.json"
 H3C = "fabric/lldp/lldpcli-json0-h3c-access-plus-host-to-host-unifabric.json"
@@ -93,7 +94,7 @@ def test_h3c_access_switch_and_a_server_neighbour(corpus: Path) -> None:
 
 @pytest.mark.corpus
 def test_cumulus_keyvalue_missing_name_is_unknown(corpus: Path) -> None:
-    neighbours = lldp.parse_lldp_keyvalue((corpus / CUMULUS).read_text(), CUMULUS)
+    neighbours = parse_lldp_keyvalue((corpus / CUMULUS).read_text(), CUMULUS)
     by = {n.interface: n for n in neighbours}
     assert (by["eno1"].chassis_name, by["eno1"].chassis_id, by["eno1"].port_name, by["eno1"].port_descr) == (
         "toto-chassis.dc42",
@@ -117,7 +118,7 @@ def test_cumulus_keyvalue_missing_name_is_unknown(corpus: Path) -> None:
 
 @pytest.mark.corpus
 def test_dedibox2_multiline_description(corpus: Path) -> None:
-    (n,) = lldp.parse_lldp_keyvalue((corpus / DEDIBOX2).read_text(), DEDIBOX2)
+    (n,) = parse_lldp_keyvalue((corpus / DEDIBOX2).read_text(), DEDIBOX2)
     assert (n.interface, n.chassis_name, n.chassis_id, n.mgmt_ips, n.port_name, n.port_descr) == (
         "eno1",
         "s35-b12.dc3",
@@ -133,7 +134,7 @@ def test_dedibox2_multiline_description(corpus: Path) -> None:
 
 @pytest.mark.corpus
 def test_qfx_local_port_index_uses_the_description(corpus: Path) -> None:
-    neighbours = lldp.parse_lldp_keyvalue((corpus / QFX).read_text(), QFX)
+    neighbours = parse_lldp_keyvalue((corpus / QFX).read_text(), QFX)
     assert {
         n.interface: (n.chassis_name, n.chassis_id, n.mgmt_ips, n.port_id, n.port_name) for n in neighbours
     } == {
@@ -150,7 +151,7 @@ def test_qfx_local_port_index_uses_the_description(corpus: Path) -> None:
 
 @pytest.mark.corpus
 def test_dedibox1_older_lldpd(corpus: Path) -> None:
-    (n,) = lldp.parse_lldp_keyvalue((corpus / DEDIBOX1).read_text(), DEDIBOX1)
+    (n,) = parse_lldp_keyvalue((corpus / DEDIBOX1).read_text(), DEDIBOX1)
     assert (n.interface, n.chassis_name, n.chassis_id, n.mgmt_ips, n.port_name, n.ttl, n.age) == (
         "enp1s0f0",
         "s120-f3-2.itx4",
@@ -184,7 +185,7 @@ def test_garbage_is_a_parse_error_naming_the_source() -> None:
     with pytest.raises(ParseError, match=r"fabric\.lldp"):
         lldp.parse_lldp_json("not json")
     with pytest.raises(ParseError, match=r"fabric.lldp: lldpcli -f keyvalue:1"):
-        lldp.parse_lldp_keyvalue("chassis.name=x\n")
+        parse_lldp_keyvalue("chassis.name=x\n")
 
 
 @pytest.mark.corpus
@@ -245,7 +246,7 @@ def test_source_without_lldpcli_or_with_lldpd_stopped(lldpd_root: Path) -> None:
 @pytest.mark.corpus
 def test_a_captured_lldp_answer_replays(corpus: Path, tmp_path: Path) -> None:
     """capture leaves run/lldpd.socket (an empty file) when lldpd answered, so the bundle replays it."""
-    from nodetopo.bundle import capture_commands
+    from nodetopo.capture import capture_commands
     from nodetopo.topology.discover import bundle_context
 
     capture_commands(ReplayRunner({lldp.LLDPCLI_ARGV: corpus / RAIL}), tmp_path)

@@ -24,6 +24,7 @@ import pytest
 from nodetopo.host import CommandResult, HostRoot, SubprocessRunner
 from nodetopo.sources.base import Context
 from nodetopo.sources.fabric import lldp
+from tests.sources.lldp_keyvalue import parse_lldp_keyvalue
 
 pytestmark = pytest.mark.slow
 
@@ -257,5 +258,5 @@ def test_the_switch_side_sees_a_server_and_never_a_tier(pair: Pair) -> None:
         text=True,
         timeout=30,
     ).stdout
-    (kv,) = lldp.parse_lldp_keyvalue(text)
+    (kv,) = parse_lldp_keyvalue(text)
     assert (kv.interface, kv.port_id_type, kv.is_switch) == (pair.switch_if, "mac", False)

@@ -9,8 +9,8 @@ import pytest
 
 from nodetopo.errors import ParseError
 from nodetopo.model import FabricInfo
-from nodetopo.sources.fabric.nvlink import parse_nvidia_smi_fabric
 from nodetopo.topology.network import nvlink_domain
+from tests.sources.nvidia_smi_fabric import parse_nvidia_smi_fabric
 
 ISSUE626 = "fabric/nvlink/nvidia-smi-q-grep-C3-fabric-completed-unhealthy-clique2-dra-issue626.txt"
 PR506 = "fabric/nvlink/nvidia-smi-q-fabric-insufficient-resources-clique0-zero-uuid-azhpc-pr506.txt"

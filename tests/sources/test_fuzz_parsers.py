@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from nodetopo.errors import ParseError
 from nodetopo.sources import ibstat, nvidia_smi
+from tests.sources.nvidia_smi_query_text import parse_smi_query_text
 
 Parser = Callable[[str, str], object]
 
@@ -29,7 +30,7 @@ PARSERS: dict[str, Parser] = {
     "list": nvidia_smi.parse_smi_list,
     "nvlink": nvidia_smi.parse_nvlink_status,
     "query_xml": nvidia_smi.parse_smi_query_xml,
-    "query_text": nvidia_smi.parse_smi_query_text,
+    "query_text": parse_smi_query_text,
     "ibstat": ibstat.parse_ibstat,
     "ibv_devinfo": ibstat.parse_ibv_devinfo,
 }

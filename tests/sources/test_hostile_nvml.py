@@ -2,7 +2,7 @@
 
 Every device field, pair and nested element gets wrong-typed, out-of-range, over-long and deeply
 nested values; the file itself is a FIFO, a device, a link out of the bundle, or gigabytes. The
-dump is validated per device and per field (``nodetopo.sources.nvml.replay``): the other GPUs and
+dump is validated per device and per field (``nodetopo.sources.nvml.dumpfile``): the other GPUs and
 the other fields of the same GPU are kept, and what was left out is one ParseError condition.
 """
 
@@ -25,7 +25,7 @@ from nodetopo.cli import main
 from nodetopo.errors import ParseError
 from nodetopo.model import ConditionReason, NvmlGpu
 from nodetopo.sources import nvml
-from nodetopo.sources.nvml.replay import MAX_DEPTH, MAX_TEXT
+from nodetopo.sources.nvml.dumpfile import MAX_DEPTH, MAX_TEXT
 from nodetopo.topology.discover import bundle_context
 
 pytestmark = pytest.mark.timeout(60)

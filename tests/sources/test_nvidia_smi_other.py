@@ -12,6 +12,8 @@ from nodetopo.host import HostRoot, Replay, ReplayRunner
 from nodetopo.model import ConditionReason, PciAddress
 from nodetopo.sources import nvidia_smi
 from nodetopo.sources.base import Context
+from nodetopo.sources.nvidia_smi import listing, nvlink, query
+from tests.sources.nvidia_smi_query_text import parse_smi_query_text
 
 V100_TOPO = "topo-m/v100-sxm2-8x-hybridcube-1nic-gpunumaid-vast.txt"
 V100_XML = "smi-q/v100-sxm2-8x-vast-machine03-nvidia-smi-q.xml"
@@ -78,7 +80,7 @@ def test_list_without_mig_and_with_an_unreadable_gpu() -> None:
         "GPU 0: NVIDIA GeForce RTX 4090 (UUID: GPU-56c928e1-48a0-742e-3c33-e7f87d722450)\n"
         "Unable to determine the device handle for GPU0000:18:00.0: Unknown Error\n"
     )
-    gpus, problems = nvidia_smi._read_smi_list(text, "sample")
+    gpus, problems = listing._read_smi_list(text, "sample")
     assert [(g.index, g.migs) for g in gpus] == [(0, ())]
     assert problems == ["Unable to determine the device handle for GPU0000:18:00.0: Unknown Error"]
 
@@ -158,7 +160,7 @@ def test_query_xml_and_nvlink_status_agree_on_uuids(corpus: Path) -> None:
 def test_query_text(
     corpus: Path, name: str, driver: str, buses: list[int], minors: list[int] | None, memory_mib: int
 ) -> None:
-    version, gpus = nvidia_smi.parse_smi_query_text((corpus / name).read_text())
+    version, gpus = parse_smi_query_text((corpus / name).read_text())
     assert version == driver
     assert [gpu.address for gpu in gpus] == [PciAddress(0, bus, 0, 0) for bus in buses]
     assert {(gpu.mig_current, gpu.mig_pending) for gpu in gpus} == {(False, False)}
@@ -184,7 +186,7 @@ XML_ONE_GPU = """<?xml version="1.0" ?>
 
 
 def test_query_xml_mig_modes_and_error_values() -> None:
-    (_, (gpu,)), problems = nvidia_smi._read_smi_query_xml(XML_ONE_GPU.format(total="[Unknown Error]"), "x")
+    (_, (gpu,)), problems = query._read_smi_query_xml(XML_ONE_GPU.format(total="[Unknown Error]"), "x")
     assert (gpu.mig_current, gpu.mig_pending, gpu.minor_number, gpu.memory_bytes) == (True, False, None, None)
     assert gpu.address == PciAddress(0, 7, 0, 0)
     assert problems and "Unknown Error" in problems[0]
@@ -237,7 +239,7 @@ def test_nvlink_status_inactive_links_and_errors() -> None:
         "\t Link 2: ERR!\n"
         "GPU 1: NVIDIA GeForce RTX 4090 (UUID: GPU-56c928e1-48a0-742e-3c33-e7f87d722450)\n"
     )
-    status, problems = nvidia_smi._read_nvlink_status(text, "sample")
+    status, problems = nvlink._read_nvlink_status(text, "sample")
     assert status[0].links == ((0, 26.562), (1, None), (2, None))
     assert status[1].links == ()
     assert problems == ["GPU 0 link 2 reads ERR!"]

@@ -13,6 +13,7 @@ import pytest
 from nodetopo.errors import ParseError
 from nodetopo.model import LinkClass, TopoMatrix, format_cpulist
 from nodetopo.sources import nvidia_smi
+from nodetopo.sources.nvidia_smi import topo
 
 PIX, PXB, PHB, NODE, SYS = LinkClass.PIX, LinkClass.PXB, LinkClass.PHB, LinkClass.NODE, LinkClass.SYS
 
@@ -494,7 +495,7 @@ def test_single_gpu() -> None:
 
 
 def test_err_cells_are_left_out_and_reported() -> None:
-    matrix, problems = nvidia_smi._read_topo_matrix(
+    matrix, problems = topo._read_topo_matrix(
         "\tGPU0\tGPU1\tGPU2\nGPU0\t X \tERR!\tNV2\nGPU1\tERR!\t X \tPHB\nGPU2\tNV2\tPHB\t X \n", "sample"
     )
     assert dict(matrix.gpu_gpu).keys() == {(0, 2), (1, 2)}

@@ -10,6 +10,7 @@ import pytest
 
 from nodetopo.model import PciAddress
 from nodetopo.sources import nvidia_smi
+from nodetopo.sources.nvidia_smi import query
 
 BUNDLES = Path(__file__).resolve().parent.parent / "fixtures" / "bundles"
 PATHS = (
@@ -54,7 +55,7 @@ def test_finds_below_a_child_what_an_element_path_finds(corpus: Path) -> None:
             continue  # the answers of a failing nvidia-smi
         for gpu in root.iter("gpu"):
             for parent, tag in PATHS:
-                assert nvidia_smi._find_below(gpu.findall(parent), tag) is gpu.find(f"{parent}/{tag}")
+                assert query._find_below(gpu.findall(parent), tag) is gpu.find(f"{parent}/{tag}")
                 checked += 1
     assert checked >= 5 * 20
 

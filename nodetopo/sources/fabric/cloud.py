@@ -24,8 +24,11 @@ from typing import Any
 from nodetopo.errors import ParseError
 from nodetopo.model import ConditionReason, FabricTier, Facts, NetworkObservation, SourceStatus
 from nodetopo.sources.base import Context, SourceResult, condition, failed, guarded
+from nodetopo.sources.commands import Command
 
 NAME = "fabric.cloud"
+#: asks the metadata endpoint over HTTP: runs nothing
+COMMANDS: tuple[Command, ...] = ()
 
 PROVIDERS = ("gce", "aws", "oci")
 GCE_PATH = "/computeMetadata/v1/instance/attributes/physical_host"

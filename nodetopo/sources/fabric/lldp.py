@@ -1,11 +1,11 @@
 """LLDP neighbours (``lldpcli``, when lldpd runs on the host): the switch and port behind each NIC.
 
-``lldpcli`` prints three machine forms; all three parse into the same ``LldpNeighbour`` values:
+The source asks ``lldpcli -f json0``; ``parse_lldp_json`` reads both JSON forms into the same
+``LldpNeighbour`` values:
 
 * ``-f json0``: every value wrapped in a list of ``{"value": ...}`` objects (stable shape);
 * ``-f json``: the compact form (one interface is an object, several a list of one-key objects; a
-  named chassis is keyed by its name);
-* ``-f keyvalue``: ``lldp.<if>.<path>=<value>`` lines, values may continue on following lines.
+  named chassis is keyed by its name).
 
 Switch or server? LLDP capabilities cannot tell (a Linux server running lldpd advertises Bridge and
 Router enabled). What does: a switch announces its *port* by name (subtype ``ifname`` or ``local``,
@@ -21,14 +21,16 @@ import hashlib
 import json
 import re
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from nodetopo.errors import ParseError
-from nodetopo.host import CommandNotFound, CommandRunner, CommandTimeout, HostRoot
+from nodetopo.host import CommandRunner, HostRoot
 from nodetopo.model import ConditionReason, FabricTier, Facts, NetworkObservation, SourceStatus, SwitchPort
+from nodetopo.sources import commands
 from nodetopo.sources.base import Context, SourceResult, condition, failed, guarded
+from nodetopo.sources.commands import Command
 
 NAME = "fabric.lldp"
 
@@ -224,78 +226,6 @@ def _str(value: Any) -> str | None:
     return str(value) if value is not None else None
 
 
-_KEYVALUE = re.compile(r"lldp\.(?P<interface>[^.=\s]{1,64})\.(?P<key>[^=]{1,200})=(?P<value>.*)")
-_PORT_ID_KEYS = ("ifname", "local", "mac", "ip", "ifalias", "agent-circuit-id")
-_CHASSIS_ID_KEYS = ("mac", "local", "ip", "ifname", "ifalias")
-
-
-def parse_lldp_keyvalue(text: str, path: str = "lldpcli -f keyvalue") -> tuple[LldpNeighbour, ...]:
-    """Parse ``lldpctl -f keyvalue``. A line not starting ``lldp.`` continues the previous value.
-
-    Keys repeat (``chassis.mgmt-ip`` once per address); the first of a single-valued key wins. A
-    key written under another interface's prefix belongs to that interface, as written.
-    """
-    fields: dict[str, dict[str, list[str]]] = {}
-    last: list[str] | None = None
-    for number, raw in enumerate(text.split("\n"), start=1):
-        line = raw.rstrip("\r")
-        if not line.strip():
-            continue
-        match = _KEYVALUE.fullmatch(line)
-        if match is None:
-            if last is None:
-                raise ParseError(
-                    NAME, path, f"expected 'lldp.<interface>.<key>=<value>', got {line[:80]!r}", line=number
-                )
-            last[-1] += "\n" + line
-            continue
-        values = fields.setdefault(match["interface"], {}).setdefault(match["key"], [])
-        values.append(match["value"])
-        last = values
-    neighbours: list[LldpNeighbour] = []
-    for interface, f in fields.items():
-
-        def one(key: str, f: Mapping[str, list[str]] = f) -> str | None:
-            v = f.get(key)
-            return v[0] if v else None
-
-        chassis_type = next((k for k in _CHASSIS_ID_KEYS if f"chassis.{k}" in f), None)
-        port_type = next((k for k in _PORT_ID_KEYS if f"port.{k}" in f), None)
-        capabilities = tuple(
-            (key.split(".")[1], (one(key) or "").lower() == "on")
-            for key in sorted(f)
-            if key.startswith("chassis.") and key.endswith(".enabled") and key.count(".") == 2
-        )
-        ttl = one("chassis.ttl") or one("port.ttl")
-        neighbours.append(
-            LldpNeighbour(
-                interface=interface,
-                chassis_id=one(f"chassis.{chassis_type}") if chassis_type else None,
-                chassis_id_type=chassis_type,
-                chassis_name=one("chassis.name"),
-                chassis_descr=one("chassis.descr"),
-                mgmt_ips=tuple(f.get("chassis.mgmt-ip", ())),
-                capabilities=capabilities,
-                port_id=one(f"port.{port_type}") if port_type else None,
-                port_id_type=port_type,
-                port_descr=one("port.descr"),
-                ttl=int(ttl) if ttl and ttl.isdigit() else None,
-                age=one("age"),
-                rid=_int(one("rid")),
-                vlan_id=_int(one("vlan.vlan-id")),
-                unknown_tlvs=tuple(
-                    zip(
-                        f.get("unknown-tlvs.unknown-tlv.oui", []),
-                        f.get("unknown-tlvs.unknown-tlv.subtype", []),
-                        f.get("unknown-tlvs.unknown-tlv", []),
-                        strict=False,
-                    )
-                ),
-            )
-        )
-    return tuple(sorted(neighbours, key=lambda n: n.interface))
-
-
 def group_tier(switches: Sequence[tuple[str, str | None]]) -> FabricTier:
     """Tier 0 for (chassis id, name) pairs: the switch itself, or the hashed set of several."""
     ids = sorted({s[0] for s in switches})
@@ -320,11 +250,21 @@ def lldp_tiers(neighbours: tuple[LldpNeighbour, ...]) -> tuple[FabricTier, ...]:
 
 
 _LOG_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\s+\[[A-Z]+/[a-z]+\]\s*")
-LLDPCLI_ARGV: tuple[str, ...] = ("lldpcli", "-f", "json0", "show", "neighbors")
-
 
 #: where lldpd listens for lldpcli, relative to the host root
 SOCKETS = ("run/lldpd.socket", "var/run/lldpd.socket")
+
+#: the one command: asked only when lldpd runs; capture marks the bundle when lldpd answered
+#: (an empty ``run/lldpd.socket``: the socket itself cannot be copied), so the answer replays
+LLDPCLI = Command(
+    argv=("lldpcli", "-f", "json0", "show", "neighbors"),
+    output="lldpcli-neighbors.json",
+    timeout_s=5.0,
+    answered_mark=SOCKETS[0],
+    missing=" (lldpd is not used here)",
+)
+COMMANDS: tuple[Command, ...] = (LLDPCLI,)
+LLDPCLI_ARGV = LLDPCLI.argv
 
 
 def lldpd_socket(root: HostRoot) -> Path | None:
@@ -358,15 +298,11 @@ def read_lldp(root: HostRoot, runner: CommandRunner, *, timeout: float) -> Facts
     if socket is None:
         where = " or ".join("/" + s for s in SOCKETS)
         return failed(NAME, ConditionReason.UNAVAILABLE, f"lldpd is not running (no {where})")
-    argv = lldpcli_argv(socket)
-    command = " ".join(LLDPCLI_ARGV)
-    try:
-        result = runner.run(argv, timeout=timeout)
-    except CommandNotFound as e:
-        # "not installed" on a host, "not in the bundle" in a replay: the runner knows which
-        return failed(NAME, ConditionReason.UNAVAILABLE, f"{e} (lldpd is not used here)")
-    except CommandTimeout:
-        return failed(NAME, ConditionReason.TIMEOUT, f"{command}: no answer within {timeout:g}s")
+    command = LLDPCLI.line
+    # "not installed" on a host, "not in the bundle" in a replay: the runner knows which
+    result = commands.run(runner, LLDPCLI, timeout=timeout, argv=lldpcli_argv(socket))
+    if isinstance(result, commands.Failed):
+        return failed(NAME, result.reason, result.text)
     if result.returncode != 0:
         # lldpcli stamps its log lines with the time: drop it, or every scan would differ
         lines = [_LOG_STAMP.sub("", line) for line in result.stderr.strip().splitlines()]
@@ -396,4 +332,5 @@ def read_lldp(root: HostRoot, runner: CommandRunner, *, timeout: float) -> Facts
 
 def collect(ctx: Context) -> SourceResult:
     """The LLDP source (lldpd's view of the neighbours of every interface)."""
-    return guarded(NAME, lambda: read_lldp(ctx.root, ctx.runner, timeout=min(ctx.command_timeout_s, 5.0)))
+    timeout = LLDPCLI.timeout(ctx.command_timeout_s)
+    return guarded(NAME, lambda: read_lldp(ctx.root, ctx.runner, timeout=timeout))

@@ -6,8 +6,9 @@ One module per role:
   ``NvmlCallError`` and NVML's enumerations;
 * ``live``: ``PynvmlApi``, the protocol over the real library (the only import of ``pynvml`` in
   nodetopo, and a lazy one: importing nodetopo never needs ``libnvidia-ml.so.1``);
-* ``replay``: ``RecordedNvml``, a dump (``nvml.json``, format ``nodetopo-nvml-dump/v1``) replayed
-  through the protocol; its reader validates the dump per device and per field;
+* ``dumpfile``: the dump format (``nvml.json``, ``nodetopo-nvml-dump/v1``) and its reader, which
+  validates a dump per device and per field;
+* ``replay``: ``RecordedNvml``, a dump replayed through the protocol;
 * ``dump``: ``dump_nvml(api) -> dict``, what ``nodetopo capture`` writes to ``nvml.json``;
 * ``source``: ``read_nvml(api) -> (NvmlSnapshot, conditions)`` (pure over the protocol) and
   ``collect(ctx)``, the source.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from nodetopo.sources.commands import Command
 from nodetopo.sources.nvml.protocol import (
     ERROR_TEXT,
     FUNCTION_NOT_FOUND,
@@ -42,6 +44,9 @@ from nodetopo.sources.nvml.protocol import (
 from nodetopo.sources.nvml.replay import FORMAT, RecordedNvml
 from nodetopo.sources.nvml.source import NOT_THIS_SYSTEM, collect, read_nvml
 
+#: NVML is a library (or a dump replayed): the source runs no command
+COMMANDS: tuple[Command, ...] = ()
+
 if TYPE_CHECKING:
     from nodetopo.sources.nvml.dump import dump_nvml
     from nodetopo.sources.nvml.live import PynvmlApi
@@ -50,6 +55,7 @@ if TYPE_CHECKING:
 _LAZY = {"PynvmlApi": "nodetopo.sources.nvml.live", "dump_nvml": "nodetopo.sources.nvml.dump"}
 
 __all__ = [
+    "COMMANDS",
     "ERROR_TEXT",
     "FORMAT",
     "FUNCTION_NOT_FOUND",

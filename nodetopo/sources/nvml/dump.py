@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from nodetopo.model import FabricInfo, MigDevice, PciAddress, format_cpulist
+from nodetopo.sources.nvml.dumpfile import FORMAT
 from nodetopo.sources.nvml.protocol import (
     FUNCTION_NOT_FOUND,
     GPU_IS_LOST,
@@ -24,7 +25,6 @@ from nodetopo.sources.nvml.protocol import (
     P2pCapability,
     nvml_bus_id,
 )
-from nodetopo.sources.nvml.replay import FORMAT
 
 T = TypeVar("T")
 

@@ -22,7 +22,6 @@ from nodetopo.model import (
     RemoteDeviceType,
     SourceStatus,
 )
-from nodetopo.reuse import reuse_last
 from nodetopo.sources.base import (
     Context,
     SourceResult,
@@ -32,6 +31,7 @@ from nodetopo.sources.base import (
     guarded,
     unobserved,
 )
+from nodetopo.sources.nvml.dumpfile import SHOWN_PROBLEMS, read_dump
 from nodetopo.sources.nvml.protocol import (
     FUNCTION_NOT_FOUND,
     INVALID_ARGUMENT,
@@ -44,7 +44,7 @@ from nodetopo.sources.nvml.protocol import (
     NvmlCallError,
     sorted_migs,
 )
-from nodetopo.sources.nvml.replay import SHOWN_PROBLEMS, RecordedNvml, read_dump
+from nodetopo.sources.nvml.replay import RecordedNvml
 
 log = logging.getLogger(__name__)
 
@@ -249,10 +249,9 @@ def _observed(api: NvmlApi) -> Facts:
     return Facts(nvml=snapshot, sources=(status,), conditions=conditions)
 
 
-@reuse_last
 def _replayed(raw: bytes, where: str) -> Facts:
     """The facts of a dump's bytes (``where`` names it): read every scan, and when they are the
-    same bytes as last scan's, last scan's facts are given back (nodetopo.reuse)."""
+    same bytes as last scan's, last scan's facts are given back (through ``Context.cache``)."""
     return _observed(RecordedNvml.from_bytes(raw, where=where))
 
 
@@ -262,7 +261,7 @@ def _collect(ctx: Context) -> Facts:
         # a bundle's own nvml.json is read inside the bundle: a link out of it is refused
         inside = os.path.abspath(given).startswith(os.path.abspath(ctx.root.path) + os.sep)
         raw = read_dump(given, root=ctx.root if inside else None)
-        return _logged(_replayed(raw, str(given)))
+        return _logged(ctx.cache.last(_replayed)(raw, str(given)))
     if given is not None:
         if not isinstance(given, NvmlApi):
             raise TypeError(f"Context.nvml must be an NvmlApi or a dump path, not {type(given).__name__}")

@@ -1,7 +1,8 @@
 """Multi-node NVLink domain membership as ``nvidia-smi -q`` prints it (the ``Fabric`` section).
 
-The live agent reads the same facts from NVML (``nvmlDeviceGetGpuFabricInfoV``, see the NVML
-source); this parser reads what users paste and what support bundles hold. A GPU is in an NVLink
+The agent reads the same facts from NVML (``nvmlDeviceGetGpuFabricInfoV``, see the NVML source);
+this parser of what users paste has no production caller and is kept beside the tests that hold
+NVML's reading to the corpus's pastes. A GPU is in an NVLink
 domain only when the fabric probe completed *successfully* with a real cluster UUID: ``State:
 Completed`` with ``Status: Insufficient Resources`` and an all-zero UUID is no domain. Health is
 reported as the driver says it (``Unhealthy`` is kept, never dropped).

@@ -19,11 +19,9 @@ import h2.connection
 import h2.events
 import pytest
 
-from nodetopo.allocation import device_key, gpu_allocation, unknown_allocation
 from nodetopo.errors import ParseError
-from nodetopo.model import DeviceAssignment, KubeletAllocation, PodRef
-from nodetopo.resource.body import to_nodetopology
-from nodetopo.sources.podresources import (
+from nodetopo.kubelet.allocation import device_key, gpu_allocation, unknown_allocation
+from nodetopo.kubelet.podresources import (
     ALLOCATABLE_METHOD,
     LIST_METHOD,
     PodResourcesError,
@@ -33,6 +31,8 @@ from nodetopo.sources.podresources import (
     parse_list_response,
     read_allocation,
 )
+from nodetopo.model import DeviceAssignment, KubeletAllocation, PodRef
+from nodetopo.resource.body import to_nodetopology
 from nodetopo.topology.discover import bundle_context, scan
 
 BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"

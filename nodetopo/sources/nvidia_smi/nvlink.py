@@ -1,0 +1,80 @@
+"""``nvidia-smi nvlink -s`` (``--status``): each GPU's NVLink links and their speeds."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from nodetopo import model
+from nodetopo.errors import ParseError, excerpt
+from nodetopo.sources.nvidia_smi._text import _ERROR_VALUES, NAME, _lines, _normalise_errors
+
+NVLINK_PATH = "nvidia-smi nvlink -s"
+
+_NVLINK_GPU = re.compile(
+    r"GPU ([0-9]{1,4}): (.*\S) \(UUID: (GPU-[0-9A-Za-z-]{1,80})\)|GPU ([0-9]{1,4}): (.*\S)"
+)
+_NVLINK_LINE = re.compile(r"Link ([0-9]{1,3}): (.*)")
+_NVLINK_SPEED = re.compile(r"([0-9]{1,6}(?:\.[0-9]{1,6})?) GB/s")
+
+
+def _read_nvlink_status(text: str, path: str) -> tuple[tuple[model.NvlinkStatus, ...], list[str]]:
+    gpus: list[model.NvlinkStatus] = []
+    links: list[dict[int, float | None]] = []  #: the links of gpus[i], joined at the end (linear)
+    seen: set[int] = set()
+    problems: list[str] = []
+    for number, line in enumerate(_lines(text), start=1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        link = _NVLINK_LINE.fullmatch(stripped)
+        if link is not None:
+            if not gpus:
+                raise ParseError(NAME, path, "a Link line before any GPU line", line=number)
+            value = link[2].strip()
+            speed: float | None
+            if value.lower() == "<inactive>":
+                speed = None
+            elif (match := _NVLINK_SPEED.fullmatch(value)) is not None:
+                speed = float(match[1])
+            elif _normalise_errors(value) in _ERROR_VALUES or value == "N/A":
+                problems.append(f"GPU {gpus[-1].index} link {link[1]} reads {value}")
+                speed = None
+            else:
+                raise ParseError(
+                    NAME,
+                    path,
+                    f"Link {link[1]}: expected '<n> GB/s' or '<inactive>', got {excerpt(value)}",
+                    line=number,
+                )
+            if int(link[1]) in links[-1]:
+                raise ParseError(NAME, path, f"GPU {gpus[-1].index} lists Link {link[1]} twice", line=number)
+            links[-1][int(link[1])] = speed
+            continue
+        gpu = _NVLINK_GPU.fullmatch(stripped)
+        if gpu is not None and not line[0].isspace():
+            index = int(gpu[1] if gpu[1] is not None else gpu[4])
+            if index in seen:
+                raise ParseError(NAME, path, f"GPU {index} is listed twice", line=number)
+            seen.add(index)
+            gpus.append(model.NvlinkStatus(index=index, uuid=gpu[3], links=()))
+            links.append({})
+            continue
+        raise ParseError(
+            NAME, path, f"expected 'GPU n: ...' or 'Link n: ...', got {excerpt(stripped)}", line=number
+        )
+    result = tuple(
+        sorted(
+            (
+                dataclasses.replace(gpu, links=tuple(sorted(found.items())))
+                for gpu, found in zip(gpus, links, strict=True)
+            ),
+            key=lambda gpu: gpu.index,
+        )
+    )
+    return result, problems
+
+
+def parse_nvlink_status(text: str, path: str = NVLINK_PATH) -> tuple[model.NvlinkStatus, ...]:
+    """Parse ``nvidia-smi nvlink -s`` (``--status``): per GPU, (link, GB/s) with None for ``<inactive>``."""
+    return _read_nvlink_status(text, path)[0]

@@ -416,26 +416,36 @@ class _Reader:
                 )
             else:  # placement's part: where the GPU sits, not what it is
                 mig = g.get("migEnabled")
-                gpu = Gpu(
-                    index=index,
-                    uuid=None,
-                    model=None,
-                    address=self.address(g) if addresses else None,
-                    pcie_root=None,
-                    numa_node=numa_node,
-                    numa_affinity=numa_affinity,
-                    gpu_numa_node=None,
-                    cpu_affinity=cpu_affinity,
-                    island=self.identifier(g, "island", "island"),
-                    nearest_nics=(),
-                    nic_distance=self.link_class(g, "nicDistance"),
-                    mig_enabled=mig if mig is None or type(mig) is bool else self.get(g, "migEnabled", BOOL),
-                )
+                address = self.address(g) if addresses else None
+                island = self.identifier(g, "island", "island")
+                near = self.link_class(g, "nicDistance")
+                mig = mig if mig is None or type(mig) is bool else self.get(g, "migEnabled", BOOL)
+                placed = (index, address, numa_node, island, near, mig)
+                shared = None if affinity else _PLACED_GPUS.get(placed)
+                if shared is None:
+                    shared = Gpu(
+                        index=index,
+                        uuid=None,
+                        model=None,
+                        address=address,
+                        pcie_root=None,
+                        numa_node=numa_node,
+                        numa_affinity=numa_affinity,
+                        gpu_numa_node=None,
+                        cpu_affinity=cpu_affinity,
+                        island=island,
+                        nearest_nics=(),
+                        nic_distance=near,
+                        mig_enabled=mig,
+                    )
+                    if not affinity:
+                        _placed(_PLACED_GPUS, placed, shared)
+                gpu = shared
             held = self._held_by(g.get("heldBy")) if allocation else None
             gpus.append(PublishedGpu(gpu=gpu, nics=nics, held_by=held))
         out["gpus"] = tuple(gpus)
 
-    def _nic_row(self, row: Any, columns: list[str | None] | None) -> tuple[tuple[str, LinkClass], ...]:
+    def _nic_row(self, row: Any, columns: tuple[str | None, ...] | None) -> tuple[tuple[str, LinkClass], ...]:
         """``nicDistances``: one class per entry of ``status.nics``, in that order; as (NIC, class)
         pairs, nearest first. A row that is not one class (or null) per NIC is unknown as a whole."""
         if columns is None:
@@ -445,9 +455,15 @@ class _Reader:
             return ()
         if None not in columns:
             try:  # the common case: a class for every NIC, every NIC named
-                named = cast(list[str], columns)
+                key = (columns, tuple(row))
+                known = _PLACED_ROWS.get(key)  # TypeError: a row holding an object or a list
+                if known is not None:
+                    return known
+                named = cast(tuple[str, ...], columns)
                 ordered = sorted(zip(map(_CLASSES.__getitem__, row), named, strict=True))
-                return tuple((name, cls) for cls, name in ordered)
+                made = tuple((name, cls) for cls, name in ordered)
+                _placed(_PLACED_ROWS, key, made)
+                return made
             except (KeyError, TypeError):
                 pass
         pairs = []
@@ -517,18 +533,22 @@ class _Reader:
                 nics.append(Nic(name=name, address=address, rdma=bool(nic.pop("rdma")), **nic))
                 continue
             part = self.fields(n, _NIC_PLACED)  # placement's part: what the NIC can carry
-            nics.append(
-                Nic(
+            rdma = bool(part.pop("rdma"))
+            placed = (name, address, rdma, part["link_layer"], part["state"])
+            shared_nic = _PLACED_NICS.get(placed)
+            if shared_nic is None:
+                shared_nic = Nic(
                     name=name,
                     netdev=None,
                     address=address,
                     pcie_root=None,
                     numa_node=None,
                     rate_gbps=None,
-                    rdma=bool(part.pop("rdma")),
+                    rdma=rdma,
                     **part,
                 )
-            )
+                _placed(_PLACED_NICS, placed, shared_nic)
+            nics.append(shared_nic)
         out["nics"] = tuple(nics)
 
     def _islands(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
@@ -698,12 +718,29 @@ class _Reader:
             out["summary"] = PublishedSummary(worst_nic_distance=worst, **self.fields(body, _SUMMARY))
 
 
-def _nic_names(value: Any) -> list[str | None] | None:
+#: The placement parts of GPUs and NICs and the rows of NIC classes read so far, by their values:
+#: the nodes of one kind publish the same ones, and building a frozen record (or sorting a row)
+#: costs several times looking one up. Values are immutable, so a record is shared by every read
+#: that has it; each table is emptied when it would pass ``_PLACED_MAX`` entries, so objects of
+#: ever new values cost no more than that.
+_PLACED_GPUS: dict[tuple[Any, ...], Gpu] = {}
+_PLACED_NICS: dict[tuple[Any, ...], Nic] = {}
+_PLACED_ROWS: dict[tuple[Any, ...], tuple[tuple[str, LinkClass], ...]] = {}
+_PLACED_MAX = 4096
+
+
+def _placed(table: dict[tuple[Any, ...], T], key: tuple[Any, ...], record: T) -> None:
+    if len(table) >= _PLACED_MAX:
+        table.clear()
+    table[key] = record
+
+
+def _nic_names(value: Any) -> tuple[str | None, ...] | None:
     """The names of ``status.nics`` by position (None where an entry has none), the columns of
     ``nicDistances``; None when the list cannot be read (the ``nics`` section says why)."""
     if type(value) is not list or len(value) > MAX_NICS:
         return None
-    return [n.get("name") if type(n) is dict and type(n.get("name")) is str else None for n in value]
+    return tuple(n.get("name") if type(n) is dict and type(n.get("name")) is str else None for n in value)
 
 
 def _numa_cpus(value: Any) -> dict[int, CpuSet]:

@@ -239,3 +239,34 @@ def test_a_gpu_or_nic_listed_twice_is_malformed(bodies: dict[str, dict[str, Any]
     body = dgx(bodies)
     body["status"]["nics"][1]["name"] = body["status"]["nics"][0]["name"]
     assert "NIC 'mlx5_0' listed twice" in str(read_nodetopology(body).malformed)
+
+
+def test_placement_records_are_shared_between_nodes_and_bounded_under_churn(
+    bodies: dict[str, dict[str, Any]],
+) -> None:
+    """Two nodes of one kind read to the same GPU and NIC records and rows of NIC classes (not
+    copies); objects of ever new NIC names (a node republishing itself) never hold more of them than
+    the bound, and read the same as with empty tables."""
+    from nodetopo.placement.fit import SECTIONS as PLACEMENT
+    from nodetopo.resource import reader
+
+    body = dgx(bodies)
+    other = copy.deepcopy(body)
+    other["metadata"]["name"] = "another-dgx"
+    one, two = (read_nodetopology(b, sections=PLACEMENT).facts for b in (body, other))
+    assert one.gpus and one.nics
+    assert all(a.gpu is b.gpu for a, b in zip(one.gpus, two.gpus, strict=True))
+    assert all(a is b for a, b in zip(one.nics, two.nics, strict=True))
+    assert all(a.nics is b.nics for a, b in zip(one.gpus, two.gpus, strict=True))
+
+    churned = copy.deepcopy(body)
+    for update in range(reader._PLACED_MAX // len(churned["status"]["nics"]) + 50):
+        for i, nic in enumerate(churned["status"]["nics"]):
+            nic["name"] = f"mlx5_{update}_{i}"
+        read = read_nodetopology(churned, sections=PLACEMENT)
+        assert len(reader._PLACED_NICS) <= reader._PLACED_MAX
+        assert len(reader._PLACED_GPUS) <= reader._PLACED_MAX
+        assert len(reader._PLACED_ROWS) <= reader._PLACED_MAX
+    for table in (reader._PLACED_NICS, reader._PLACED_GPUS, reader._PLACED_ROWS):
+        table.clear()
+    assert read_nodetopology(churned, sections=PLACEMENT) == read

@@ -31,8 +31,8 @@ from nodetopo.kube.errors import ApiStatusError, KubeConfigError, parse_retry_af
 from nodetopo.kube.session import ApiSession
 from nodetopo.kube.transport import KubeConnection, connect
 from nodetopo.publish import run_publish
-from nodetopo.publish.nodetopology import NodeTopologyPublisher, status_content_hash
-from nodetopo.resource.identity import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from nodetopo.publish.nodetopology import NodeTopologyPublisher, status_content_hash, status_patch
+from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 
 from . import bodies
 from .cluster import LocalCluster, free_port
@@ -233,13 +233,10 @@ def test_conflicting_status_owner_is_reported_not_overwritten(
     name = make_node()["metadata"]["name"]
     publisher = NodeTopologyPublisher(session)
     publisher.apply(bodies.hgx_h100(name))
-    # Someone else takes over the GPU count with server-side apply (force, as kubectl would).
-    patch = {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": name},
-        "status": {"summary": {"gpuCount": 4, "islands": "1x8", "rdmaNICs": 8, "migDevices": 0}},
-    }
+    # Someone else takes over the status with server-side apply (force, as kubectl would). The
+    # status is atomic (one writer applies it whole), so taking it means applying all of it.
+    taken = bodies.variant(bodies.hgx_h100(name), gpuCount=4)
+    patch = status_patch(taken, previous_conditions=[], now="2026-01-01T00:00:00Z")
     kubectl(
         "apply",
         "--server-side",
@@ -257,7 +254,7 @@ def test_conflicting_status_owner_is_reported_not_overwritten(
     assert info.value.status == 409
     assert not info.value.retryable
     assert 'conflict with "someone-else"' in str(info.value)
-    assert ".status.summary.gpuCount" in str(info.value)
+    assert ".status" in str(info.value)
     assert _get(cluster, name)["status"]["summary"]["gpuCount"] == 4
 
     # Not remembered as written: the next attempt tries (and fails) again instead of skipping.

@@ -14,7 +14,9 @@
 # nvidia-smi and libnvidia-ml are NOT in the image: the NVIDIA container runtime injects the host
 # driver's copies when the pod sets NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES=utility
 # (the DaemonSet does), so they always match the node's kernel module. See docs/deploy.md.
-# No compiler, no pip in the final image; it runs as uid 65532 with a read-only root filesystem.
+# No compiler, no pip in the final image. Its default user is uid 65532 and it needs no writable root
+# filesystem; the DaemonSet runs the agent as uid 0 (every capability dropped) for one reason, the
+# kubelet's root-only PodResources socket (docs/deploy.md "Pod Security level").
 ARG BASE=debian:bookworm-slim@sha256:3783cc01769c7b2b1b83a5c5ad96c815348e28ed7da68e2e3687004faa906251
 
 FROM ${BASE} AS wheels

@@ -1,9 +1,9 @@
 # nodetopo developer commands. `make test` is THE test command (README, .ci/run).
 PYTHON ?= python3
 
-.PHONY: test lint typecheck unit cluster helm node image bench fixtures
+.PHONY: test lint typecheck unit cluster helm promtool node image bench fixtures
 
-test: lint typecheck cluster helm
+test: lint typecheck cluster helm promtool
 	$(PYTHON) -m pytest -q
 
 lint:
@@ -21,6 +21,11 @@ cluster:
 # Build (or find cached) the helm CLI for the chart tests (charts/nodetopo), from its own Go module.
 helm:
 	tests/cluster-helm/build.sh
+
+# Build (or find cached) promtool for the runtime-acceptance rule and dashboard tests (deploy/monitoring),
+# from its own Go module; before pytest, so that a cold build does not count against a test's timeout.
+promtool:
+	tests/tools-promtool/build.sh
 
 # The real-node suite alone (root; containerd, runc, CNI plugins, mmdebstrap): kubelet + the image + deploy/.
 node: cluster helm

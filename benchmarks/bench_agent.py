@@ -7,11 +7,13 @@ import collections
 import contextlib
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from common import (
     Row,
     Section,
     child_env,
+    compile_checkout,
     ensure_paths,
     import_rss_kib,
     mib,
@@ -129,6 +132,27 @@ class AgentProcess:
                 self.popen.wait(timeout=10)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+#: the topology join series (issue 26): one per GPU, one per NIC
+JOIN_SERIES = ("nodetopo_gpu_info", "nodetopo_nic_info")
+
+
+def scrape_series(port: int) -> tuple[int, dict[str, int], int]:
+    """(series in one /metrics scrape, join series by name, bytes of the scrape)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    join = {name: sum(1 for s in samples if s.name == name) for name in JOIN_SERIES}
+    return len(samples), join, len(text.encode())
+
+
 def published(agent: AgentProcess) -> bool:
     text = agent.text()
     return "labels applied" in text and "written" in text
@@ -186,6 +210,11 @@ def run(quick: bool) -> list[Section]:
     footprint = Section("agent", "3. Agent footprint: RSS and CPU of the `nodetopo agent` process")
     traffic = Section("agent", "4. API traffic of the agent (audit log of the real apiserver)")
     started = time.monotonic()
+    # run alone (`run.py agent`), nothing else has byte-compiled the checkout: without it every
+    # process here would compile nodetopo from source (about 2 MiB more RSS per import row)
+    not_compiled = compile_checkout()
+    if not_compiled:
+        footprint.notes.append(not_compiled)
 
     # -- what imports cost -------------------------------------------------------------------
     rss = {label: import_rss_kib(code) for label, code in IMPORTS}
@@ -214,6 +243,7 @@ def run(quick: bool) -> list[Section]:
         make_node(cluster, "bench-busy")
         make_node(cluster, "bench-idle")
 
+        port = free_port()
         busy = AgentProcess(
             workdir,
             "busy",
@@ -222,6 +252,8 @@ def run(quick: bool) -> list[Section]:
             "bench-busy",
             "--interval-seconds",
             "1",
+            "--listen",
+            f"127.0.0.1:{port}",
         )
         idle = AgentProcess(workdir, "idle", bundle, cluster.kubeconfig_for("other"), "bench-idle")
         dry = AgentProcess(
@@ -249,6 +281,7 @@ def run(quick: bool) -> list[Section]:
             steady_samples: list[int] = []
             busy.wait_for("12 cycles", lambda: busy.cycles() >= 12, 30, steady_samples)
             hwm_ten = proc_status_kib(busy.pid, "VmHWM")
+            scraped = scrape_series(port)
             target_cycles = first_cycles + SIMULATED_CYCLES
             busy.wait_for(
                 f"{target_cycles} cycles", lambda: busy.cycles() >= target_cycles, 120, steady_samples
@@ -305,6 +338,14 @@ def run(quick: bool) -> list[Section]:
             f"{(idle_per_min + per_cycle) * 1000:.0f} CPU-ms/min",
         ),
     ]
+    total, join, scrape_bytes = scraped
+    footprint.rows.append(
+        Row(
+            "series in one /metrics scrape (dgx-h100: 8 GPUs, 10 NICs); of them the topology join series",
+            f"{total}; {sum(join.values())} ({', '.join(f'{k} {v}' for k, v in join.items())}); "
+            f"{scrape_bytes / 1024:.1f} KiB",
+        )
+    )
     footprint.notes.append(
         f"`nodetopo agent --from dgx-h100 --interval-seconds 1 "
         f"--jitter 0 --start-delay-max-seconds 0 --no-udev "

@@ -343,12 +343,16 @@ def extract_archive(
         raise BundleError(f"{archive}: could not be unpacked: {e}") from None
 
 
-def write_archive(bundle: Path, archive: Path) -> None:
+def write_archive(bundle: Path, archive: str | Path) -> None:
     """Pack a bundle directory into ``archive`` (gzip-compressed tar; symlinks kept as links),
-    under one top directory named like the archive. Written beside and renamed: never half there."""
+    under one top directory named like the archive (``bundle`` on standard output). Written through
+    ``nodetopo.output``: a new file atomically (never half there), ``-``, a FIFO or a device as a stream."""
     import tarfile
 
-    top = archive.name
+    from nodetopo.output import open_output
+
+    name = "bundle.tar.gz" if str(archive) == "-" else Path(archive).name
+    top = name
     for suffix in ARCHIVE_SUFFIXES:
         if top.endswith(suffix):
             top = top[: -len(suffix)]
@@ -359,12 +363,9 @@ def write_archive(bundle: Path, archive: Path) -> None:
         info.uname = info.gname = ""
         return info
 
-    partial = archive.with_name(f".{archive.name}.partial")
-    try:
-        plain = archive.name.endswith(".tar")
-        with tarfile.open(partial, "w") if plain else tarfile.open(partial, "w:gz") as tar:
-            tar.add(bundle, arcname=top or "bundle", recursive=True, filter=anonymous)
-        os.replace(partial, archive)
-    finally:
-        if partial.exists():
-            partial.unlink()
+    plain = name.endswith(".tar")
+    with (  # stream modes: the output need not seek
+        open_output(archive) as out,
+        tarfile.open(fileobj=out, mode="w|") if plain else tarfile.open(fileobj=out, mode="w|gz") as tar,
+    ):
+        tar.add(bundle, arcname=top or "bundle", recursive=True, filter=anonymous)

@@ -179,7 +179,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         description="Copy the sysfs subset nodetopo reads (symlinks kept), the outputs of nvidia-smi and "
         "ibstat, and an NVML dump into DIR. `nodetopo discover --from DIR` then reproduces this host.",
     )
-    p.add_argument("directory", metavar="DIR", help="bundle directory to create (must not exist or be empty)")
+    p.add_argument(
+        "directory",
+        metavar="DIR",
+        help="bundle directory to create (must not exist or be empty); with --tar, the archive: a new "
+        "path, or '-' is standard output (a FIFO or character device is written in place)",
+    )
     p.add_argument("--host-root", default="/", metavar="DIR", help="host root to capture (default: /)")
     p.add_argument(
         "--command-timeout",
@@ -334,16 +339,21 @@ def cmd_capture(args: argparse.Namespace) -> int:
     from nodetopo.bundle import ARCHIVE_SUFFIXES, NVML_DUMP, write_archive
     from nodetopo.capture import capture_bundle, capture_commands, write_manifest
     from nodetopo.host import HostRoot, SubprocessRunner
+    from nodetopo.output import is_stream
 
     target = Path(args.directory)
+    stream = args.tar and is_stream(args.directory)  # '-', a FIFO, a device: the archive flows there
+    if args.directory == "-" and not args.tar:
+        raise BundleError("-: standard output takes an archive: add --tar")
     try:  # find out now, in one line, that the bundle cannot be written there
         if args.tar:
-            if not str(target).endswith(ARCHIVE_SUFFIXES):
+            if not stream and not str(target).endswith(ARCHIVE_SUFFIXES):
                 target = target.with_name(target.name + ".tar.gz")
-            if target.exists():
+            if not stream and (target.exists() or target.is_symlink()):
                 raise BundleError(f"{target}: exists; choose a new name")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            work = Path(tempfile.mkdtemp(prefix=".nodetopo-capture-", dir=target.parent))
+            if not stream:
+                target.parent.mkdir(parents=True, exist_ok=True)
+            work = Path(tempfile.mkdtemp(prefix=".nodetopo-capture-", dir=None if stream else target.parent))
             dest = work / "bundle"
         else:
             dest = target
@@ -376,18 +386,19 @@ def cmd_capture(args: argparse.Namespace) -> int:
         warnings = capture_bundle(HostRoot(args.host_root), dest, [*steps, manifest])
         entries = sum(1 for _ in (dest / "sys").rglob("*")) if (dest / "sys").exists() else 0
         if args.tar:
-            write_archive(dest, target)
+            write_archive(dest, args.directory if stream else target)
     finally:
         if args.tar:
             shutil.rmtree(work, ignore_errors=True)
     for w in warnings:
         log.warning("capture: %s", w)
-    print(strip_control(f"captured {target}:"))
-    print(f"  sys/: {entries} entries")
+    report = sys.stderr if stream else sys.stdout  # an archive on stdout is alone there
+    print(strip_control(f"captured {target}:"), file=report)
+    print(f"  sys/: {entries} entries", file=report)
     for note in notes:
-        print(f"  {strip_control(note)}")
+        print(f"  {strip_control(note)}", file=report)
     if warnings:
-        print(f"  {len(warnings)} part(s) could not be captured (see log)")
+        print(f"  {len(warnings)} part(s) could not be captured (see log)", file=report)
     return 0
 
 

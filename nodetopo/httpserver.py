@@ -5,18 +5,31 @@ no socket timeout (a client that sends half a request holds its thread forever),
 5 (a burst of concurrent connections sees resets), and every client that disconnects early prints a
 ``BrokenPipeError`` traceback on stderr. ``BoundedHTTPServer`` fixes each of these by construction:
 
-* **bounded concurrency**: at most ``Limits.max_connections`` connections are served at once; the
-  accept loop stops accepting until one ends, and further clients wait in the kernel's listen queue
-  (``Limits.backlog``, 1024: bursts of hundreds of concurrent requests queue instead of being reset);
-* **timeouts**: an idle keep-alive connection is closed after ``idle_timeout_s``; once a request
-  line has arrived, the whole request (headers, body, handling, answer) must finish within
-  ``request_timeout_s`` or a reaper thread shuts the socket down, however slowly the client trickles
-  bytes in;
+* **a slot only for a request that has arrived**: the accept loop never waits. A new connection
+  goes to a waiting room (one thread, edge-triggered epoll) and holds no thread and no slot until
+  the head of its request (request line and headers) is in the socket buffer, which must happen
+  within ``request_timeout_s`` of connecting or the connection is closed. A keep-alive connection
+  goes back to the room between requests when others need its slot (after ``idle_timeout_s`` it
+  is closed). The room holds at most ``Limits.max_waiting`` connections (and at most half the
+  process's file descriptors); when it is full, the connection waiting longest is closed. So idle
+  connections and request heads sent a byte at a time cost a file descriptor each, never a slot:
+  a real request waits only for other requests that have arrived (issue 23: 64 idle connections
+  held the health port's 16 slots and made ``/healthz`` take 6-15 s);
+* **bounded concurrency**: at most ``Limits.max_connections`` requests are served at once (one
+  thread each); requests whose head has arrived wait for a slot in arrival order, and while one
+  waits, requests in progress for longer than a fifth of ``request_timeout_s`` are shut down,
+  oldest first (real requests take milliseconds: those are clients trickling a body or not
+  reading the answer). The kernel's listen queue is ``Limits.backlog`` (1024) deep;
+* **timeouts**: once a request's head has arrived, the rest (body, handling, answer) must finish
+  within ``request_timeout_s`` or a reaper thread shuts the socket down, however slowly the
+  client trickles bytes in;
 * **quiet disconnects**: a client that goes away (reset, broken pipe, timeout, TLS failure) is a
   debug log line, never a traceback; any other handler failure is one error line (traceback at
   debug level);
-* **TLS** when given an ``ssl.SSLContext``: the handshake runs in the connection's thread under the
-  request deadline, so a client that never finishes it cannot block the accept loop.
+* **TLS** when given an ``ssl.SSLContext``: the room cannot read a head through TLS, so a TLS
+  connection takes a slot when its first bytes arrive; the handshake runs in the connection's
+  thread under the request deadline (and the eviction above), so a client that never finishes it
+  cannot block the accept loop.
 
 ``BoundedHandler`` adds strict request-body reading (``read_body``): a ``Content-Length`` made of
 digits and at most ``max_body`` bytes, no chunked bodies; anything else gets a 4xx answer and the
@@ -25,11 +38,13 @@ connection is closed, so the unread remainder of a refused body is never taken f
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import errno
 import json
 import logging
+import resource
 import select
 import socket
 import ssl
@@ -37,6 +52,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from socketserver import ThreadingMixIn
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -44,24 +60,37 @@ log = logging.getLogger(__name__)
 #: Errors that mean "the client went away or misbehaved at the transport level": logged at debug.
 QUIET_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, ssl.SSLError, EOFError)
 
+#: How much of a waiting connection's buffer is looked at for the end of its request head: a head
+#: longer than this takes a slot when this much has arrived (the handler refuses it under its
+#: deadline: 64 header lines, 64 KiB request line).
+HEAD_PEEK_BYTES = 16384
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Limits:
     """Connection limits of a ``BoundedHTTPServer``."""
 
-    max_connections: int = 64  #: connections served at once (one thread each)
+    max_connections: int = 64  #: requests served at once (one thread each)
+    max_waiting: int = 1024  #: connections waiting for a request head without a slot (see the module doc)
     backlog: int = 1024  #: kernel listen queue (capped by net.core.somaxconn)
     idle_timeout_s: float = 120.0  #: an idle keep-alive connection is closed after this
-    request_timeout_s: float = 10.0  #: a request, from its first line to the end of the answer
+    request_timeout_s: float = 10.0  #: a request's head must arrive within this, then the rest
     max_header_lines: int = 64  #: headers per request
 
     def __post_init__(self) -> None:
-        if self.max_connections < 1 or self.backlog < 1 or self.max_header_lines < 1:
-            raise ValueError("max_connections, backlog and max_header_lines must be >= 1")
+        for name in ("max_connections", "max_waiting", "backlog", "max_header_lines"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, not {getattr(self, name)!r}")
         for name in ("idle_timeout_s", "request_timeout_s"):
             value = getattr(self, name)
             if not (0 < value < 86400):  # also refuses nan and inf
                 raise ValueError(f"{name} must be a number of seconds in (0, 86400), not {value!r}")
+
+
+def head_complete(data: bytes) -> bool:
+    """Whether ``data`` (the start of a request) holds the whole head: the empty line after the
+    headers, in any of the line endings the stdlib parser accepts."""
+    return b"\n\r\n" in data or b"\n\n" in data
 
 
 class HttpError(Exception):
@@ -76,9 +105,9 @@ class HttpError(Exception):
 class _Reaper:
     """Shuts down the sockets of requests that overran their deadline (one thread per server).
 
-    While the server is saturated (a client waits for a connection slot), it also shuts down
-    requests that have been in progress for longer than ``evict_after_s``, oldest first: real
-    requests take milliseconds, so the oldest ones are the clients trickling bytes to hold slots.
+    While the server is saturated (a request waits for a slot), it also shuts down requests that
+    have been in progress for longer than ``evict_after_s``, oldest first: real requests take
+    milliseconds, so the oldest ones are the clients trickling bytes to hold slots.
     """
 
     def __init__(self, saturated: Callable[[], bool], evict_after_s: float) -> None:
@@ -100,7 +129,13 @@ class _Reaper:
             self._deadlines.pop(conn, None)
 
     def stop(self) -> None:
+        """Stop, and shut down every request still in progress (the server is closing)."""
         self._stop.set()
+        with self._lock:
+            conns = list(self._deadlines)
+            self._deadlines.clear()
+        for conn in conns:
+            _shut(conn)
 
     def _run(self) -> None:
         while not self._stop.wait(0.1):
@@ -116,9 +151,213 @@ class _Reaper:
                     del self._deadlines[conn]
             for conn in overdue:
                 log.debug("request too slow (deadline passed, or others wait); closing the connection")
-                # The plain socket's shutdown: SSLSocket.shutdown would drop its TLS state under the reader.
-                with contextlib.suppress(OSError):
-                    socket.socket.shutdown(conn, socket.SHUT_RDWR)
+                _shut(conn)
+
+
+def _shut(conn: socket.socket) -> None:
+    """Shut a connection down under the thread reading it (which then sees EOF and closes it).
+    The plain socket's shutdown: SSLSocket.shutdown would drop its TLS state under the reader."""
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(conn, socket.SHUT_RDWR)
+
+
+@dataclasses.dataclass(slots=True)
+class _Waiting:
+    """A connection in the waiting room."""
+
+    conn: socket.socket
+    address: Any
+    deadline: float  #: closed at this time (monotonic) unless its request head arrived
+    tls: bool
+    started: bool = False  #: some bytes of a request head have arrived
+
+
+class _WaitingRoom:
+    """Connections that hold no slot (see the module doc): one thread, one edge-triggered epoll.
+
+    A connection is *ready* when its request head is in its socket buffer (a TLS connection: when
+    any bytes arrived). Ready connections are handed to ``dispatch`` in arrival order as slots
+    free up; the others are closed at their deadline, on EOF, or when the room is full (the one
+    that has waited longest).
+    """
+
+    _EVENTS = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET
+
+    def __init__(
+        self,
+        capacity: int,
+        request_timeout_s: float,
+        take_slot: Callable[[], bool],
+        dispatch: Callable[[socket.socket, Any], None],
+        unsaturated: Callable[[], None],
+    ) -> None:
+        self._capacity = capacity
+        self._request_timeout_s = request_timeout_s
+        self._take_slot = take_slot
+        self._dispatch = dispatch
+        self._unsaturated = unsaturated
+        self._lock = threading.Lock()
+        self._waiting: dict[int, _Waiting] = {}  #: by file descriptor; oldest first
+        self._ready: collections.deque[_Waiting] = collections.deque()
+        self._epoll = select.epoll()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._epoll.register(self._wake_r.fileno(), select.EPOLLIN)
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="http-waiting-room", daemon=True)
+        self._thread.start()
+
+    def add(self, conn: socket.socket, address: Any, deadline: float) -> None:
+        """Take ``conn`` in until its request head arrives (or ``deadline``)."""
+        entry = _Waiting(conn=conn, address=address, deadline=deadline, tls=isinstance(conn, ssl.SSLSocket))
+        dropped: _Waiting | None = None
+        with self._lock:
+            if self._closed:
+                dropped = entry
+            else:
+                if len(self._waiting) + len(self._ready) >= self._capacity:
+                    if self._waiting:
+                        oldest = next(iter(self._waiting))
+                        dropped = self._forget(oldest)
+                    else:
+                        dropped = self._ready.popleft()
+                try:  # registered last: an edge for bytes already there is reported at once
+                    fd = conn.fileno()
+                    self._epoll.register(fd, self._EVENTS)
+                    self._waiting[fd] = entry
+                except (OSError, ValueError):  # closed meanwhile (fileno -1), or not pollable
+                    closed, dropped = dropped, entry
+                    if closed is not None:
+                        _close(closed.conn)
+        if dropped is not None:
+            log.debug("waiting room full or closed: closing the connection of %s", _peer(dropped.address))
+            _close(dropped.conn)
+
+    def wake(self) -> None:
+        """A slot was freed while requests wait for one: dispatch them now."""
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            entries = [*self._waiting.values(), *self._ready]
+            self._waiting.clear()
+            self._ready.clear()
+        self.wake()
+        self._thread.join(5)
+        for entry in entries:
+            _close(entry.conn)
+        with contextlib.suppress(OSError):
+            self._epoll.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def _forget(self, fd: int) -> _Waiting | None:
+        entry = self._waiting.pop(fd, None)
+        if entry is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._epoll.unregister(fd)
+        return entry
+
+    def _run(self) -> None:
+        next_sweep = 0.0
+        while True:
+            try:
+                events = self._epoll.poll(0.1)
+            except OSError:
+                return  # closed
+            with self._lock:
+                if self._closed:
+                    return
+            now = time.monotonic()
+            for fd, mask in events:
+                if fd == self._wake_r.fileno():
+                    with contextlib.suppress(OSError):
+                        while self._wake_r.recv(4096):
+                            pass
+                    continue
+                self._look(fd, mask, now)
+            if now >= next_sweep:
+                self._sweep(now)
+                next_sweep = now + 0.1
+            self._hand_out()
+
+    def _look(self, fd: int, mask: int, now: float) -> None:
+        with self._lock:
+            entry = self._waiting.get(fd)
+        if entry is None:
+            return
+        try:
+            data: bytes | None = socket.socket.recv(
+                entry.conn, HEAD_PEEK_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT
+            )
+        except (BlockingIOError, InterruptedError):
+            data = None
+        except OSError:
+            data = b""
+        if data is None:
+            verdict = "close" if mask & (select.EPOLLHUP | select.EPOLLERR) else "wait"
+        elif not data:
+            verdict = "close"  # the client went away
+        elif entry.tls or len(data) >= HEAD_PEEK_BYTES or head_complete(data):
+            verdict = "ready"
+        elif mask & (select.EPOLLRDHUP | select.EPOLLHUP):
+            verdict = "close"  # the client stopped sending mid-head
+        else:
+            verdict = "wait"
+            if not entry.started:  # a request has begun: its head is due within the deadline
+                entry.started = True
+                entry.deadline = min(entry.deadline, now + self._request_timeout_s)
+        if verdict == "wait":
+            return
+        with self._lock:
+            if self._waiting.get(fd) is not entry:
+                return
+            self._forget(fd)
+            if verdict == "ready":
+                self._ready.append(entry)
+        if verdict == "close":
+            _close(entry.conn)
+
+    def _sweep(self, now: float) -> None:
+        with self._lock:
+            late = [fd for fd, entry in self._waiting.items() if entry.deadline <= now]
+            expired = [e for e in map(self._forget, late) if e is not None]
+            while self._ready and self._ready[0].deadline + self._request_timeout_s <= now:
+                expired.append(self._ready.popleft())  # its client has given up long ago
+        for entry in expired:
+            log.debug("closing the idle or incomplete connection of %s", _peer(entry.address))
+            _close(entry.conn)
+
+    def _hand_out(self) -> None:
+        while True:
+            with self._lock:
+                if not self._ready:
+                    self._unsaturated()
+                    return
+                if not self._take_slot():  # the server is saturated from here on
+                    return
+                entry = self._ready.popleft()
+            try:
+                self._dispatch(entry.conn, entry.address)
+            except Exception:  # a thread that cannot start: the connection is closed, the slot freed
+                log.exception("could not serve a connection")
+                _close(entry.conn)
+
+
+def _close(conn: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        conn.close()
+
+
+def _waiting_capacity(limits: Limits) -> int:
+    """``limits.max_waiting``, but at most half the file descriptors this process may open."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return limits.max_waiting
+    return max(1, min(limits.max_waiting, soft // 2))
 
 
 class BoundedHTTPServer(ThreadingHTTPServer):
@@ -138,11 +377,28 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         self.limits = limits or Limits()
         self.request_queue_size = self.limits.backlog
         self.ssl_context = ssl_context
-        self._slots = threading.BoundedSemaphore(self.limits.max_connections)
-        self.saturated = False  #: a client waits for a connection slot
+        self._slot_lock = threading.Lock()
+        self._free_slots = self.limits.max_connections
+        self.saturated = False  #: a request whose head has arrived waits for a slot
         self._closing = threading.Event()
+        self._parked: dict[socket.socket, float] = {}  #: connections a handler sent back to the room
+        # readable while saturated or closing: keep-alive threads between requests wait on it
+        self.pressure, self._pressure_w = socket.socketpair()
+        self.pressure.setblocking(False)
+        self._pressure_w.setblocking(False)
         self.reaper = _Reaper(lambda: self.saturated, self.limits.request_timeout_s / 5)
-        super().__init__(address, handler)
+        self.room = _WaitingRoom(
+            _waiting_capacity(self.limits),
+            self.limits.request_timeout_s,
+            self._take_slot,
+            self._start_thread,
+            self._unsaturated,
+        )
+        try:
+            super().__init__(address, handler)
+        except BaseException:
+            self._close_mechanics()
+            raise
         if ssl_context is not None:
             self.socket = ssl_context.wrap_socket(
                 self.socket, server_side=True, do_handshake_on_connect=False
@@ -152,6 +408,10 @@ class BoundedHTTPServer(ThreadingHTTPServer):
     def port(self) -> int:
         return int(self.server_address[1])
 
+    @property
+    def closing(self) -> bool:
+        return self._closing.is_set()
+
     def get_request(self) -> tuple[socket.socket, Any]:
         conn, addr = super().get_request()
         with contextlib.suppress(OSError):
@@ -159,28 +419,68 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         return conn, addr
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """Wait for a free connection slot (the accept loop pauses meanwhile), then serve in a thread."""
-        if not self._slots.acquire(blocking=False):
-            self.saturated = True  # idle keep-alive connections give their slot up (_await_request)
-            try:
-                while not self._slots.acquire(timeout=0.2):
-                    if self._closing.is_set():
-                        self.shutdown_request(request)
-                        return
-            finally:
-                self.saturated = False
+        """A new connection waits for its request head in the room; the accept loop goes on at once."""
+        self.room.add(request, client_address, time.monotonic() + self.limits.request_timeout_s)
+
+    # ---- slots (the room's thread takes them, a request's thread gives its one back) ------------
+
+    def _take_slot(self) -> bool:
+        """A free slot, or False and the server is saturated (under one lock with ``_give_slot``, so
+        a slot given back at that moment wakes the room)."""
+        with self._slot_lock:
+            if self._free_slots > 0:
+                self._free_slots -= 1
+                return True
+            became = not self.saturated
+            self.saturated = True
+        if became:
+            with contextlib.suppress(OSError):
+                self._pressure_w.send(b"x")
+        return False
+
+    def _give_slot(self) -> None:
+        with self._slot_lock:
+            self._free_slots += 1
+            waiting = self.saturated
+        if waiting:
+            self.room.wake()
+
+    def _unsaturated(self) -> None:
+        """No request waits for a slot any more (the room's thread, under the room's lock)."""
+        with self._slot_lock:
+            if not self.saturated:
+                return
+            self.saturated = False
+        if not self._closing.is_set():
+            with contextlib.suppress(OSError):
+                while self.pressure.recv(4096):
+                    pass
+
+    def _start_thread(self, request: socket.socket, client_address: Any) -> None:
         try:
-            super().process_request(request, client_address)
+            ThreadingMixIn.process_request(self, request, client_address)
         except BaseException:
-            self._slots.release()
+            self._give_slot()
             raise
+
+    def park(self, conn: socket.socket, until: float) -> None:
+        """Called by the handler of ``conn`` as it ends: send the connection back to the waiting room
+        (idle between two requests) instead of closing it; closed at ``until`` unless a request comes."""
+        self._parked[conn] = until
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
-            super().process_request_thread(request, client_address)
+            self.finish_request(request, client_address)
+        except Exception:  # noqa: BLE001 - as ThreadingMixIn: handle_error logs it (quietly for a gone client)
+            self.handle_error(request, client_address)
         finally:
             self.reaper.disarm(request)
-            self._slots.release()
+            park_until = self._parked.pop(request, None)
+            if park_until is not None and not self._closing.is_set():
+                self.room.add(request, client_address, park_until)  # idle: back to the room
+            else:
+                self.shutdown_request(request)
+            self._give_slot()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         import sys
@@ -193,13 +493,22 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         log.debug("request failure", exc_info=True)
 
     def shutdown(self) -> None:
-        self._closing.set()
+        self._begin_closing()
         super().shutdown()
 
     def server_close(self) -> None:
-        self._closing.set()
-        self.reaper.stop()
+        self._begin_closing()
+        self._close_mechanics()
         super().server_close()
+
+    def _begin_closing(self) -> None:
+        self._closing.set()
+        with contextlib.suppress(OSError):
+            self._pressure_w.send(b"x")  # keep-alive threads between requests close their connections
+
+    def _close_mechanics(self) -> None:
+        self.room.close()
+        self.reaper.stop()
 
     def start_background(self) -> threading.Thread:
         """Serve in a daemon thread (tests, the agent); ``shutdown()`` stops it."""
@@ -228,10 +537,10 @@ class BoundedHandler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         limits = self.server.limits
         super().setup()
-        # A new connection must deliver its first request (and TLS handshake) within the deadline.
+        # The request head is here (the waiting room saw it); the rest must follow within the deadline.
         self.server.reaper.arm(self.connection, limits.request_timeout_s)
         self.connection.settimeout(limits.idle_timeout_s)
-        if isinstance(self.connection, ssl.SSLSocket):
+        if isinstance(self.connection, ssl.SSLSocket) and self.connection.version() is None:
             self.connection.settimeout(limits.request_timeout_s)
             self.connection.do_handshake()
             self.connection.settimeout(limits.idle_timeout_s)
@@ -246,23 +555,46 @@ class BoundedHandler(BaseHTTPRequestHandler):
             self.handle_one_request()
 
     def _await_request(self) -> bool:
-        """Between two requests of a keep-alive connection: wait for the next one to start.
+        """Between two requests of a keep-alive connection: wait, holding the slot, for the next
+        request's head while nobody else needs the slot.
 
-        False (close the connection) after ``idle_timeout_s``, or at once when other clients are
-        waiting for a connection slot: an idle keep-alive connection must not keep a busy client
-        out (kube-scheduler reopens a closed idle connection before its next request).
+        True when that head (or the start of a TLS record) has arrived. False to end this thread:
+        the connection is closed after ``idle_timeout_s`` or when the server closes; it goes back
+        to the waiting room (``BoundedHTTPServer.park``) as soon as another request waits for a slot, or when
+        a next request has begun but its head is not complete yet (a head trickled in holds no slot).
         """
         conn = self.connection
         deadline = time.monotonic() + self.server.limits.idle_timeout_s
+        poller = select.poll()  # not select.select: descriptors above 1023 are normal here
+        poller.register(conn.fileno(), select.POLLIN)
+        poller.register(self.server.pressure.fileno(), select.POLLIN)
         while True:
             if self._buffered(conn):
                 return True
             left = deadline - time.monotonic()
-            if left <= 0 or self.server.saturated:
+            if left <= 0 or self.server.closing:
                 return False
-            readable, _, _ = select.select([conn], [], [], min(left, 0.25))
-            if readable:
-                return True
+            if self.server.saturated:
+                self.server.park(conn, deadline)
+                return False
+            events = dict(poller.poll(min(left, 1.0) * 1000))
+            if conn.fileno() in events:
+                if isinstance(conn, ssl.SSLSocket) or self._head_here(conn):
+                    return True
+                self.server.park(conn, deadline)
+                return False
+
+    @staticmethod
+    def _head_here(conn: socket.socket) -> bool:
+        """Whether a plain connection's buffer holds a whole request head (or EOF, or a head too
+        long to wait for): then this thread serves it, else the waiting room waits for the rest."""
+        try:
+            data = socket.socket.recv(conn, HEAD_PEEK_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True  # the read in handle_one_request meets the error
+        return not data or len(data) >= HEAD_PEEK_BYTES or head_complete(data)
 
     def _buffered(self, conn: socket.socket) -> bool:
         """Whether bytes of a next request already wait in the reader's buffer (or TLS's)."""

@@ -42,3 +42,33 @@ def test_no_shipped_file_cites_the_internal_pages() -> None:
         if INTERNAL.search(line)
     ]
     assert not offenders, "shipped files cite pages users never have:\n" + "\n".join(offenders)
+
+
+#: A statement that the agent (or "it", "the container") runs as non-root or as uid 65532. The
+#: DaemonSet runs it as uid 0 (deploy/daemonset.yaml, the chart's default): only the chart's
+#: ``agent.podResources.enabled=false`` runs it as 65532: a line saying so names the switch.
+NON_ROOT_CLAIM = re.compile(
+    r"\bruns? (?:it |the agent )?(?:as )?(?:non-?root|uid 65532|user 65532|unprivileged)\b", re.IGNORECASE
+)
+#: "podResources.enabled=false", "false runs it as uid 65532", "to run it as uid 65532 instead"
+CONDITIONAL = re.compile(r"\bfalse\b|\binstead\b", re.IGNORECASE)
+
+
+def test_no_shipped_text_says_the_agent_runs_non_root() -> None:
+    """Issue 23: comments and docs called the agent's pod non-root while it runs as uid 0. The
+    YAML manifests (deploy/, the chart) are left to their own tests; this covers the code, the image
+    recipe and the docs."""
+    files = [
+        p
+        for p in _shipped_files()
+        if p.suffix not in {".yaml", ".yml", ".tpl"} and "deploy" not in p.relative_to(ROOT).parts[:1]
+    ]
+    files.append(ROOT / "README.md")
+    assert any(p.name == "Dockerfile" for p in files)
+    offenders = [
+        f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+        for p in files
+        for n, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+        if NON_ROOT_CLAIM.search(line) and not CONDITIONAL.search(line)
+    ]
+    assert not offenders, "the agent runs as uid 0, yet these lines say otherwise:\n" + "\n".join(offenders)

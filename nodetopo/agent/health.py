@@ -56,8 +56,11 @@ class Health:
         return (True, "ok\n") if ready else (False, "first publish not done yet\n")
 
 
-#: The health port's connection limits: probes and one scraper, never many clients.
-HEALTH_LIMITS = Limits(max_connections=16, idle_timeout_s=60.0, request_timeout_s=10.0)
+#: The health port's connection limits. Its real clients are the kubelet's probes and a scraper or
+#: two (at most ~4 requests at once); a slot is held only by a request whose head has arrived (idle
+#: and half-sent connections wait without one, nodetopo.httpserver), so 32 slots leave room for
+#: clients that do not read a large /metrics answer while a probe still finds a slot at once.
+HEALTH_LIMITS = Limits(max_connections=32, idle_timeout_s=60.0, request_timeout_s=10.0)
 
 
 class HealthServer:

@@ -32,7 +32,24 @@ Metric names (all prefixed ``nodetopo_``):
 ``allocation_checks_total{result}``                 counter    kubelet PodResources answers:
                                                                unchanged, changed, failed
 ``agent_info{version,node}``                        gauge      always 1
+``gpu_info{node,gpu,UUID,pci_bus_id,island,...}``   gauge      1 per GPU: the topology join of
+                                                               the DCGM exporter's series
+``nic_info{node,device,netdev,pci_bus_id,...}``     gauge      1 per NIC: the join of
+                                                               node-exporter's NIC series
+``expected_busbw_bytes_per_second{scope,bound}``    gauge      the bandwidth model's band (absent
+                                                               until a model computes one)
+``edge_degraded{node,edge,kind,reason}``            gauge      1 degraded, 0 healthy (absent
+                                                               until edge health observes one)
 ==================================================  =========  ==================================
+
+The join series (``gpu_info``, ``nic_info``) carry the facts of the latest topology as labels, so
+that a PromQL ``* on(UUID) group_left(island, leaf) nodetopo_gpu_info`` turns any DCGM exporter
+series into a per-island or per-leaf one. The join keys use the DCGM exporter's own label names
+(``UUID``, ``gpu``, ``pci_bus_id`` in DCGM's ``00000000:3B:00.0`` form) and node-exporter's
+(``device``: the RDMA device, ``mlx5_0``). A fact the topology does not know is an absent label,
+never a placeholder: a GPU without an NVLink peer has no ``island``, a node whose place in the
+network is unknown has no ``leaf``. Cardinality is one series per GPU and one per NIC (an 8-GPU,
+10-NIC node: 18); the bands add at most two per island plus four per node, the edges one per edge.
 """
 
 from __future__ import annotations
@@ -52,12 +69,132 @@ from prometheus_client.core import (
 from prometheus_client.registry import CollectorRegistry
 
 from nodetopo import __version__
-from nodetopo.model import ConditionReason, GpuAllocation, Topology
+from nodetopo.model import ConditionReason, GpuAllocation, PciAddress, Topology
 from nodetopo.resource.conditions import typed_conditions
 from nodetopo.resource.identity import PREFIX
 from nodetopo.sources.base import SourceResult
+from nodetopo.topology.network import nvlink_domain
 
 NAMESPACE = "nodetopo"
+
+#: One info series: its labels, in exposition order (a label the topology does not know is left out).
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ExpectedBand:
+    """One expected bus-bandwidth band, as the bandwidth model computes it for this node.
+
+    ``scope``: ``island`` (an all-reduce inside NVLink island ``island``), ``node`` (across every GPU
+    of the node), ``network`` (the node's share of an all-reduce across nodes, per rail).
+    """
+
+    scope: str
+    island: int | None = None
+    lower_bytes_per_second: float
+    upper_bytes_per_second: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class EdgeState:
+    """The observed state of one edge of the node's graph, as edge health judges it.
+
+    ``edge``: the edge's id (its two graph node ids); ``kind``: ``nvlink``, ``nvswitch``, ``pcie``,
+    ``nic`` (NIC to its port) or ``port`` (port to the leaf switch); ``reason`` why it is degraded.
+    """
+
+    edge: str
+    kind: str
+    degraded: bool
+    reason: str | None = None
+
+
+def dcgm_bus_id(address: PciAddress) -> str:
+    """A PCI address as the DCGM exporter's ``pci_bus_id`` label writes it: ``00000000:3B:00.0``."""
+    return f"{address.domain:08X}:{address.bus:02X}:{address.device:02X}.{address.function}"
+
+
+def _joined(values: Sequence[str]) -> str | None:
+    """Several values of one label, sorted and joined by ``+`` (``mlx5_0+mlx5_1``); None for none."""
+    return "+".join(sorted(values)) or None
+
+
+def _labels(pairs: Sequence[tuple[str, str | None]]) -> Labels:
+    return tuple((k, v) for k, v in pairs if v is not None and v != "")
+
+
+def leaf_of(topology: Topology) -> str | None:
+    """The node's tier-0 group (leaf / ToR switch, or the cloud's local block), when known."""
+    return next((t.id for t in topology.network.tiers if t.level == 0), None)
+
+
+def gpu_info(topology: Topology, node: str) -> tuple[Labels, ...]:
+    """``nodetopo_gpu_info``: one label set per GPU, by index."""
+    leaf = leaf_of(topology)
+    domain, _ = nvlink_domain(topology.fabric)
+    out: list[Labels] = []
+    for g in sorted(topology.gpus, key=lambda g: g.index):
+        if domain is not None:
+            gpu_domain: str | None = domain
+        elif g.island is not None and node:
+            gpu_domain = f"{node}.nvl{g.island}"
+        else:
+            gpu_domain = None
+        out.append(
+            _labels(
+                (
+                    ("node", node),
+                    ("gpu", str(g.index)),
+                    ("UUID", g.uuid),
+                    ("pci_bus_id", dcgm_bus_id(g.address) if g.address is not None else None),
+                    ("island", str(g.island) if g.island is not None else None),
+                    ("numa_node", str(g.numa_node) if g.numa_node is not None else None),
+                    ("nearest_nic", _joined(g.nearest_nics)),
+                    ("nic_class", g.nic_distance.name if g.nic_distance is not None else None),
+                    ("nvlink_domain", gpu_domain),
+                    ("leaf", leaf),
+                )
+            )
+        )
+    return tuple(out)
+
+
+def nic_info(topology: Topology, node: str) -> tuple[Labels, ...]:
+    """``nodetopo_nic_info``: one label set per NIC, by name. ``switch``: the switch(es) its ports
+    are cabled to, from the fabric sources; ``nearest_gpus``: the GPUs it is nearest to."""
+    leaf = leaf_of(topology)
+    nearest: dict[str, list[str]] = {}
+    for g in topology.gpus:
+        for name in g.nearest_nics:
+            nearest.setdefault(name, []).append(str(g.index))
+    out: list[Labels] = []
+    for n in sorted(topology.nics, key=lambda n: n.name):
+        names = {n.name, n.netdev} - {None}
+        switches = {
+            p.switch_id
+            for p in topology.network.neighbours
+            if p.nic in names and p.switch_id and p.peer_is_switch is not False
+        }
+        gpus = sorted(nearest.get(n.name, ()), key=int)
+        out.append(
+            _labels(
+                (
+                    ("node", node),
+                    ("device", n.name),
+                    ("netdev", n.netdev),
+                    ("pci_bus_id", str(n.address) if n.address is not None else None),
+                    ("numa_node", str(n.numa_node) if n.numa_node is not None else None),
+                    ("link_layer", n.link_layer),
+                    ("rdma", "true" if n.rdma else "false"),
+                    ("nearest_gpus", "+".join(gpus) or None),
+                    ("switch", _joined([s for s in switches if s is not None])),
+                    ("leaf", leaf),
+                )
+            )
+        )
+    return tuple(out)
+
+
 DURATION_BUCKETS: tuple[float, ...] = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
 
 
@@ -98,6 +235,10 @@ class _State:
     allocation_known: int | None = None
     gpus_held: int | None = None
     allocation_checks: dict[str, int] = dataclasses.field(default_factory=dict)
+    gpu_info: tuple[Labels, ...] = ()
+    nic_info: tuple[Labels, ...] = ()
+    bands: tuple[ExpectedBand, ...] = ()
+    edges: tuple[EdgeState, ...] = ()
 
 
 class AgentStats:
@@ -143,6 +284,18 @@ class AgentStats:
             state.gpus = len(topology.gpus)
             state.islands = len(topology.nvlink_islands)
             state.rdma_nics = sum(1 for n in topology.nics if n.rdma)
+            state.gpu_info = gpu_info(topology, self.node_name)
+            state.nic_info = nic_info(topology, self.node_name)
+
+    def record_bands(self, bands: Sequence[ExpectedBand]) -> None:
+        """The bandwidth model's bands for this node's latest topology (replacing the last ones)."""
+        with self._lock:
+            self._state.bands = tuple(bands)
+
+    def record_edges(self, edges: Sequence[EdgeState]) -> None:
+        """Edge health's judgement of every observed edge (replacing the last one)."""
+        with self._lock:
+            self._state.edges = tuple(edges)
 
     def record_allocation(self, allocation: GpuAllocation, *, changed: bool, failed: bool = False) -> None:
         """One answer (or failure) of the kubelet's PodResources API; ``allocation`` is what is
@@ -273,6 +426,52 @@ class AgentCollector:
             ["result"],
             s.allocation_checks,
         )
+        yield from self._join_families(s)
+
+    def _join_families(self, s: _State) -> Iterator[Any]:
+        """The topology join series, the bandwidth bands and the edge states (label sets vary by
+        sample: an unknown fact is an absent label)."""
+        ns = NAMESPACE
+        node = self._stats.node_name
+        for name, doc, rows in (
+            ("gpu_info", "1 per GPU, labelled with its topology (join key of DCGM series: UUID)", s.gpu_info),
+            (
+                "nic_info",
+                "1 per NIC, labelled with its topology (join key of node-exporter: device)",
+                s.nic_info,
+            ),
+        ):
+            family = GaugeMetricFamily(f"{ns}_{name}", doc)
+            for labels in rows:
+                family.add_sample(f"{ns}_{name}", dict(labels), 1.0)
+            yield family
+        bands = GaugeMetricFamily(
+            f"{ns}_expected_busbw_bytes_per_second",
+            "Expected all-reduce bus bandwidth (lower and upper bound) per island, node and network",
+        )
+        for band in s.bands:
+            base = _labels(
+                (
+                    ("node", node),
+                    ("scope", band.scope),
+                    ("island", str(band.island) if band.island is not None else None),
+                )
+            )
+            for bound, value in (
+                ("lower", band.lower_bytes_per_second),
+                ("upper", band.upper_bytes_per_second),
+            ):
+                bands.add_sample(bands.name, {**dict(base), "bound": bound}, value)
+        yield bands
+        edges = GaugeMetricFamily(
+            f"{ns}_edge_degraded", "1 while an edge of the node's graph is degraded, 0 while healthy"
+        )
+        for edge in s.edges:
+            labels = _labels(
+                (("node", node), ("edge", edge.edge), ("kind", edge.kind), ("reason", edge.reason))
+            )
+            edges.add_sample(edges.name, dict(labels), 1.0 if edge.degraded else 0.0)
+        yield edges
 
 
 def _counter(name: str, doc: str, labels: list[str], values: Mapping[str, int]) -> CounterMetricFamily:

@@ -13,6 +13,7 @@ import yaml
 from nodetopo import export
 from nodetopo.errors import BundleError
 from nodetopo.kube.flags import add_kube_args
+from nodetopo.output import output_help, write_output
 from nodetopo.resource.identity import KIND
 
 HELP = "write Kueue/Volcano/KAI/Slurm topology from the published NodeTopology objects"
@@ -79,7 +80,7 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
         metavar="N",
         help="slurm block: BlockSizes= (nodes per block; default: not written, Slurm's own)",
     )
-    p.add_argument("-o", "--output", default="-", metavar="FILE", help="where to write (default: -, stdout)")
+    p.add_argument("-o", "--output", default="-", metavar="FILE", help=output_help("the export"))
     p.add_argument("--strict", action="store_true", help="exit 4 when a node is missing a level")
     add_common(p)
     p.set_defaults(func=cmd_export)
@@ -143,10 +144,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         result = export.slurm_tree(places)
     text = result.text or yaml.safe_dump_all(list(result.objects), sort_keys=False)
-    if args.output == "-":
-        sys.stdout.write(text)
-    else:
-        Path(args.output).write_text(text)
+    write_output(args.output, text)
     for line in (*result.notes, *result.missing):
         print(f"nodetopo export: {line}", file=sys.stderr)
     print(f"nodetopo export: {len(places)} node(s), {len(result.missing)} missing level(s)", file=sys.stderr)

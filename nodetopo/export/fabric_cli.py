@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from nodetopo.errors import BundleError, NodetopoError
+from nodetopo.output import output_help, write_output
 
 HELP = "sweep the InfiniBand fabric once (or read a sweep) and write the fabric map agents read"
 DESCRIPTION = """\
@@ -45,7 +46,7 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
     p.add_argument(
         "-n", "--namespace", default="nodetopo", help="the ConfigMap's namespace (default: %(default)s)"
     )
-    p.add_argument("-o", "--output", default="-", metavar="FILE", help="where to write (default: -, stdout)")
+    p.add_argument("-o", "--output", default="-", metavar="FILE", help=output_help("the map"))
     add_common(p)
     p.set_defaults(func=cmd_fabric)
 
@@ -85,10 +86,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
             },
             sort_keys=False,
         )
-    if args.output == "-":
-        sys.stdout.write(body)
-    else:
-        Path(args.output).write_text(body)
+    write_output(args.output, body)
     switches = fmap["switches"]
     assert isinstance(switches, dict)
     leaves = sum(1 for s in switches.values() if s["tier"] == 0)

@@ -62,7 +62,8 @@ def register(
         type=int,
         default=MAX_CONNECTIONS,
         metavar="N",
-        help="connections served at once; more wait in the listen queue (default: %(default)s)",
+        help="requests served at once; a connection whose request has not arrived holds no slot "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--max-body-bytes",
@@ -83,7 +84,7 @@ def register(
         type=float,
         default=REQUEST_TIMEOUT_S,
         metavar="SECONDS",
-        help="a request must arrive and be answered within this (default: %(default)s)",
+        help="a request's head must arrive within this, then its body and answer (default: %(default)s)",
     )
     add_common(p)
     p.set_defaults(func=cmd_extender)

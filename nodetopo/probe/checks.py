@@ -553,6 +553,27 @@ def run_checks(
     return checks
 
 
+def placement(seen: Seen, promised: Promised | None, node: str | None) -> dict[str, Any]:
+    """What the probe learnt about the pod's place, for the workload's own metrics
+    (``nodetopo.acceptance`` labels its series with it): the node, its leaf, the container's GPUs
+    with their island and NUMA node, and the share of the container's CPUs on its GPUs' NUMA
+    nodes. An unknown fact is null (no NodeTopology: no island, no leaf)."""
+    found, _ = container_gpus(seen, promised) if promised is not None else ([], [])
+    ratio: float | None = None
+    if seen.cpus and found and all(g.numa_cpus is not None for g in found):
+        local: frozenset[int] = frozenset().union(*(g.numa_cpus or frozenset() for g in found))
+        ratio = round(len(seen.cpus & local) / len(seen.cpus), 4)
+    return {
+        "node": node or (promised.node if promised is not None else None) or None,
+        "leaf": promised.leaf if promised is not None else None,
+        "gpus": [
+            {"index": g.index, "uuid": g.uuid, "island": g.island, "numaNode": g.numa_node}
+            for g in sorted(found, key=lambda g: g.index)
+        ],
+        "cpuNumaLocalRatio": ratio,
+    }
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Verdict:
     passed: bool

@@ -160,6 +160,14 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
         "read); checks the pod does not ask for never fail it",
     )
     p.add_argument(
+        "--report",
+        default=env.get("NODETOPO_PROBE_REPORT", ""),
+        metavar="FILE",
+        help="also write the JSON report here, e.g. on an emptyDir the workload container mounts: "
+        "nodetopo.acceptance labels the workload's metrics with its placement (default: "
+        "$NODETOPO_PROBE_REPORT; '' for none)",
+    )
+    p.add_argument(
         "--termination-log",
         default="/dev/termination-log",
         metavar="FILE",
@@ -336,7 +344,7 @@ def _session(args: argparse.Namespace) -> tuple[Any, str | None]:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from nodetopo.probe import events
-    from nodetopo.probe.checks import Thresholds, run_checks, verdict
+    from nodetopo.probe.checks import Thresholds, placement, run_checks, verdict
     from nodetopo.probe.observe import read_declared
 
     started = time.monotonic()
@@ -364,6 +372,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         "node": args.node_name,
         "pod": f"{args.pod_namespace}/{args.pod_name}" if args.pod_name else None,
         "checks": [c.to_json() for c in checks],
+        "placement": placement(seen, promised, args.node_name),
     }
     event = (
         "not posted (--no-event)" if args.no_event else "not posted: no pod name (--pod-name or $POD_NAME)"
@@ -391,6 +400,12 @@ def cmd_probe(args: argparse.Namespace) -> int:
     report["event"] = event
     report["seconds"] = round(time.monotonic() - started, 3)
     print(json.dumps(report, indent=2))
+    if args.report:
+        try:
+            with open(args.report, "w", encoding="utf-8") as f:
+                f.write(json.dumps(report, indent=2) + "\n")
+        except OSError as e:
+            print(f"nodetopo probe: cannot write {args.report}: {e.strerror or e}", file=sys.stderr)
     if args.termination_log:
         try:
             with open(args.termination_log, "w", encoding="utf-8") as f:

@@ -16,7 +16,7 @@ from nodetopo.model import LinkClass
 from nodetopo.resource.reader import read_nodetopology
 
 #: What the probe reads of a NodeTopology (``nodetopo.resource.reader`` sections).
-SECTIONS = frozenset({"gpus", "nics", "allocation", "affinity", "details"})
+SECTIONS = frozenset({"gpus", "nics", "allocation", "affinity", "details", "network"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -50,6 +50,7 @@ class Promised:
     #: the node's agent asked its kubelet who holds each GPU (``status.allocation.state`` Known)
     allocation_known: bool = False
     allocation_why: str = ""  #: why not, when the NodeTopology says
+    leaf: str | None = None  #: the node's tier-0 group (leaf switch, local block), when known
 
     def held_by(self, namespace: str, name: str) -> tuple[PromisedGpu, ...] | None:
         """The GPUs the kubelet handed the pod ``namespace/name`` (None: who holds what is unknown)."""
@@ -100,4 +101,5 @@ def parse_nodetopology(obj: Any) -> Promised:
         islands=islands,
         allocation_known=allocation is not None and allocation.state == "Known",
         allocation_why=(allocation.message or "") if allocation is not None else "",
+        leaf=next((tier.id for tier in status.network.tiers if tier.level == 0 and tier.id), None),
     )

@@ -10,13 +10,13 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from nodetopo.errors import BundleError, NodetopoError
 from nodetopo.kube.flags import add_kube_args
+from nodetopo.output import output_help, write_output
 from nodetopo.resource.identity import GROUP, KIND, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
@@ -77,13 +77,12 @@ def register(
         help="GPU indices or UUIDs (comma-separated) the Ray node owns, or `visible`: the GPUs this "
         "container was given (NVIDIA_VISIBLE_DEVICES) (env NODETOPO_RAY_GPUS; default: all)",
     )
+    p.add_argument("--labels-file", default="-", metavar="PATH", help=output_help("the labels YAML"))
     p.add_argument(
-        "--labels-file",
-        default="-",
+        "--resources-file",
         metavar="PATH",
-        help="where to write the labels YAML (default: -, stdout)",
+        help=output_help("the --resources JSON too", default_stdout=False) + "; default: not written",
     )
-    p.add_argument("--resources-file", metavar="PATH", help="also write the --resources JSON here")
     add_common(p)
     p.set_defaults(func=cmd_ray)
 
@@ -166,14 +165,7 @@ def _from_api(node_name: str, kubeconfig: str | None, context: str | None, wait_
 
 
 def _write(path: str, text: str) -> None:
-    if path == "-":
-        sys.stdout.write(text)
-        return
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(target)
+    write_output(path, text)
 
 
 VISIBLE = "visible"

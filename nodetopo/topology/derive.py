@@ -387,12 +387,12 @@ class _PairValues(dict[tuple[int, int], int]):
         return value
 
 
-def preferred_sizes(gpu_count: int, islands: Sequence[NvlinkIsland]) -> tuple[int, ...]:
+def preferred_sizes(gpu_count: int, island_sizes: Iterable[int]) -> tuple[int, ...]:
     """The set sizes worth precomputing: every size up to 8, then powers of two, island sizes and
     the whole node (allocators ask for 1, 2, 4, 8 GPUs or an island; a 72-GPU node needs no 37-sets)."""
     sizes = set(range(1, min(gpu_count, 8) + 1))
     sizes |= {1 << p for p in range(gpu_count.bit_length()) if 1 << p <= gpu_count}
-    sizes |= {len(i.gpus) for i in islands}
+    sizes |= set(island_sizes)
     sizes.add(gpu_count)
     return tuple(sorted(k for k in sizes if 1 <= k <= gpu_count))
 
@@ -403,17 +403,24 @@ def preferred_gpu_sets(
     nvlinks: dict[tuple[int, int], int],
     pcie: dict[tuple[int, int], LinkClass],
 ) -> tuple[PreferredGpuSets, ...]:
-    """For each size k in ``preferred_sizes``, a partition of the GPUs into k-sets, best first.
+    """For each size k in ``preferred_sizes``, a partition of the allocatable GPUs into k-sets, best first.
 
-    Each set is scored (lower is better) by, in order:
+    Only GPUs an allocator hands out whole take part: a MIG-enabled GPU (``mig_enabled`` True) is
+    shared out as MIG devices, never whole (the extender's rule too), so no set holds one; an
+    unknown MIG mode counts as whole, as the extender counts it. Each set is scored (lower is
+    better) by, in order:
 
     1. the number of NVLink islands it spans (a GPU outside every island counts as its own);
-    2. whether every pair has a direct NVLink (or a switch), then the fewest links on a pair;
-    3. the number of distinct nearest-NIC groups (GPUs whose nearest NICs are the same share a PCIe
+    2. whether every pair has a direct NVLink (or a switch): a pair without one talks over PCIe;
+    3. the number of NUMA nodes spanned: a set across sockets puts the pod's CPUs, memory and
+       GPUDirect traffic across the SMP interconnect for every GPU, and a kubelet Topology Manager
+       with ``single-numa-node`` cannot align it at all;
+    4. the fewest links on a pair (more is better: between GPUs already linked directly this is a
+       difference in peer bandwidth, so it ranks below the socket);
+    5. the number of distinct nearest-NIC groups (GPUs whose nearest NICs are the same share a PCIe
        switch / NIC: GPUDirect RDMA traffic stays local);
-    4. the number of NUMA nodes spanned;
-    5. the worst PCIe class between two of its GPUs;
-    6. the GPU indices (so the result is deterministic).
+    6. the worst PCIe class between two of its GPUs;
+    7. the GPU indices (so the result is deterministic).
 
     When that costs at most ``EXHAUSTIVE_LIMIT`` scored candidates (k-subsets × steps: every size
     on an 8- or 16-GPU node), the partition is built greedily and exhaustively: the best-scoring
@@ -422,8 +429,8 @@ def preferred_gpu_sets(
     index), cut into consecutive k-sets, and
     the sets sorted by score: linear in the number of GPUs.
     """
-    by_index = {gpu.index: gpu for gpu in gpus}
-    island_of = {i: island.id for island in islands for i in island.gpus}
+    by_index = {gpu.index: gpu for gpu in gpus if gpu.mig_enabled is not True}
+    island_of = {i: island.id for island in islands for i in island.gpus if i in by_index}
     switched = {island.id for island in islands if island.nvswitch}
     nic_group = {i: g.nearest_nics for i, g in by_index.items()}
     numa_of = {i: g.numa_affinity or frozenset({-1}) for i, g in by_index.items()}
@@ -465,14 +472,15 @@ def preferred_gpu_sets(
         numa = 0
         for i in members:
             numa |= numa_mask[i]
-        return (len(spanned), all_linked, min_links, len(nic_groups), numa.bit_count(), worst, members)
+        return (len(spanned), all_linked, numa.bit_count(), min_links, len(nic_groups), worst, members)
 
     order = sorted(
         by_index,
         key=lambda i: (island_of.get(i, 1_000_000 + i), min(numa_of[i]), nic_group[i], i),
     )
     result: list[PreferredGpuSets] = []
-    for k in preferred_sizes(len(order), islands):
+    island_sizes = [sum(1 for i in island.gpus if i in by_index) for island in islands]
+    for k in preferred_sizes(len(order), island_sizes):
         sets: list[tuple[int, ...]]
         if k == 1:
             sets = sorted(((i,) for i in order), key=score)  # what the greedy search would pick, in O(N)

@@ -370,6 +370,32 @@ def rule(docs: Docs) -> None:
     assert {r["for"] for r in rules.values()} == {"5m"}
 
 
+REPO_MONITORING = CHART.parents[1] / "deploy" / "monitoring"
+
+
+def runtime_rules(docs: Docs) -> None:
+    obj = docs[("PrometheusRule", NAMESPACE, f"{FULL}-runtime")]
+    assert obj["metadata"]["labels"]["release"] == "prom"
+    shipped = yaml.safe_load((REPO_MONITORING / "nodetopo-rules.yaml").read_text())
+    assert obj["spec"]["groups"] == shipped["groups"]
+
+
+def dashboard(namespace: str) -> Callable[[Docs], None]:
+    def check(docs: Docs) -> None:
+        obj = docs[("ConfigMap", namespace, f"{FULL}-dashboard")]
+        assert obj["metadata"]["labels"]["team"] == "gpu", obj["metadata"]
+        assert obj["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert obj["metadata"]["annotations"] == {"grafana_folder": "GPU"}
+        shipped = json.loads((REPO_MONITORING / "dashboard.json").read_text())
+        assert json.loads(obj["data"]["nodetopo-runtime.json"]) == shipped
+
+    return check
+
+
+DASHBOARD = ("metrics.dashboard.enabled=true", "metrics.dashboard.labels.team=gpu",
+             "metrics.dashboard.annotations.grafana_folder=GPU")  # fmt: skip
+
+
 MONITORING = ("metrics.serviceMonitor.enabled=true", "metrics.podMonitor.enabled=true",
               "metrics.prometheusRule.enabled=true")  # fmt: skip
 OPTIONAL = ("extender.enabled=true", "scheduler.enabled=true", "admission.enabled=true")
@@ -450,6 +476,12 @@ CASES: list[Case] = [
           "metrics.prometheusRule.notPublishingSeconds", "metrics.prometheusRule.for"),
          s("metrics.prometheusRule.enabled=true", "metrics.prometheusRule.labels.release=prom",
            "metrics.prometheusRule.notPublishingSeconds=600", "metrics.prometheusRule.for=5m"), rule),
+    Case(("metrics.rules.enabled", "metrics.rules.labels"),
+         s("metrics.rules.enabled=true", "metrics.rules.labels.release=prom"), runtime_rules),
+    Case(("metrics.dashboard.enabled", "metrics.dashboard.labels", "metrics.dashboard.annotations"),
+         s(*DASHBOARD), dashboard(NAMESPACE)),
+    Case(("metrics.dashboard.namespace",), s("metrics.dashboard.namespace=grafana"), dashboard("grafana"),
+         DASHBOARD),
 ]  # fmt: skip
 
 

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from kube.cluster import ClusterError, LocalCluster, build_binaries
 
-from .node import GATEWAY, REPO, LocalNode, NodeError
+from .node import GATEWAY, REPO, LocalNode, NodeError, reclaim_after_a_dead_run
 
 TIMINGS: dict[str, float] = {}
 
@@ -98,6 +98,12 @@ def node_cluster(machine_lock: None, tmp_path_factory: pytest.TempPathFactory) -
 def node(node_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalNode]:
     # a short path: unix socket paths are limited to 108 bytes
     workdir = Path(tmp_path_factory.mktemp("node"))
+    # the machine lock is held: anything of a node still here is a killed run's, not a live one's
+    reclaimed = reclaim_after_a_dead_run(own=tmp_path_factory.getbasetemp())
+    if reclaimed:
+        print(
+            f"\nreclaimed from a test run that died before its teardown: {', '.join(reclaimed)}", flush=True
+        )
     local = LocalNode(node_cluster, workdir)
     started = time.monotonic()
     try:

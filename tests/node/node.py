@@ -18,7 +18,11 @@ with this kubelet, advertising given device IDs (a fixture bundle's GPU UUIDs) a
 
 Every process runs in its own process group and is stopped by its PID. ``stop()`` also removes
 what kubelet and containerd leave outside the work directory: mounts, network namespaces, the
-bridge, ``kubepods`` cgroups, ``/var/log/containers`` links, shim sockets in ``/run/containerd/s``.
+bridge, ``kubepods`` cgroups, ``/var/log/containers`` links, shim sockets in ``/run/containerd/s``;
+and it puts back what the first run on a fresh machine creates (``OUTSIDE_DIRECTORIES``: /run/netns
+and any self bind mount made on it meanwhile, libcni's cache, the kubelet's directories, /run/mount;
+IPv4 forwarding): removed when this run created it, kept when the machine had it. ``leftovers()``
+judges by the same rule (tests/hoststate.py).
 
 ``missing_prerequisites()`` says what this machine lacks to host a node (tests FAIL with it).
 """
@@ -31,17 +35,20 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import hoststate
 import yaml
 from agent.kube_support import Proxy
 from kube.cluster import ClusterError, LocalCluster, free_port, issue_certificate
@@ -60,9 +67,50 @@ CONTAINERD_NAMESPACE = "k8s.io"
 SHIM_SOCKETS = Path("/run/containerd/s")
 CONTAINER_LOG_LINKS = Path("/var/log/containers")
 NETNS_DIR = Path("/run/netns")
+#: containerd names the network namespaces of pod sandboxes cni-<uuid>; other names are not ours
+NETNS_PREFIX = "cni-"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-#: Created on the first pod; children first (each is removed only when empty).
-CREATED_DIRECTORIES = (Path("/var/lib/cni/results"), Path("/var/lib/cni"), NETNS_DIR)
+#: util-linux's mount/umount (the kubelet runs them for volumes) keep their utab lock here
+LIBMOUNT_DIR = Path("/run/mount")
+#: Machine-wide directories the node creates when a machine has none (children first), and whether
+#: what is inside goes with them (else each is removed only when empty). libcni's result cache;
+#: /run/netns, which containerd creates for its first sandbox (and which an ``ip netns add`` while
+#: the node is up, the live LLDP test's, bind-mounts onto itself: rmdir alone cannot remove a mount
+#: point; this fixture is torn down at the very end of the session); containerd's shim sockets; the
+#: kubelet's log links, its fixed device-plugin directory, and libmount's /run/mount. Each is put back
+#: as it was (tests/hoststate.py): a first run on a fresh machine leaves none of them, a machine that
+#: had them keeps them.
+OUTSIDE_DIRECTORIES: tuple[tuple[Path, bool], ...] = (
+    (Path("/var/lib/cni/results"), False),
+    (Path("/var/lib/cni"), False),
+    (NETNS_DIR, False),
+    (SHIM_SOCKETS, False),
+    (SHIM_SOCKETS.parent, False),
+    (CONTAINER_LOG_LINKS, False),
+    (DEVICE_PLUGIN_DIR, True),
+    (DEVICE_PLUGIN_DIR.parent, True),
+    (LIBMOUNT_DIR, True),
+)
+
+
+#: Settings the node changes: the CNI bridge plugin turns IPv4 forwarding on for a gateway bridge
+#: (isGateway), and a machine that had it off gets it off again.
+SYSCTLS = (Path("/proc/sys/net/ipv4/ip_forward"),)
+
+
+def _sysctl(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _foreign_entry(directory: Path) -> Callable[[str], bool]:
+    """Entries of ``directory`` that another user made (never ours to remove): in /run/netns, every
+    network namespace not named as containerd names a sandbox's (the live LLDP test's, an admin's)."""
+    if directory == NETNS_DIR:
+        return lambda name: not name.startswith(NETNS_PREFIX)
+    return lambda name: False
 
 
 class NodeError(ClusterError):
@@ -114,6 +162,85 @@ def missing_prerequisites() -> list[str]:
     return missing
 
 
+#: The programs a node runs that outlive a test run killed before its teardown (SIGKILL, OOM, a CI
+#: job cancelled): each started with a path under the run's pytest base temp on its command line.
+NODE_PROGRAMS = ("kubelet", "containerd", "containerd-shim-runc-v2", "deviceplugin", "draplugin")
+
+
+def reclaim_after_a_dead_run(
+    *,
+    bridge: str = BRIDGE,
+    temp_root: Path | None = None,
+    own: Path | None = None,
+    netns_dir: Path = NETNS_DIR,
+) -> list[str]:
+    """Remove what a test node left when its run died before ``stop()``, and say what it removed.
+
+    Only for the holder of the machine's node lock (tests/node/conftest.py): with the lock held no
+    other run has a node, so a node program whose command line names a pytest base temp other than
+    ``own`` (this run's), a mount under another run's ``node*`` work directory, a CNI network namespace
+    no process is in and the bridge itself are all a dead run's. Without this, one killed run leaves
+    ``BRIDGE`` behind and every later run on the machine fails with "already exists"."""
+    temp_root = temp_root if temp_root is not None else Path(tempfile.gettempdir()) / f"pytest-of-{_user()}"
+    prefix = str(temp_root) + "/"
+    mine = str(own) + "/" if own is not None else None
+    reclaimed: list[str] = []
+    for pid in _pids():
+        if pid == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if not cmdline or Path(cmdline[0]).name not in NODE_PROGRAMS:
+            continue
+        args = [a for a in cmdline[1:] if prefix in a]
+        if args and not (mine and all(mine in a for a in args)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                reclaimed.append(f"process {pid} ({Path(cmdline[0]).name})")
+    stale = [
+        point
+        for point in _mount_points_under(temp_root)
+        if re.match(r"pytest-\d+/node\d*(/|$)", point[len(prefix) :])
+        and not (mine and (point + "/").startswith(mine))
+    ]
+    for point in sorted(stale, key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+        reclaimed.append(f"mount {point}")
+    in_use = _network_namespaces_in_use()
+    for name in sorted(_names(netns_dir)):
+        path = netns_dir / name
+        if not name.startswith("cni-"):
+            continue
+        with contextlib.suppress(OSError):
+            if path.stat().st_ino in in_use:
+                continue
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        reclaimed.append(f"netns {name}")
+    if Path(f"/sys/class/net/{bridge}").exists():
+        _run(["ip", "link", "del", bridge])
+        reclaimed.append(f"interface {bridge}")
+    return reclaimed
+
+
+def _user() -> str:
+    import getpass
+
+    return getpass.getuser() or "unknown"
+
+
+def _network_namespaces_in_use() -> set[int]:
+    """The inodes of every network namespace a process is in now."""
+    inodes = set()
+    for pid in _pids():
+        with contextlib.suppress(OSError):
+            inodes.add(os.stat(f"/proc/{pid}/ns/net").st_ino)
+    return inodes
+
+
 @dataclasses.dataclass(slots=True)
 class _Process:
     name: str
@@ -155,6 +282,8 @@ class LocalNode:
         self.forwarder: Proxy | None = None
         self._stopped = False
         self._before: dict[str, set[str]] = {}
+        self._directories: list[tuple[hoststate.DirectoryState, bool]] = []
+        self._sysctls: dict[Path, str | None] = {}
         self.timings: dict[str, float] = {}
         self.kubelet_port = 0
 
@@ -618,10 +747,39 @@ class LocalNode:
             "shim sockets": _names(SHIM_SOCKETS),
             "container log links": _names(CONTAINER_LOG_LINKS),
             "netns": _names(NETNS_DIR),
-            "var-log-containers": {"exists"} if CONTAINER_LOG_LINKS.exists() else set(),
-            "device-plugins": {"exists"} if Path("/var/lib/kubelet").exists() else set(),
-            "empty directories": {str(d) for d in CREATED_DIRECTORIES if d.exists()},
         }
+        self._directories = [(hoststate.remember(path), tree) for path, tree in OUTSIDE_DIRECTORIES]
+        self._sysctls = {path: _sysctl(path) for path in SYSCTLS}
+
+    def _new_netns(self) -> set[str]:
+        """Network namespaces of this node's sandboxes that were not there when it started."""
+        new = _names(NETNS_DIR) - self._before.get("netns", set())
+        return {name for name in new if name.startswith(NETNS_PREFIX)}
+
+    def _remove_sandbox_netns(self) -> None:
+        """Unmount and remove the network namespaces of this node's sandboxes.
+
+        An ``ip netns add`` while they existed (the live LLDP test) bind-mounted /run/netns onto
+        itself, recursively: that mount holds a copy of each sandbox's namespace mount, and the
+        file cannot be removed while the copy below is there. So the self bind mounts made since
+        the node started go first, then every mount on each sandbox's file, then the file. While
+        another user's namespace is in /run/netns, its self bind mount is left alone, and a sandbox
+        made before it stays pinned below it (``leftovers`` reports it).
+        """
+        state = next((s for s, _ in self._directories if s.path == NETNS_DIR), None)
+        if state is not None and not hoststate.in_use(state, _foreign_entry(NETNS_DIR)):
+            for _ in range(16):
+                if hoststate.mounts_at(NETNS_DIR) <= state.mounts or not hoststate.unmount(
+                    NETNS_DIR, lazy=True
+                ):
+                    break
+        for name in self._new_netns():
+            path = NETNS_DIR / name
+            for _ in range(16):
+                if not hoststate.mounts_at(path) or not hoststate.unmount(path, lazy=True):
+                    break
+            with contextlib.suppress(OSError):
+                path.unlink()
 
     def _clean_outside_state(self) -> None:
         for process in list(self._processes.values()):
@@ -636,12 +794,10 @@ class LocalNode:
                             os.kill(int(pid), signal.SIGKILL)
         time.sleep(0.2)
         # Mounts: kubelet's root-dir bind mount, pod volumes, overlay snapshots, sandbox shm.
+        # umount2 itself (hoststate.unmount): util-linux's umount would make /run/mount, a trace of its own
         for point in sorted(_mount_points_under(self.workdir), key=len, reverse=True):
-            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
-        for name in _names(NETNS_DIR) - self._before.get("netns", set()):
-            subprocess.run(["umount", "-l", str(NETNS_DIR / name)], capture_output=True, check=False)
-            with contextlib.suppress(OSError):
-                (NETNS_DIR / name).unlink()
+            hoststate.unmount(point, lazy=True)
+        self._remove_sandbox_netns()
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
         for directory in _kubepods_cgroups():
             for sub in sorted((p for p in directory.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
@@ -654,36 +810,31 @@ class LocalNode:
             with contextlib.suppress(OSError):
                 if link.is_symlink() and str(os.readlink(link)).startswith(str(self.pod_logs)):
                     link.unlink()
-        if not self._before.get("var-log-containers"):
-            with contextlib.suppress(OSError):
-                CONTAINER_LOG_LINKS.rmdir()
         for name in _names(SHIM_SOCKETS) - self._before.get("shim sockets", set()):
             with contextlib.suppress(OSError):
                 (SHIM_SOCKETS / name).unlink()
-        if not self._before.get("device-plugins"):
-            shutil.rmtree("/var/lib/kubelet", ignore_errors=True)
-        for leftover in (SHIM_SOCKETS, SHIM_SOCKETS.parent):
-            with contextlib.suppress(OSError):
-                leftover.rmdir()  # only when empty
-        # Directories the CNI library and containerd create for network namespaces (libcni's result
-        # cache, /run/netns): removed when this node created them and they are empty again.
-        for directory in CREATED_DIRECTORIES:
-            if str(directory) not in self._before.get("empty directories", set()):
+        # The machine-wide directories this node created (a self bind mount unmounted first).
+        for state, tree in self._directories:
+            hoststate.restore(state, foreign=_foreign_entry(state.path), tree=tree)
+        for path, value in self._sysctls.items():
+            if value is not None and _sysctl(path) != value:
                 with contextlib.suppress(OSError):
-                    directory.rmdir()
+                    path.write_text(value + "\n")
 
     def leftovers(self) -> list[str]:
         """What ``stop()`` should have removed and is still there (for the cleanup test)."""
         found = [f"mount {p}" for p in _mount_points_under(self.workdir)]
-        found += [f"netns {n}" for n in _names(NETNS_DIR) - self._before.get("netns", set())]
+        found += [f"netns {n}" for n in sorted(self._new_netns())]
         if Path(f"/sys/class/net/{BRIDGE}").exists():
             found.append(f"interface {BRIDGE}")
         found += [f"cgroup {d}" for d in _kubepods_cgroups()]
         found += [f"shim socket {n}" for n in _names(SHIM_SOCKETS) - self._before.get("shim sockets", set())]
+        for state, _ in self._directories:
+            found += hoststate.leftovers(state, foreign=_foreign_entry(state.path))
         found += [
-            f"directory {d}"
-            for d in CREATED_DIRECTORIES
-            if d.exists() and str(d) not in self._before.get("empty directories", set())
+            f"sysctl {path}: {_sysctl(path)} (was {value})"
+            for path, value in self._sysctls.items()
+            if value is not None and _sysctl(path) != value
         ]
         address = str(self.containerd_socket).encode()
         for pid in _pids():

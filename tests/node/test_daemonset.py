@@ -24,6 +24,8 @@ from typing import Any
 import pytest
 import yaml
 from kube.cluster import LocalCluster
+from monitoring.promtool import expr_tests_file, input_series_from_scrape, series_of
+from monitoring.promtool import run as promtool
 
 from nodetopo.resource.conditions import condition_type
 
@@ -278,6 +280,59 @@ def test_publishes_what_discover_sees_on_the_host(agent: Agent, tmp_path: Path) 
     finally:
         agent.cluster.request("DELETE", f"/api/v1/nodes/{twin}")
     assert labels and labels == twin_labels
+
+
+def test_join_series_scraped_from_the_pod_are_read_by_the_rules(agent: Agent, tmp_path: Path) -> None:
+    """The topology join series as the real pod serves them, evaluated by promtool with
+    deploy/monitoring's rules loaded: one per GPU and NIC of the published NodeTopology, its facts as
+    labels, nothing made up for what the host lacks (this host: NICs, no GPU, no fabric)."""
+    pod = agent.wait_ready()
+    status = agent.nodetopology()["status"]
+    assert status["nics"], "the host has a NIC: the check below would be empty"
+    target = {"job": "nodetopo-agent", "instance": f"{pod['status']['podIP']}:8080"}
+    names = ("nodetopo_gpu_info", "nodetopo_nic_info", "nodetopo_agent_info")
+    series = input_series_from_scrape(agent.metrics(pod), target, names)
+    node = agent.node.name
+    network = status.get("network") or {}
+    leaf = next((t["id"] for t in network.get("tiers") or () if t["level"] == 0), None)
+    nearest: dict[str, list[int]] = {}
+    for gpu in status.get("gpus") or ():
+        for name in gpu.get("nearestNICs") or ():
+            nearest.setdefault(name, []).append(gpu["index"])
+    expected = []
+    for nic in status["nics"]:
+        switches = sorted(
+            {
+                n["switchID"]
+                for n in network.get("neighbours") or ()
+                if n["nic"] in (nic["name"], nic.get("netdev"))
+                and n.get("switchID")
+                and n.get("peerIsSwitch") is not False
+            }
+        )
+        labels = {
+            "node": node,
+            "device": nic["name"],
+            "netdev": nic.get("netdev"),
+            "pci_bus_id": nic.get("pciBusID"),
+            "numa_node": None if nic.get("numaNode") is None else str(nic["numaNode"]),
+            "link_layer": nic.get("linkLayer"),
+            "rdma": "true" if nic.get("rdma") else "false",
+            "nearest_gpus": "+".join(map(str, sorted(nearest.get(nic["name"], [])))) or None,
+            "switch": "+".join(switches) or None,
+            "leaf": leaf,
+        }
+        expected.append(
+            {"labels": series_of("nodetopo:nic_info", {k: v for k, v in labels.items() if v}), "value": 1}
+        )
+    cases = [
+        ("nodetopo:nic_info", expected),
+        ("count(nodetopo:gpu_info) or vector(0)", [{"labels": "{}", "value": len(status.get("gpus") or ())}]),
+        ("count by (node) (nodetopo_agent_info)", [{"labels": series_of("", {"node": node}), "value": 1}]),
+    ]
+    path = expr_tests_file(tmp_path, series, cases, eval_time="5m")
+    done = promtool("test", "rules", str(path))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
 def normalized(status: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from nodetopo.probe.checks import (
     check_one_island,
     check_rdma,
     check_shm,
+    placement,
     run_checks,
     verdict,
 )
@@ -498,3 +499,43 @@ def test_not_asked_is_in_the_report() -> None:
         "reason": "no minimum asked (--min-hugepages)",
         "asked": False,
     }
+
+
+# -- placement (the report's section nodetopo.acceptance reads) ---------------------------------
+
+
+def test_placement_names_the_gpus_islands_leaf_and_cpu_locality() -> None:
+    body = nodetopology()
+    body["status"]["network"] = {"tiers": [{"level": 1, "id": "spine-a"}, {"level": 0, "id": "leaf-7"}]}
+    promised = parse_nodetopology(body)
+    # GPU-1 (island 0, NUMA 0: CPUs 0-3) and GPU-2 (island 1, NUMA 1: CPUs 4-7); CPUs 2-5: half local
+    got = placement(seen(gpu_ids=("GPU-2", "GPU-1"), cpus=frozenset(range(2, 6))), promised, "n1")
+    assert got == {
+        "node": "n1",
+        "leaf": "leaf-7",
+        "gpus": [
+            {"index": 1, "uuid": "GPU-1", "island": 0, "numaNode": 0},
+            {"index": 2, "uuid": "GPU-2", "island": 1, "numaNode": 1},
+        ],
+        "cpuNumaLocalRatio": 1.0,
+    }
+    # CPUs of the other socket only: nothing local
+    remote = placement(seen(gpu_ids=("GPU-0",), cpus=frozenset({4, 5})), promised, "n1")
+    assert remote["cpuNumaLocalRatio"] == 0.0
+    assert (
+        placement(seen(gpu_ids=("GPU-0",), cpus=frozenset({2, 5})), promised, "n1")["cpuNumaLocalRatio"]
+        == 0.5
+    )
+
+
+def test_placement_without_a_nodetopology_knows_only_the_node() -> None:
+    assert placement(seen(), None, "n9") == {
+        "node": "n9",
+        "leaf": None,
+        "gpus": [],
+        "cpuNumaLocalRatio": None,
+    }
+    # a NodeTopology without network tiers, or cpus unreadable: those facts are null, never guessed
+    got = placement(seen(cpus=None), PROMISED, None)
+    assert got["node"] == "n1" and got["leaf"] is None and got["cpuNumaLocalRatio"] is None
+    assert [g["island"] for g in got["gpus"]] == [0, 0]

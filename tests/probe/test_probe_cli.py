@@ -151,3 +151,30 @@ def test_collective_runs_only_when_the_tool_is_in_the_image(tmp_path: Path) -> N
     check = next(c for c in report["checks"] if c["name"] == "collective")
     assert check["status"] == "fail" and "8.5 GB/s, below 40 GB/s" in check["reason"]
     assert code == 1 and term.startswith("ResourceNotReal: collective: ")
+
+
+def test_report_file_carries_the_placement_for_the_workload(tmp_path: Path) -> None:
+    """--report writes the same JSON report to a file (an emptyDir the workload container mounts)."""
+    report_file = tmp_path / "shared" / "probe.json"
+    report_file.parent.mkdir()
+    for n in (2, 3):
+        (tmp_path / f"root/dev/nvidia{n}").parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f"root/dev/nvidia{n}").write_text("")
+    code, report, _ = probe(
+        tmp_path,
+        "--nodetopology", str(tmp_path / "nt.json"),
+        "--no-event",
+        "--node-name", "n1",
+        "--report", str(report_file),
+        env={"NVIDIA_VISIBLE_DEVICES": "GPU-2,GPU-3"},
+    )  # fmt: skip
+    assert code == 0, report["verdict"]
+    assert json.loads(report_file.read_text()) == report
+    assert report["placement"]["node"] == "n1"
+    assert [(g["uuid"], g["island"]) for g in report["placement"]["gpus"]] == [("GPU-2", 1), ("GPU-3", 1)]
+    # an unwritable report path changes nothing of the verdict (and raises no traceback)
+    code, report, _ = probe(
+        tmp_path, "--nodetopology", str(tmp_path / "nt.json"), "--no-event",
+        "--report", str(tmp_path / "missing-dir" / "probe.json"),
+    )  # fmt: skip
+    assert code == 0 and report["placement"]["gpus"] == []

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import hoststate
 import pytest
 
 from nodetopo.host import CommandResult, HostRoot, SubprocessRunner
@@ -58,6 +59,20 @@ def wait_configured(socket: Path) -> None:
             return
         assert time.monotonic() < deadline, f"lldpd at {socket} not configured: {done.stdout}{done.stderr}"
         time.sleep(0.2)
+
+
+def _lldpd_pids(marker: str = "") -> list[int]:
+    """lldpd processes (with ``marker`` in their command line: this pair's socket directory)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if (proc / "comm").read_text().strip() == "lldpd" and marker.encode() in (
+                proc / "cmdline"
+            ).read_bytes():
+                found.append(int(proc.name))
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 class NetnsRunner:
@@ -161,8 +176,25 @@ class Pair:
             except subprocess.TimeoutExpired:
                 daemon.kill()
                 daemon.wait()
+        # lldpd's privilege-separated half outlives the daemon a moment: wait for it too
+        deadline = time.monotonic() + 10
+        while _lldpd_pids(str(self.tmp)) and time.monotonic() < deadline:
+            time.sleep(0.1)
         for ns in (self.host_ns, self.switch_ns):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30, check=False)
+
+
+#: What the pair creates outside its directory when the machine has none: ``ip netns add`` makes
+#: /run/netns (bind-mounted onto itself), lldpd its privilege-separation chroot /run/lldpd. Both are
+#: put back as they were (tests/hoststate.py), so a fresh machine stays fresh.
+NETNS_DIR = Path("/run/netns")
+LLDPD_CHROOT = Path("/run/lldpd")
+
+
+def _other_lldpd_running() -> bool:
+    """An lldpd not started by this test (another run's, the host's) may be using /run/lldpd
+    (called when this test's own daemons and their privilege-separated halves have ended)."""
+    return bool(_lldpd_pids())
 
 
 @pytest.fixture
@@ -173,12 +205,21 @@ def pair() -> Iterator[Pair]:
     tmp = Path(tempfile.mkdtemp(prefix="nodetopo-lldp-"))
     tmp.chmod(0o755)
     p = Pair(tmp)
+    netns, chroot = hoststate.remember(NETNS_DIR), hoststate.remember(LLDPD_CHROOT)
     try:
         p.up()
         yield p
     finally:
         p.down()
         shutil.rmtree(tmp, ignore_errors=True)
+        ours = {p.host_ns, p.switch_ns}
+        hoststate.restore(netns, foreign=lambda name: name not in ours)
+        if not _other_lldpd_running():
+            hoststate.restore(chroot, tree=True)
+    left = hoststate.leftovers(netns, foreign=lambda name: name not in ours)
+    if not _other_lldpd_running():
+        left += hoststate.leftovers(chroot)
+    assert not left, f"the live LLDP test left behind: {left}"
 
 
 def collect_until_seen(root: HostRoot, runner: NetnsRunner, pair: Pair, peer: str) -> lldp.Facts:

@@ -138,8 +138,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-#: the topology join series (issue 26): one per GPU, one per NIC
-JOIN_SERIES = ("nodetopo_gpu_info", "nodetopo_nic_info")
+#: the topology join series (issue 26): one per GPU, one per NIC; the bandwidth model's bands
+JOIN_SERIES = (
+    "nodetopo_gpu_info",
+    "nodetopo_nic_info",
+    "nodetopo_expected_busbw_bytes_per_second",
+    "nodetopo_expected_nvlink_tx_bytes_per_second",
+)
 
 
 def scrape_series(port: int) -> tuple[int, dict[str, int], int]:
@@ -341,7 +346,8 @@ def run(quick: bool) -> list[Section]:
     total, join, scrape_bytes = scraped
     footprint.rows.append(
         Row(
-            "series in one /metrics scrape (dgx-h100: 8 GPUs, 10 NICs); of them the topology join series",
+            "series in one /metrics scrape (dgx-h100: 8 GPUs, 10 NICs); "
+            "of them the topology join and band series",
             f"{total}; {sum(join.values())} ({', '.join(f'{k} {v}' for k, v in join.items())}); "
             f"{scrape_bytes / 1024:.1f} KiB",
         )

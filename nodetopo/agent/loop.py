@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from nodetopo.agent.bands import BandCache
 from nodetopo.agent.config import AgentConfig
 from nodetopo.agent.health import Health
 from nodetopo.agent.metrics import AgentStats
@@ -136,6 +137,8 @@ class Agent:
         self.publisher = publisher
         self.events: EventSource = events if events is not None else NoEvents()
         self.stats = stats if stats is not None else AgentStats(config.node_name, dry_run=config.dry_run)
+        #: the bandwidth model's bands of the latest topology, computed again when it changes
+        self.bands = BandCache(config.node_name)
         self._clock = clock
         self._wall_clock = wall_clock
         self._random = random
@@ -338,6 +341,7 @@ class Agent:
         scan = self.keeper.apply(self._scan())
         topology = scan.topology
         self.stats.record_scan(trigger, scan.results, topology, self.keeper.stale_sources)
+        self.stats.record_bands(self.bands.bands(topology))
         self._topology = topology
         body = to_nodetopology(topology, self.config.node_name, self._allocation(topology)[0])
         labels = node_labels(body)

@@ -36,8 +36,12 @@ Metric names (all prefixed ``nodetopo_``):
                                                                the DCGM exporter's series
 ``nic_info{node,device,netdev,pci_bus_id,...}``     gauge      1 per NIC: the join of
                                                                node-exporter's NIC series
-``expected_busbw_bytes_per_second{scope,bound}``    gauge      the bandwidth model's band (absent
-                                                               until a model computes one)
+``expected_busbw_bytes_per_second{scope,island,``   gauge      the bandwidth model's all-reduce
+``collective,bound}``                                          busbw band per island and node
+                                                               (absent where it cannot judge)
+``expected_nvlink_tx_bytes_per_second{...}``        gauge      what each GPU of an island sends
+                                                               over NVLink meanwhile (the DCGM
+                                                               counter the rules compare)
 ``edge_degraded{node,edge,kind,reason}``            gauge      1 degraded, 0 healthy (absent
                                                                until edge health observes one)
 ==================================================  =========  ==================================
@@ -49,7 +53,8 @@ series into a per-island or per-leaf one. The join keys use the DCGM exporter's 
 (``device``: the RDMA device, ``mlx5_0``). A fact the topology does not know is an absent label,
 never a placeholder: a GPU without an NVLink peer has no ``island``, a node whose place in the
 network is unknown has no ``leaf``. Cardinality is one series per GPU and one per NIC (an 8-GPU,
-10-NIC node: 18); the bands add at most two per island plus four per node, the edges one per edge.
+10-NIC node: 18); the bands add four per island (busbw and NVLink send, each lower and upper) and
+two per node (an 8-GPU node with one island: 6), the edges one per edge.
 """
 
 from __future__ import annotations
@@ -83,14 +88,18 @@ Labels = tuple[tuple[str, str], ...]
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ExpectedBand:
-    """One expected bus-bandwidth band, as the bandwidth model computes it for this node.
+    """One expected band, as the bandwidth model computes it for this node (``nodetopo.agent.bands``).
 
-    ``scope``: ``island`` (an all-reduce inside NVLink island ``island``), ``node`` (across every GPU
-    of the node), ``network`` (the node's share of an all-reduce across nodes, per rail).
+    ``scope``: ``island`` (a collective inside NVLink island ``island``), ``node`` (across every GPU
+    of the node), ``network`` (the node's share of a collective across nodes, per rail).
+    ``quantity``: ``busbw`` (the bus bandwidth, ``expected_busbw_bytes_per_second``) or ``nvlink_tx``
+    (what each GPU of the island sends over NVLink meanwhile, ``expected_nvlink_tx_bytes_per_second``).
     """
 
     scope: str
     island: int | None = None
+    collective: str = "all_reduce"
+    quantity: str = "busbw"
     lower_bytes_per_second: float
     upper_bytes_per_second: float
 
@@ -445,24 +454,34 @@ class AgentCollector:
             for labels in rows:
                 family.add_sample(f"{ns}_{name}", dict(labels), 1.0)
             yield family
-        bands = GaugeMetricFamily(
-            f"{ns}_expected_busbw_bytes_per_second",
-            "Expected all-reduce bus bandwidth (lower and upper bound) per island, node and network",
-        )
+        families = {
+            "busbw": GaugeMetricFamily(
+                f"{ns}_expected_busbw_bytes_per_second",
+                "The bandwidth model's expected bus bandwidth (lower and upper bound) per island and node",
+            ),
+            "nvlink_tx": GaugeMetricFamily(
+                f"{ns}_expected_nvlink_tx_bytes_per_second",
+                "The bandwidth model's expected NVLink send rate of each GPU of an island in the collective",
+            ),
+        }
         for band in s.bands:
+            gauge = families.get(band.quantity)
+            if gauge is None:
+                continue
             base = _labels(
                 (
                     ("node", node),
                     ("scope", band.scope),
                     ("island", str(band.island) if band.island is not None else None),
+                    ("collective", band.collective),
                 )
             )
             for bound, value in (
                 ("lower", band.lower_bytes_per_second),
                 ("upper", band.upper_bytes_per_second),
             ):
-                bands.add_sample(bands.name, {**dict(base), "bound": bound}, value)
-        yield bands
+                gauge.add_sample(gauge.name, {**dict(base), "bound": bound}, value)
+        yield from families.values()
         edges = GaugeMetricFamily(
             f"{ns}_edge_degraded", "1 while an edge of the node's graph is degraded, 0 while healthy"
         )

@@ -1,6 +1,7 @@
 """The agent's topology join series (nodetopo_gpu_info, nodetopo_nic_info) from real-machine bundles:
 DCGM's join keys in DCGM's form, one series per GPU and NIC, an unknown fact an absent label; and the
-band and edge families, absent until something computes them (issue 26, "Join metrics")."""
+band and edge families, absent until something records them (issue 26, "Join metrics"; the bands the
+agent computes: test_agent_bands.py)."""
 
 from __future__ import annotations
 
@@ -128,7 +129,7 @@ def test_unknown_facts_are_absent_labels() -> None:
     assert series(cpu, "nodetopo_gpu_info") == [] and len(series(cpu, "nodetopo_nic_info")) == 2
 
 
-def test_bands_and_edges_are_absent_until_computed_then_per_island_and_edge() -> None:
+def test_bands_and_edges_are_absent_until_recorded_then_per_island_and_edge() -> None:
     stats = stats_of(topology_of("dgx-h100"))
     text = generate_latest(make_registry(stats, process=False)).decode()
     samples = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
@@ -158,6 +159,7 @@ def test_bands_and_edges_are_absent_until_computed_then_per_island_and_edge() ->
         for s in f.samples
         if s.name in JOIN[2:]
     )
+    all_reduce = {"collective": "all_reduce"}
     node, busbw, edge = (
         {"node": "gpu-a"},
         "nodetopo_expected_busbw_bytes_per_second",
@@ -165,10 +167,10 @@ def test_bands_and_edges_are_absent_until_computed_then_per_island_and_edge() ->
     )
     assert got == sorted(
         [
-            (busbw, 3.0e11, {**node, "scope": "island", "island": "0", "bound": "lower"}),
-            (busbw, 4.0e11, {**node, "scope": "island", "island": "0", "bound": "upper"}),
-            (busbw, 3.6e10, {**node, "scope": "network", "bound": "lower"}),
-            (busbw, 4.6e10, {**node, "scope": "network", "bound": "upper"}),
+            (busbw, 3.0e11, {**node, **all_reduce, "scope": "island", "island": "0", "bound": "lower"}),
+            (busbw, 4.0e11, {**node, **all_reduce, "scope": "island", "island": "0", "bound": "upper"}),
+            (busbw, 3.6e10, {**node, **all_reduce, "scope": "network", "bound": "lower"}),
+            (busbw, 4.6e10, {**node, **all_reduce, "scope": "network", "bound": "upper"}),
             (
                 edge,
                 1.0,

@@ -58,6 +58,9 @@ def test_rule_unit_tests_pass() -> None:
     assert "SUCCESS" in done.stdout
 
 
+NVLINK_TX_LOWER = (
+    'nodetopo_expected_nvlink_tx_bytes_per_second{scope="island", collective="all_reduce", bound="lower"}'
+)
 #: (what is changed in the rules, the alert whose unit test must then fail)
 WRONG_THRESHOLDS = [
     ("nodetopo:workload_step_seconds:p99_over_p50_10m > 1.5", "> 1.5", "> 3", "NodetopoStepTimeJitter"),
@@ -73,6 +76,10 @@ WRONG_THRESHOLDS = [
     ),
     ("nodetopo:gpu_pcie_replays:rate5m * 60 > 8", "> 8", "> 30", "NodetopoPcieReplays"),
     ("nodetopo:workload_gpu_nvlink_tx:cv > 0.25", "> 0.25", "> 0.7", "NodetopoGpuThroughputUneven"),
+    # a band whose floor is too high: the upper bound, or the bus bandwidth band (which an NVLS job's
+    # NVLink sends stay below while it runs well): solo-ok, healthy under NVLS, would be called slow
+    (NVLINK_TX_LOWER, 'bound="lower"', 'bound="upper"', "NodetopoBandwidthBelowBand"),
+    (NVLINK_TX_LOWER, "nvlink_tx", "busbw", "NodetopoBandwidthBelowBand"),
 ]
 
 
@@ -204,6 +211,7 @@ def test_dashboard_reads_only_recorded_or_exported_series() -> None:
     agent_series = {
         "nodetopo_edge_degraded",
         "nodetopo_expected_busbw_bytes_per_second",
+        "nodetopo_expected_nvlink_tx_bytes_per_second",
         "nodetopo_agent_info",
     }
     for title, expr in targets():
@@ -214,3 +222,41 @@ def test_dashboard_reads_only_recorded_or_exported_series() -> None:
                 assert name in recorded, f"{title}: {name} is not recorded by {RULES.name}"
             else:
                 assert name in agent_series | {"ALERTS"}, f"{title}: reads {name} directly"
+
+
+def test_the_rule_tests_bands_are_what_the_agent_exports_for_that_machine() -> None:
+    """The degraded-NVLink group's nodes are 8 x H100 NVSwitch machines: their band series are the
+    ones the agent computes from the dgx-h100 fixture (its bandwidth model), not numbers of our own."""
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from nodetopo.agent.bands import expected_bands
+    from nodetopo.agent.metrics import AgentStats, make_registry
+    from nodetopo.topology.discover import bundle_context, scan
+
+    stats = AgentStats("d1")
+    stats.record_bands(
+        expected_bands(scan(bundle_context(REPO / "tests/fixtures/bundles/dgx-h100")).topology, "d1")
+    )
+    text = generate_latest(make_registry(stats, process=False)).decode()
+    exported = {
+        (s.name, tuple(sorted(s.labels.items())), s.value)
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name.startswith("nodetopo_expected_")
+    }
+    inputs = set()
+    for group in yaml.safe_load(RULE_TESTS.read_text())["tests"]:
+        if group["name"] != "a degraded NVLink":
+            continue
+        for series in group["input_series"]:
+            name, _, rest = series["series"].partition("{")
+            if not name.startswith("nodetopo_expected_"):
+                continue
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+            if labels["node"] != "d1":
+                continue
+            del labels["instance"], labels["job"]
+            value = float(series["values"].split("x")[0])
+            inputs.add((name, tuple(sorted(labels.items())), value))
+    assert exported and inputs == exported

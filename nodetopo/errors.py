@@ -89,9 +89,25 @@ class PublishError(NodetopoError):
 
 
 class ConflictError(PublishError):
-    """Another field manager owns a field we apply (HTTP 409 on server-side apply)."""
+    """Another field manager owns a field we apply (HTTP 409 on server-side apply).
 
-    retryable = False
+    ``conflicts``: the (field, manager) pairs the API server named (``.metadata.labels.nodetopo.io/
+    numa.count``, ``kubectl-label``). Retryable, never fatal: a publisher takes back the fields it
+    owns (``nodetopo.publish.ownership``), and a conflict it cannot resolve is tried again later.
+    """
+
+    retryable = True
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        conflicts: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        super().__init__(message, status=status, retry_after=retry_after)
+        self.conflicts = conflicts
 
 
 class ForbiddenError(PublishError):

@@ -187,3 +187,27 @@ def test_cli_export_and_fabric(corpus: Path, tmp_path: Path, capsys: pytest.Capt
     assert "lost: no nodetopo.io/fabric.tier-0" in out.err
     assert main(["export", "slurm", "-f", str(listing), "--strict"]) == 4
     assert "SwitchName=t1-" in capsys.readouterr().out
+
+
+def test_volcano_keeps_groups_apart_that_differ_only_in_case() -> None:
+    """Was: ``RackA`` and ``racka`` both became HyperNode ``t0-racka``: one object, the nodes of
+    two racks as its members."""
+    racks = [NodePlace(name="a1", tiers={0: "RackA"}), NodePlace(name="b1", tiers={0: "racka"})]
+    hypernodes = export.volcano(racks).objects
+    names = [h["metadata"]["name"] for h in hypernodes]
+    assert len(set(names)) == 2 and "t0-racka" in names, names
+    assert all(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 63 for name in names)
+    members = {h["metadata"]["name"]: [m["selector"]["exactMatch"]["name"] for m in h["spec"]["members"]]
+               for h in hypernodes}  # fmt: skip
+    assert members["t0-racka"] == ["b1"] and sorted(members.values()) == [["a1"], ["b1"]]
+
+
+def test_slurm_never_writes_a_node_name_holding_a_newline() -> None:
+    """Was: ``export slurm`` wrote ``Nodes=gpu01,gpu02\\nSwitchName=evil ...``, a line of its own."""
+    forged = "gpu02\nSwitchName=evil Nodes=root"
+    fleet = [NodePlace(name="gpu01", tiers={0: "leaf-0"}), NodePlace(name=forged, tiers={0: "leaf-0"})]
+    for result in (export.slurm_tree(fleet), export.slurm_block(fleet)):
+        assert "evil" not in result.text and result.text.count("\n") == 1, result.text
+        assert "Nodes=gpu01" in result.text
+        assert len(result.missing) == 1 and "not a Slurm node name" in result.missing[0]
+        assert "\n" not in result.missing[0] and "\\n" in result.missing[0]

@@ -43,6 +43,8 @@ from nodetopo.placement.request import (
     RDMA,
     AnnotationError,
     Grammar,
+    effective_gpus,
+    is_sidecar,
     parse_quantity,
     value_error,
 )
@@ -124,8 +126,9 @@ def _whole(value: Any, where: str) -> int:
 
 
 def gpu_request(spec: Mapping[str, Any]) -> int:
-    """GPUs per pod, as the policy computes them: the containers' sum or the largest init container.
-    (The API server has already defaulted requests from limits and checked whole numbers.)"""
+    """GPUs per pod, as the policy computes them (``effective_gpus``: sidecars add to the containers,
+    an ordinary init container counts alone with the sidecars started before it). (The API server
+    has already defaulted requests from limits and checked whole numbers.)"""
 
     def one(container: Mapping[str, Any]) -> int:
         resources = container.get("resources") or {}
@@ -135,8 +138,10 @@ def gpu_request(spec: Mapping[str, Any]) -> int:
                 return _whole(value, f"container {container.get('name')}")
         return 0
 
-    main = sum(one(c) for c in spec.get("containers") or [])
-    return max([main, *(one(c) for c in spec.get("initContainers") or [])])
+    inits = spec.get("initContainers") or []
+    return effective_gpus(
+        (one(c) for c in spec.get("containers") or []), ((one(c), is_sidecar(c)) for c in inits)
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -14,7 +14,9 @@ Error policy:
 
 * a ``PublishError`` whose class is retryable → exponential backoff with jitter (``Retry-After``
   as a floor), then a fresh scan and publish;
-* a fatal one (Forbidden, Invalid, Conflict) → ``run`` returns 1 (the kubelet restarts the pod);
+* a fatal one (Forbidden, Invalid) → ``run`` returns 1 (the kubelet restarts the pod). A conflict
+  never is: the publish chain takes back the fields the agent owns (an admin's label on one of its
+  keys; ``nodetopo.publish.ownership``), and any other conflict is retried with backoff;
 * any other exception → logged with its traceback, this cycle's publish skipped, the loop goes on.
 
 ``stop()`` (SIGTERM) lets the current scan and write finish, then ``run`` returns 0. Nothing is

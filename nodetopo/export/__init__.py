@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from nodetopo.errors import clip
 from nodetopo.resource.identity import PREFIX as LABEL_PREFIX
 from nodetopo.resource.reader import read_nodetopology
 
@@ -191,10 +192,12 @@ _DNS = re.compile(r"[^a-z0-9-]+")
 
 
 def hypernode_name(level: int, group: str) -> str:
-    """A DNS-1123 name for a tier group: ``t<level>-<id>``, hashed when longer than 63."""
+    """A DNS-1123 name for a tier group: ``t<level>-<id>``. When the id is not one already (upper
+    case, other characters) or the name would be longer than 63, a hash of the id is appended:
+    ``RackA`` and ``racka`` are two groups, and two HyperNodes (``t0-racka-<hash>``, ``t0-racka``)."""
     base = _DNS.sub("-", group.lower()).strip("-") or "group"
     name = base if base.startswith(f"t{level}-") else f"t{level}-{base}"
-    if len(name) > 63:
+    if len(name) > 63 or base != group:
         name = f"t{level}-{base[:40].strip('-')}-{hashlib.sha256(group.encode()).hexdigest()[:12]}"
     return name
 
@@ -242,6 +245,20 @@ def volcano(places: Sequence[NodePlace]) -> Export:
 # --------------------------------------------------------------------------------------------
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
+#: a node name Slurm's topology.conf can hold (a hostname: no space, comma, bracket or newline)
+_SLURM_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+
+
+def _slurm_nodes(places: Sequence[NodePlace]) -> tuple[list[NodePlace], list[str]]:
+    """The places whose node name a ``topology.conf`` line can hold, and a ``missing`` line for
+    each other one (its name escaped): a newline in a name would start a line of its own."""
+    kept, refused = [], []
+    for p in places:
+        if _SLURM_NODE.fullmatch(p.name):
+            kept.append(p)
+        else:
+            refused.append(f"{clip(p.name, 80)}: not a Slurm node name (letters, digits, '.', '_', '-')")
+    return kept, refused
 
 
 def hostlist(names: Iterable[str]) -> str:
@@ -282,6 +299,7 @@ def slurm_switch_name(level: int, group: str) -> str:
 
 def slurm_tree(places: Sequence[NodePlace]) -> Export:
     """``topology/tree``: a ``SwitchName`` per group; leaves list ``Nodes=``, tiers above ``Switches=``."""
+    places, refused = _slurm_nodes(places)
     levels = depth(places)
     lines: list[str] = []
     for level in reversed(range(levels)):
@@ -297,13 +315,14 @@ def slurm_tree(places: Sequence[NodePlace]) -> Export:
             key = "Nodes" if level == 0 else "Switches"
             value = hostlist(members) if level == 0 else ",".join(sorted(members))
             lines.append(f"SwitchName={slurm_switch_name(level, group)} {key}={value}")
-    return Export(text="".join(line + "\n" for line in lines), missing=missing_levels(places, levels))
+    missing = (*refused, *missing_levels(places, levels))
+    return Export(text="".join(line + "\n" for line in lines), missing=missing)
 
 
 def slurm_block(places: Sequence[NodePlace], *, block_size: int | None = None) -> Export:
     """``topology/block``: one ``BlockName`` per NVLink domain, else per leaf (tier 0)."""
     blocks: dict[str, set[str]] = {}
-    missing: list[str] = []
+    places, missing = _slurm_nodes(places)
     for p in places:
         key = p.nvlink_domain or p.tiers.get(0)
         if key is None:

@@ -13,17 +13,30 @@ import ipaddress
 import logging
 import os
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from nodetopo.errors import clip
-from nodetopo.kube.errors import KubeConfigError
+from nodetopo.host import Refused, read_regular_file
+from nodetopo.kube.errors import KubeConfigError, redact_url, split_userinfo
 from nodetopo.kube.exec import ExecPlugin, parse_exec_plugin
 
 log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+#: the largest kubeconfig file read (kubectl sets none; a merged kubeconfig of a thousand contexts
+#: with embedded certificates is a few MiB)
+KUBECONFIG_LIMIT = 8 * 1024 * 1024
+#: the most YAML nodes (scalars, lists, mappings, aliases) and the deepest nesting of a kubeconfig
+#: parsed: a thousand contexts with their clusters and users are ~50,000 nodes, 8 levels deep. A
+#: certificate is one node however long: it is the count of nodes that costs memory (PyYAML keeps
+#: ~300 bytes per node: 8 MiB of ``[],`` would be ~3 GB), so they are counted before any is built.
+KUBECONFIG_MAX_NODES = 200_000
+KUBECONFIG_MAX_DEPTH = 64
+#: the largest credential file read: a token file, a CA bundle, a client certificate or key
+CREDENTIAL_FILE_LIMIT = 1024 * 1024
 
 #: what a kubeconfig may use with nodetopo (said in every refusal): what kubectl accepts, except
 #: the deprecated auth-provider plugins and SOCKS/HTTPS proxies
@@ -69,7 +82,7 @@ class ClusterAccess:
     impersonate_groups: tuple[str, ...] = ()
     impersonate_extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: an ``http://`` proxy (kubeconfig ``proxy-url``, else ``$HTTPS_PROXY`` unless ``$NO_PROXY``)
-    proxy_url: str | None = None
+    proxy_url: str | None = dataclasses.field(default=None, repr=False)
     #: an exec credential plugin (``users[].user.exec``)
     exec_plugin: ExecPlugin | None = None
 
@@ -157,10 +170,16 @@ def merge_kubeconfigs(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             merged["current-context"] = document["current-context"]
         for section in ("clusters", "contexts", "users"):
             names = {e.get("name") for e in merged[section]}
-            for entry in document.get(section) or ():
-                if isinstance(entry, Mapping) and entry.get("name") not in names:
+            entries = document.get(section) or ()
+            if not isinstance(entries, list):
+                raise KubeConfigError(f"kubeconfig: {section} must be a list")
+            for entry in entries:
+                if not isinstance(entry, Mapping):
+                    continue
+                name = _scalar(entry.get("name"), f"a name in {section}", "kubeconfig")
+                if name not in names:
                     merged[section].append(entry)
-                    names.add(entry.get("name"))
+                    names.add(name)
     return merged
 
 
@@ -178,71 +197,93 @@ def _named(config: Mapping[str, Any], section: str, name: str, source: str) -> M
 
 
 def _decoded(body: Mapping[str, Any], field: str, source: str) -> bytes | None:
-    value = body.get(field)
+    value = _text(body, field, source)
     if not value:
         return None
     try:
-        return base64.b64decode(str(value), validate=True)
+        return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as e:
         raise KubeConfigError(f"{source}: {field} is not valid base64: {e}") from e
 
 
-def _text(body: Mapping[str, Any], field: str) -> str | None:
-    value = body.get(field)
-    return str(value) if value not in (None, "") else None
+def _scalar(value: Any, field: str, where: str) -> str | None:
+    """``value`` (a YAML scalar: text, a number, a boolean) as text; None when absent or empty.
+    Anything else is a ``KubeConfigError``: ``str()`` of a list built from YAML aliases could
+    expand to billions of items."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str | int | float | bool):
+        raise KubeConfigError(f"{where}: {field} must be a string, not a {type(value).__name__}")
+    return str(value)
+
+
+def _text(body: Mapping[str, Any], field: str, where: str = "kubeconfig") -> str | None:
+    return _scalar(body.get(field), field, where)
 
 
 def parse_kubeconfig(config: Mapping[str, Any], *, context: str | None = None, source: str) -> ClusterAccess:
     """The ``ClusterAccess`` of ``context`` (default: ``current-context``) of a parsed kubeconfig
     whose file paths are already absolute. ``KubeConfigError`` for what nodetopo cannot use
     (exec plugins, auth providers, basic auth, impersonation, proxies), naming what it supports."""
-    name = context or config.get("current-context")
+    name = context or _text(config, "current-context", source)
     if not name:
         raise KubeConfigError(f"{source}: no current-context set and no context given")
     where = f"{source} (context {name!r})"
-    ctx = _named(config, "contexts", str(name), source)
-    cluster_name = ctx.get("cluster")
+    ctx = _named(config, "contexts", name, source)
+    cluster_name = _text(ctx, "cluster", where)
     if not cluster_name:
         raise KubeConfigError(f"{where}: the context names no cluster")
-    cluster = _named(config, "clusters", str(cluster_name), source)
-    user_name = ctx.get("user")
-    user = _named(config, "users", str(user_name), source) if user_name else {}
+    cluster = _named(config, "clusters", cluster_name, source)
+    user_name = _text(ctx, "user", where)
+    user = _named(config, "users", user_name, source) if user_name else {}
     refused = [field for field in _UNSUPPORTED_USER_FIELDS if user.get(field)]
     if refused:
         raise KubeConfigError(
             f"{where}: user {user_name!r} uses {', '.join(refused)} (removed from kubectl; use an exec "
             f"plugin such as kubelogin), which nodetopo does not support. {SUPPORTED_AUTH}"
         )
-    server = _text(cluster, "server")
-    if server is None:
+    given = _text(cluster, "server", where)
+    if given is None:
         raise KubeConfigError(f"{where}: cluster {cluster_name!r} has no server")
-    proxy = _proxy_url(_text(cluster, "proxy-url"), server, where)
+    # user:password@ in the server URL is basic auth (Go's HTTP client sends it when nothing else
+    # authenticates); it is taken out of the URL here, so that no message ever shows it
+    server, url_user, url_password = split_userinfo(given)
+    username, password = _text(user, "username", where), _text(user, "password", where)
+    if username is None and password is None:
+        username, password = url_user, url_password
+    proxy = _proxy_url(_text(cluster, "proxy-url", where), server, where)
     ca_data = _decoded(cluster, "certificate-authority-data", where)
     insecure = bool(cluster.get("insecure-skip-tls-verify"))
     groups = user.get("as-groups") or []
     extra = user.get("as-user-extra") or {}
     if not isinstance(groups, list) or not isinstance(extra, Mapping):
         raise KubeConfigError(f"{where}: as-groups must be a list and as-user-extra a mapping")
+
+    def texts(values: Any, field: str) -> tuple[str, ...]:
+        return tuple(
+            str(_scalar(v, field, where) or "") for v in (values if isinstance(values, list) else [values])
+        )
+
     return ClusterAccess(
         server=server,
         source=where,
-        ca_file=_text(cluster, "certificate-authority"),
+        ca_file=_text(cluster, "certificate-authority", where),
         ca_data=ca_data,
         insecure_skip_tls_verify=insecure,
-        tls_server_name=_text(cluster, "tls-server-name"),
-        token=_text(user, "token"),
-        token_file=_text(user, "tokenFile"),
-        client_cert_file=_text(user, "client-certificate"),
+        tls_server_name=_text(cluster, "tls-server-name", where),
+        token=_text(user, "token", where),
+        token_file=_text(user, "tokenFile", where),
+        client_cert_file=_text(user, "client-certificate", where),
         client_cert_data=_decoded(user, "client-certificate-data", where),
-        client_key_file=_text(user, "client-key"),
+        client_key_file=_text(user, "client-key", where),
         client_key_data=_decoded(user, "client-key-data", where),
-        username=_text(user, "username"),
-        password=_text(user, "password"),
-        impersonate_user=_text(user, "as"),
-        impersonate_uid=_text(user, "as-uid"),
-        impersonate_groups=tuple(str(g) for g in groups),
+        username=username,
+        password=password,
+        impersonate_user=_text(user, "as", where),
+        impersonate_uid=_text(user, "as-uid", where),
+        impersonate_groups=texts(groups, "as-groups"),
         impersonate_extra=tuple(
-            (str(k), tuple(str(v) for v in (vs if isinstance(vs, list) else [vs]))) for k, vs in extra.items()
+            (str(_scalar(k, "as-user-extra", where)), texts(vs, "as-user-extra")) for k, vs in extra.items()
         ),
         proxy_url=proxy,
         exec_plugin=parse_exec_plugin(user.get("exec"), where),
@@ -260,8 +301,9 @@ def _proxy_url(configured: str | None, server: str, where: str) -> str | None:
         where = f"{where} (from ${(url.scheme or 'https').upper()}_PROXY)"
     proxy = urllib.parse.urlsplit(configured)
     if proxy.scheme != "http" or not proxy.hostname:
+        shown = proxy.scheme or redact_url(configured)[:40]
         raise KubeConfigError(
-            f"{where}: proxy {proxy.scheme or configured[:40]!r}: nodetopo supports http:// proxies "
+            f"{where}: proxy {shown!r}: nodetopo supports http:// proxies "
             f"(HTTP CONNECT) only, not {proxy.scheme or 'this'}. {SUPPORTED_AUTH}"
         )
     return configured
@@ -293,11 +335,27 @@ def _environment_proxy(scheme: str, host: str, environ: Mapping[str, str] | None
     return proxy
 
 
+def read_config_file(path: str | os.PathLike[str], *, what: str, limit: int) -> bytes:
+    """The bytes of a file a kubeconfig (or the pod) names: a regular file of at most ``limit``
+    bytes, read without blocking. A device (``/dev/zero``), a FIFO (its open would wait for a
+    writer) or a larger file is a ``KubeConfigError``, one line naming ``what`` and why."""
+    try:
+        return read_regular_file(path, limit=limit)
+    except Refused as e:
+        raise KubeConfigError(f"{what} {os.fspath(path)}: refused: {e.why}") from None
+    except OSError as e:
+        raise KubeConfigError(
+            f"{what} {os.fspath(path)}: cannot read it: {e.strerror or type(e).__name__}"
+        ) from None
+
+
 def _load_kubeconfig_file(path: Path) -> Any:
     """One kubeconfig file parsed. Errors say where and what, never the file's text: a YAML error
     on the line of a token would otherwise print the token (only line and column are quoted)."""
     try:
-        raw = path.read_bytes()
+        raw = read_regular_file(path, limit=KUBECONFIG_LIMIT)
+    except Refused as e:
+        raise KubeConfigError(f"kubeconfig {path}: refused: {e.why}") from None
     except OSError as e:
         raise KubeConfigError(
             f"kubeconfig {path}: cannot read this Kubernetes configuration: {e.strerror or type(e).__name__}"
@@ -310,13 +368,40 @@ def _load_kubeconfig_file(path: Path) -> Any:
         ) from None
     import yaml  # here: the in-cluster service account (a pod's path) reads no YAML
 
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 5x faster
     try:
-        return yaml.safe_load(text)
+        _check_yaml_size(yaml.parse(text, Loader=loader), path)
+        return yaml.load(text, Loader=loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = str(getattr(e, "problem", "") or "syntax error")
         raise KubeConfigError(f"kubeconfig {path}: not valid YAML{where}: {clip(problem, 80)}") from None
+    except RecursionError:
+        raise KubeConfigError(f"kubeconfig {path}: not a kubeconfig: nested too deeply") from None
+
+
+def _check_yaml_size(events: Iterable[Any], path: Path) -> None:
+    """Refuse a document of more than ``KUBECONFIG_MAX_NODES`` nodes or nested deeper than
+    ``KUBECONFIG_MAX_DEPTH``, from the parser's events (streamed: nothing is kept)."""
+    import yaml
+
+    starts = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+    ends = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+    depth = 0
+    for count, event in enumerate(events, 1):
+        if isinstance(event, starts):
+            depth += 1
+            if depth > KUBECONFIG_MAX_DEPTH:
+                raise KubeConfigError(
+                    f"kubeconfig {path}: not a kubeconfig: nested more than {KUBECONFIG_MAX_DEPTH} deep"
+                )
+        elif isinstance(event, ends):
+            depth -= 1
+        if count > KUBECONFIG_MAX_NODES:
+            raise KubeConfigError(
+                f"kubeconfig {path}: not a kubeconfig: more than {KUBECONFIG_MAX_NODES} YAML nodes"
+            )
 
 
 def kubeconfig_access(

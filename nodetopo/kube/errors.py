@@ -8,6 +8,7 @@ import email.utils
 import json
 import re
 import time
+import urllib.parse
 from collections.abc import Mapping
 
 from nodetopo.errors import (
@@ -25,9 +26,14 @@ class KubeConfigError(NodetopoError):
     """No usable API server configuration: not in a pod, no kubeconfig, or one nodetopo cannot use."""
 
 
-class ExecPluginError(PublishError):
-    """An exec credential plugin failed (not found, exit status, bad output). Retryable: a plugin
-    that talks to a cloud's token service may fail for a while."""
+class CredentialError(PublishError):
+    """A credential could not be obtained: a token file that cannot be read (or is not a regular
+    file), an exec plugin that failed. Retryable: a projected token being rotated, a plugin that
+    talks to a cloud's token service may fail for a while."""
+
+
+class ExecPluginError(CredentialError):
+    """An exec credential plugin failed (not found, exit status, bad output)."""
 
 
 class ApiStatusError(Exception):
@@ -41,6 +47,32 @@ class ApiStatusError(Exception):
         self.headers: Mapping[str, str] = dict(headers or {})
         self.body = body
         super().__init__(f"HTTP {status} {reason}".rstrip())
+
+
+def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
+    """``url`` without its ``user:password@`` part, and the (percent-decoded) user and password
+    (None when absent). A URL given without a scheme (``host:6443``) stays without one."""
+    has_scheme = "://" in url
+    parts = urllib.parse.urlsplit(url if has_scheme else f"https://{url}")
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url, None, None
+    user, colon, password = userinfo.partition(":")
+    bare = urllib.parse.urlunsplit(parts._replace(netloc=host))
+    if not has_scheme:
+        bare = bare.removeprefix("https://")
+    return bare, urllib.parse.unquote(user), urllib.parse.unquote(password) if colon else None
+
+
+def redact_url(url: str) -> str:
+    """THE redaction of a URL that is shown (a message, a report): its ``user:password@`` part
+    becomes ``***@``. Everything that prints a server or a proxy URL shows it through here, or
+    shows one ``split_userinfo`` already took apart."""
+    bare, user, password = split_userinfo(url)
+    if user is None and password is None:
+        return url
+    scheme, sep, rest = bare.partition("://")
+    return f"{scheme}{sep}***@{rest}" if sep else f"***@{bare}"
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -57,13 +89,36 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
+_MANAGER = re.compile(r'conflict with "([^"]*)"')
+
+
+def field_conflicts(body: str | None) -> tuple[tuple[str, str], ...]:
+    """The (field, manager) pairs of a server-side apply conflict (``metav1.Status`` 409 whose
+    ``details.causes`` are ``FieldManagerConflict``: ``conflict with "kubectl-label" using v1``
+    on ``.metadata.labels.nodetopo.io/numa.count``); empty when the body says none."""
+    try:
+        status = json.loads(body or "")
+    except (ValueError, RecursionError):
+        return ()
+    causes = (status.get("details") or {}).get("causes") if isinstance(status, dict) else None
+    found = []
+    for cause in causes if isinstance(causes, list) else ():
+        if not isinstance(cause, dict) or cause.get("reason") != "FieldManagerConflict":
+            continue
+        field, said = cause.get("field"), cause.get("message")
+        match = _MANAGER.search(said) if isinstance(said, str) else None
+        if isinstance(field, str) and match:
+            found.append((field, match[1]))
+    return tuple(found)
+
+
 def status_message(body: str | None) -> str:
     """The ``message`` of a ``metav1.Status`` body, else the raw body (shortened)."""
     if not body:
         return ""
     try:
         status = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return body[:500]
     if isinstance(status, dict) and isinstance(status.get("message"), str):
         return str(status["message"])
@@ -93,7 +148,7 @@ def translate_api_error(error: BaseException, *, action: str, server: str | None
         said = status_message(body) or str(getattr(error, "reason", ""))
         message = f"{action}: HTTP {status}: {clip(said, 300)}"
         if status == 409:
-            return ConflictError(message, status=status)
+            return ConflictError(message, status=status, conflicts=field_conflicts(body))
         if status in (401, 403):
             return ForbiddenError(message, status=status)
         if status in (400, 422):
@@ -101,7 +156,7 @@ def translate_api_error(error: BaseException, *, action: str, server: str | None
         if status == 429 or status >= 500:
             return TransientError(message, status=status, retry_after=retry_after)
         return PublishError(message, status=status, retry_after=retry_after)
-    at = f" {server}" if server else ""
+    at = f" {redact_url(server)}" if server else ""
     return TransientError(f"{action}: cannot reach the API server{at}: {_why(error)}")
 
 

@@ -11,13 +11,13 @@ import datetime
 import json
 import logging
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from nodetopo.errors import clip
+from nodetopo.host import CommandNotFound, CommandOutputRefused, CommandTimeout, SubprocessRunner
 from nodetopo.kube.errors import ExecPluginError, KubeConfigError
 
 log = logging.getLogger(__name__)
@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 EXEC_TIMEOUT_SECONDS = 60.0
 #: an exec credential is renewed this long before it expires
 EXEC_EXPIRY_SKEW_SECONDS = 10.0
+#: the most bytes of a plugin's output read (an ExecCredential with a client certificate chain is a
+#: few KiB); a plugin that prints more is stopped and its output never held
+EXEC_OUTPUT_LIMIT = 1024 * 1024
 #: the ExecCredential versions nodetopo speaks
 EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
 
@@ -60,6 +63,8 @@ def parse_exec_credential(text: str, *, source: str) -> ExecCredential:
     credentials): errors name what is wrong, not the value."""
     try:
         document = json.loads(text)
+    except RecursionError:
+        raise ExecPluginError(f"{source}: the plugin's output is not JSON (nested too deeply)") from None
     except ValueError as e:
         raise ExecPluginError(
             f"{source}: the plugin's output is not JSON (line {getattr(e, 'lineno', '?')})"
@@ -135,27 +140,27 @@ class ExecCredentials:
             spec["cluster"] = cluster
         info = {"apiVersion": plugin.api_version, "kind": "ExecCredential", "spec": spec}
         env = {**os.environ, **dict(plugin.env), "KUBERNETES_EXEC_INFO": json.dumps(info)}
+        runner = SubprocessRunner(env, output_limit=EXEC_OUTPUT_LIMIT)  # read as it comes, bounded
         try:
-            result = subprocess.run(
-                [plugin.command, *plugin.args],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                env=env,
-                timeout=EXEC_TIMEOUT_SECONDS,
-                check=False,
-            )
-        except FileNotFoundError:
+            result = runner.run([plugin.command, *plugin.args], timeout=EXEC_TIMEOUT_SECONDS)
+        except CommandNotFound:
             hint = f" ({plugin.install_hint.strip()})" if plugin.install_hint else ""
             raise ExecPluginError(f"{where} is not installed (not found on PATH){hint}") from None
         except PermissionError:
             raise ExecPluginError(f"{where} is not executable") from None
-        except subprocess.TimeoutExpired:
+        except OSError as e:
+            raise ExecPluginError(f"{where} cannot be run: {e.strerror or type(e).__name__}") from None
+        except CommandTimeout:
             raise ExecPluginError(f"{where} did not finish in {EXEC_TIMEOUT_SECONDS:g}s") from None
+        except CommandOutputRefused:
+            raise ExecPluginError(
+                f"{where} printed more than {EXEC_OUTPUT_LIMIT} bytes: stopped, its output not read"
+            ) from None
         if result.returncode != 0:
-            lines = result.stderr.decode("utf-8", "replace").strip().splitlines()
+            lines = result.stderr.strip().splitlines()
             said = clip(lines[-1], 200) if lines else "no message"
             raise ExecPluginError(f"{where} exited {result.returncode}: {said}")
-        credential = parse_exec_credential(result.stdout.decode("utf-8", "replace"), source=where)
+        credential = parse_exec_credential(result.stdout, source=where)
         log.debug("exec plugin %s gave a credential (expires %s)", plugin.command, credential.expires_at)
         return credential
 

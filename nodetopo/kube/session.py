@@ -32,14 +32,22 @@ class Session(Protocol):
 
     def read_node(self, name: str) -> dict[str, Any]: ...
 
-    def apply_node(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
+    def apply_node(self, name: str, body: Mapping[str, Any], *, force: bool = False) -> dict[str, Any]: ...
 
     def read_cluster_object(
         self, group: str, version: str, plural: str, name: str
     ) -> dict[str, Any] | None: ...
 
     def apply_cluster_object(
-        self, group: str, version: str, plural: str, name: str, body: Mapping[str, Any], *, status: bool
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        status: bool,
+        force: bool = False,
     ) -> dict[str, Any]: ...
 
     def read_namespaced_object(
@@ -47,8 +55,18 @@ class Session(Protocol):
     ) -> dict[str, Any] | None: ...
 
     def apply_namespaced_object(
-        self, group: str, version: str, namespace: str, plural: str, name: str, body: Mapping[str, Any]
+        self,
+        group: str,
+        version: str,
+        namespace: str,
+        plural: str,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        force: bool = False,
     ) -> dict[str, Any]: ...
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
 
 
 class ApiSession:
@@ -56,7 +74,8 @@ class ApiSession:
 
     ``connection`` is a ``KubeConnection`` (``connect()``); an official
     ``kubernetes.client.ApiClient`` is accepted too and its configuration used for a
-    ``KubeConnection``. ``field_manager`` names every apply (``force=false``).
+    ``KubeConnection``. ``field_manager`` names every apply; an apply is ``force=false`` unless
+    the caller says ``force`` (``nodetopo.publish.ownership``, for fields nodetopo owns).
     """
 
     def __init__(self, connection: KubeConnection | Any, *, field_manager: str = FIELD_MANAGER) -> None:
@@ -80,20 +99,25 @@ class ApiSession:
         path: str,
         *,
         apply: Mapping[str, Any] | None = None,
+        force: bool = False,
+        create: Mapping[str, Any] | None = None,
         missing_ok: bool = False,
     ) -> dict[str, Any] | None:
-        """One request; its JSON object, None for 404 when ``missing_ok``; errors translated."""
+        """One request; its JSON object, None for 404 when ``missing_ok``; errors translated.
+        ``apply``: a server-side apply of that body (``force`` as given); ``create``: a POST."""
         try:
-            if apply is None:
-                response = self.connection.request(method, path)
-            else:
+            if apply is not None:
                 response = self.connection.request(
                     method,
                     path,
-                    query={"fieldManager": self.field_manager, "force": "false"},
+                    query={"fieldManager": self.field_manager, "force": "true" if force else "false"},
                     body=json.dumps(dict(apply)).encode(),  # JSON is YAML
                     content_type=APPLY_PATCH,
                 )
+            elif create is not None:
+                response = self.connection.request(method, path, body=json.dumps(dict(create)).encode())
+            else:
+                response = self.connection.request(method, path)
         except (OSError, http.client.HTTPException) as e:
             raise translate_api_error(e, action=action, server=self.connection.access.server) from e
         if missing_ok and response.status == 404:
@@ -121,9 +145,9 @@ class ApiSession:
     def read_node(self, name: str) -> dict[str, Any]:
         return self._must(self._call(f"read Node {name}", "GET", f"/api/v1/nodes/{quote_segment(name)}"))
 
-    def apply_node(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    def apply_node(self, name: str, body: Mapping[str, Any], *, force: bool = False) -> dict[str, Any]:
         path = f"/api/v1/nodes/{quote_segment(name)}"
-        return self._must(self._call(f"apply labels of Node {name}", "PATCH", path, apply=body))
+        return self._must(self._call(f"apply labels of Node {name}", "PATCH", path, apply=body, force=force))
 
     def read_cluster_object(self, group: str, version: str, plural: str, name: str) -> dict[str, Any] | None:
         """The object, or None when it does not exist (404)."""
@@ -142,19 +166,41 @@ class ApiSession:
         return self._call(f"read {plural}/{namespace}/{name}", "GET", path, missing_ok=True)
 
     def apply_cluster_object(
-        self, group: str, version: str, plural: str, name: str, body: Mapping[str, Any], *, status: bool
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        status: bool,
+        force: bool = False,
     ) -> dict[str, Any]:
         """Server-side apply of a cluster-scoped custom object (``status``: its status subresource)."""
         where = f"{plural}/{name}{'/status' if status else ''}"
         path = f"/apis/{group}/{version}/{plural}/{quote_segment(name)}{'/status' if status else ''}"
-        return self._must(self._call(f"apply {where}", "PATCH", path, apply=body))
+        return self._must(self._call(f"apply {where}", "PATCH", path, apply=body, force=force))
 
     def apply_namespaced_object(
-        self, group: str, version: str, namespace: str, plural: str, name: str, body: Mapping[str, Any]
+        self,
+        group: str,
+        version: str,
+        namespace: str,
+        plural: str,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        force: bool = False,
     ) -> dict[str, Any]:
         """Server-side apply of a namespaced custom object."""
         path = f"/apis/{group}/{version}/namespaces/{quote_segment(namespace)}/{plural}/{quote_segment(name)}"
-        return self._must(self._call(f"apply {plural}/{namespace}/{name}", "PATCH", path, apply=body))
+        action = f"apply {plural}/{namespace}/{name}"
+        return self._must(self._call(action, "PATCH", path, apply=body, force=force))
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST a core/v1 Event (``nodetopo.kube.events.event_body``) in ``namespace``."""
+        path = f"/api/v1/namespaces/{quote_segment(namespace)}/events"
+        return self._must(self._call(f"create Event in {namespace}", "POST", path, create=body))
 
 
 class RateLimitedSession(ApiSession):

@@ -21,8 +21,9 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import nodetopo
-from nodetopo.kube.config import ClusterAccess, cluster_access
-from nodetopo.kube.errors import KubeConfigError
+from nodetopo.host import Refused, read_regular_file
+from nodetopo.kube.config import CREDENTIAL_FILE_LIMIT, ClusterAccess, cluster_access, read_config_file
+from nodetopo.kube.errors import CredentialError, KubeConfigError
 from nodetopo.kube.exec import ExecCredentials
 from nodetopo.kube.pacing import TokenBucket
 
@@ -34,8 +35,9 @@ USER_AGENT = f"nodetopo/{nodetopo.__version__}"
 
 class BearerToken:
     """The ``Authorization`` header value: a static token, or a token file re-read when it changes
-    (inode, size or mtime: a projected volume swaps a symlink). A file that cannot be read keeps
-    the last token read (or the static one) and raises only when there is none."""
+    (inode, size or mtime: a projected volume swaps a symlink). The file is read only when it is a
+    regular file of at most ``CREDENTIAL_FILE_LIMIT`` bytes. A file that cannot be read keeps the
+    last token read (or the static one) and raises ``CredentialError`` only when there is none."""
 
     def __init__(self, token: str | None, token_file: str | None) -> None:
         self._token = token
@@ -48,13 +50,14 @@ class BearerToken:
                 st = os.stat(self._file)
                 seen = (st.st_ino, st.st_size, st.st_mtime_ns)
                 if seen != self._seen:
-                    with open(self._file, encoding="utf-8") as f:
-                        self._token = f.read().strip()
+                    data = read_regular_file(self._file, limit=CREDENTIAL_FILE_LIMIT)
+                    self._token = data.decode("utf-8", "replace").strip()
                     self._seen = seen
                     log.debug("bearer token read from %s", self._file)
-            except OSError:
+            except (OSError, Refused) as e:
                 if not self._token:
-                    raise
+                    why = e.why if isinstance(e, Refused) else (e.strerror or type(e).__name__)
+                    raise CredentialError(f"token file {self._file}: refused: {why}") from None
                 log.warning("cannot re-read token file %s; using the last token", self._file)
         return f"Bearer {self._token}" if self._token else None
 
@@ -71,8 +74,13 @@ def ssl_context(access: ClusterAccess) -> ssl.SSLContext:
             pem = b"-----BEGIN" in access.ca_data
             data = access.ca_data.decode("ascii", "replace") if pem else access.ca_data
             context = ssl.create_default_context(cadata=data)
+        elif access.ca_file is not None:
+            # read here, bounded: OpenSSL would read a device or a FIFO for ever
+            data = read_config_file(access.ca_file, what="certificate-authority", limit=CREDENTIAL_FILE_LIMIT)
+            pem = b"-----BEGIN" in data
+            context = ssl.create_default_context(cadata=data.decode("ascii", "replace") if pem else data)
         else:
-            context = ssl.create_default_context(cafile=access.ca_file)
+            context = ssl.create_default_context()
     except (ssl.SSLError, ValueError) as e:
         what = "certificate-authority-data" if access.ca_data is not None else "certificate-authority"
         raise KubeConfigError(
@@ -91,8 +99,9 @@ def ssl_context(access: ClusterAccess) -> ssl.SSLContext:
         try:
 
             def materialize(data: bytes | None, path: str | None, name: str) -> str:
-                if data is None:
-                    return str(path)
+                if data is None:  # read here, bounded (see the CA above)
+                    what = "client-certificate" if name == "client.crt" else "client-key"
+                    data = read_config_file(str(path), what=what, limit=CREDENTIAL_FILE_LIMIT)
                 target = os.path.join(directory, name)
                 fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with os.fdopen(fd, "wb") as f:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -197,14 +197,45 @@ def _container_gpus(container: Any, what: str) -> int:
     return 0
 
 
+def effective_gpus(containers: Iterable[int], inits: Iterable[tuple[int, bool]]) -> int:
+    """GPUs a pod holds at its peak, counted as the kubelet and the scheduler count a resource:
+    ``containers`` the requests of the containers, ``inits`` those of the init containers in order,
+    each with whether it is a sidecar (``restartPolicy: Always``). A sidecar keeps running beside
+    the init containers after it and the containers: it adds to both. An ordinary init container
+    runs alone, beside the sidecars started before it: the largest such moment counts if it is
+    larger than the containers with every sidecar."""
+    sidecars = 0
+    peak = 0
+    for gpus, sidecar in inits:
+        if sidecar:
+            sidecars += gpus
+            peak = max(peak, sidecars)
+        else:
+            peak = max(peak, gpus + sidecars)
+    return max(sum(containers) + sidecars, peak)
+
+
+def is_sidecar(container: Mapping[str, Any]) -> bool:
+    """An init container that keeps running (``restartPolicy: Always``, a sidecar)."""
+    return container.get("restartPolicy") == "Always"
+
+
 def pod_gpus(spec: Mapping[str, Any]) -> int:
-    """GPUs a pod spec requests: the larger of the containers' sum and the largest init container."""
+    """GPUs a pod spec requests (``effective_gpus``: sidecars add to the containers, an ordinary
+    init container counts alone with the sidecars before it)."""
     spec = _mapping(spec, "spec")
     containers = _list(spec.get("containers"), "spec.containers")
     inits = _list(spec.get("initContainers"), "spec.initContainers")
-    main = sum(_container_gpus(c, f"spec.containers[{i}]") for i, c in enumerate(containers))
-    init = max((_container_gpus(c, f"spec.initContainers[{i}]") for i, c in enumerate(inits)), default=0)
-    return max(main, init)
+    return effective_gpus(
+        (_container_gpus(c, f"spec.containers[{i}]") for i, c in enumerate(containers)),
+        (
+            (
+                _container_gpus(c, f"spec.initContainers[{i}]"),
+                is_sidecar(_mapping(c, "spec.initContainers[]")),
+            )
+            for i, c in enumerate(inits)
+        ),
+    )
 
 
 def _value(annotations: Mapping[str, str], key: str) -> str | None:

@@ -18,6 +18,7 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from nodetopo.errors import clip
 from nodetopo.model import CpuSet, format_cpulist
 from nodetopo.placement.request import MAX_NIC_DISTANCE, RDMA, PodRequest
 from nodetopo.probe.promised import Promised, PromisedGpu, PromisedNic
@@ -581,6 +582,10 @@ class Verdict:
     line: str  #: the one-line verdict (termination message, Event message)
 
 
+#: the longest verdict line (the kubelet keeps 4096 bytes of a termination message)
+MAX_LINE = 4000
+
+
 def checked(checks: Sequence[Check]) -> str:
     """``N of M checked`` over the checks that apply (M), naming the ones that could not be made."""
     applying = [c for c in checks if c.asked]
@@ -590,23 +595,31 @@ def checked(checks: Sequence[Check]) -> str:
 
 
 def verdict(checks: Sequence[Check], *, strict: bool = False) -> Verdict:
-    """The one-line verdict. ``strict``: a check that applies but could not be made fails the pod."""
+    """The one-line verdict. ``strict``: a check that applies but could not be made fails the pod.
+
+    Its ``line`` is one line (``nodetopo.errors.clip``): a reason quotes names the node and the
+    container chose (NIC names, device names), which may hold newlines or terminal escape sequences,
+    and the line ends in a termination message and an Event."""
     failures = [c for c in checks if c.status is Status.FAIL]
     warnings = [c for c in checks if c.status is Status.WARN]
     if failures:
         first = failures[0]
         more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
-        return Verdict(False, first.attribution, f"{first.attribution}: {first.name}: {first.reason}{more}")
+        line = clip(f"{first.attribution}: {first.name}: {first.reason}", MAX_LINE - len(more)) + more
+        return Verdict(False, first.attribution, line)
     if strict and any(c.asked and c.status is Status.SKIP for c in checks):
-        return Verdict(False, None, f"failed (--strict): {checked(checks)}")
+        return Verdict(False, None, clip(f"failed (--strict): {checked(checks)}", MAX_LINE))
     if warnings:
         first = warnings[0]
         return Verdict(
             True,
             first.attribution,
-            f"passed with warning {first.attribution}: {first.name}: {first.reason}; {checked(checks)}",
+            clip(
+                f"passed with warning {first.attribution}: {first.name}: {first.reason}; {checked(checks)}",
+                MAX_LINE,
+            ),
         )
-    return Verdict(True, None, f"passed, {checked(checks)}")
+    return Verdict(True, None, clip(f"passed, {checked(checks)}", MAX_LINE))
 
 
 def _size(n: int) -> str:

@@ -25,6 +25,9 @@ from nodetopo.kube.flags import add_kube_args
 
 T = TypeVar("T")
 
+#: the largest ``--nodetopology`` file read (the API server stores objects up to ~1.5 MiB)
+NODETOPOLOGY_FILE_LIMIT = 4 * 1024 * 1024
+
 DESCRIPTION = __doc__.split("\n\n")[1] if __doc__ else ""
 EPILOG = """\
 checks (each pass, fail, warn or skip, with its reason):
@@ -303,10 +306,14 @@ def _promised(args: argparse.Namespace, connection: Any) -> tuple[Any, str | Non
     from nodetopo.probe.promised import parse_nodetopology
 
     if args.nodetopology:
+        from nodetopo.host import Refused, read_regular_file
+
         try:
-            obj = json.loads(Path(args.nodetopology).read_text(encoding="utf-8"))
-            return parse_nodetopology(obj), None
-        except (OSError, ValueError) as e:
+            data = read_regular_file(args.nodetopology, limit=NODETOPOLOGY_FILE_LIMIT)
+            return parse_nodetopology(json.loads(data)), None
+        except Refused as e:
+            return None, f"--nodetopology {args.nodetopology}: refused: {e.why}"
+        except (OSError, ValueError, RecursionError) as e:
             return None, f"--nodetopology {args.nodetopology}: {e}"
     if not args.node_name:
         return None, "no node name (--node-name or $NODE_NAME): the NodeTopology cannot be read"
@@ -409,7 +416,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if args.termination_log:
         try:
             with open(args.termination_log, "w", encoding="utf-8") as f:
-                f.write(result.line[:4000] + "\n")
+                f.write(result.line + "\n")
         except OSError as e:
             print(f"nodetopo probe: cannot write {args.termination_log}: {e.strerror or e}", file=sys.stderr)
     if session is not None:

@@ -38,7 +38,7 @@ class PrintingSession:
     def read_node(self, name: str) -> dict[str, Any]:
         return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": ""}}
 
-    def apply_node(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    def apply_node(self, name: str, body: Mapping[str, Any], *, force: bool = False) -> dict[str, Any]:
         self._print(body)
         return copy.deepcopy(dict(body))
 
@@ -46,7 +46,15 @@ class PrintingSession:
         return None
 
     def apply_cluster_object(
-        self, group: str, version: str, plural: str, name: str, body: Mapping[str, Any], *, status: bool
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        status: bool,
+        force: bool = False,
     ) -> dict[str, Any]:
         document = copy.deepcopy(dict(body))
         if not status:
@@ -68,7 +76,19 @@ class PrintingSession:
         return None
 
     def apply_namespaced_object(
-        self, group: str, version: str, namespace: str, plural: str, name: str, body: Mapping[str, Any]
+        self,
+        group: str,
+        version: str,
+        namespace: str,
+        plural: str,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        force: bool = False,
     ) -> dict[str, Any]:
         self._print(body)
+        return copy.deepcopy(dict(body))
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Nothing is stored, so nothing ever conflicts: no Event is ever asked for; none is sent."""
         return copy.deepcopy(dict(body))

@@ -9,7 +9,8 @@ when allowed to: run it with ``-extra-label-ns=nodetopo.io`` (Helm: ``master.ext
 The label set follows the same rules as the Node-label mode (``node_labels.LabelTracker``): our
 keys only, a key goes after ``scans_to_remove`` consecutive clean scans, failed sources keep their
 last good labels. The object is ours alone; ``spec.labels`` is applied with server-side apply, so
-dropped keys disappear from it.
+dropped keys disappear from it, and a field another manager took is taken back, said once in a
+warning and an Event on the Node (``nodetopo.publish.ownership``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from nodetopo.kube.session import Session
 from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelTracker, TrackedLabelPublisher
+from nodetopo.publish.ownership import apply_owned, node_involved, owns_everything
 from nodetopo.resource.identity import PREFIX
 
 log = logging.getLogger(__name__)
@@ -76,7 +78,23 @@ class NodeFeaturePublisher(TrackedLabelPublisher):
 
     def _apply(self, desired: dict[str, str]) -> None:
         body = to_nodefeature(self.node_name, self.namespace, desired)
-        self._session.apply_namespaced_object(
-            GROUP, VERSION, self.namespace, PLURAL, body["metadata"]["name"], body
+        name = body["metadata"]["name"]
+        session = self._session
+
+        def apply(force: bool) -> dict[str, Any]:
+            if force:
+                return session.apply_namespaced_object(
+                    GROUP, VERSION, self.namespace, PLURAL, name, body, force=True
+                )
+            return session.apply_namespaced_object(GROUP, VERSION, self.namespace, PLURAL, name, body)
+
+        apply_owned(
+            session,
+            apply,
+            what=f"{KIND} {self.namespace}/{name}",
+            involved=node_involved(self.node_name),  # the Event goes on the Node: the labels are its
+            read=lambda: None,
+            owned=owns_everything,
+            host=self.node_name,
         )
         log.info("NodeFeature %s/%s applied: %s", self.namespace, body["metadata"]["name"], sorted(desired))

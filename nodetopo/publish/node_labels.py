@@ -2,8 +2,9 @@
 
 The applied set is exactly nodetopo's keys (all under ``nodetopo.io/``): a key we stop applying is
 removed by the API server; labels, taints and annotations of other managers are never in our
-patch and so never touched. A key another manager owns with a different value makes the apply
-fail with ``ConflictError`` (``force=False``): reported, never overwritten.
+patch and so never touched. A key of ours that another manager took (an admin's ``kubectl label
+--overwrite``) is taken back, with one warning and one Event on the Node saying which key and who
+had set it (``nodetopo.publish.ownership``); a conflict is never fatal.
 
 Input of one scan (``LabelTracker.observe`` / ``NodeLabelPublisher.publish``):
 
@@ -29,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nodetopo.kube.session import Session
+from nodetopo.publish.ownership import apply_owned, node_involved, owns_label
 from nodetopo.resource.identity import PREFIX, check_label_keys
 
 log = logging.getLogger(__name__)
@@ -169,5 +171,20 @@ class NodeLabelPublisher(TrackedLabelPublisher):
         metadata: dict[str, Any] = {"name": self.node_name}
         if desired:
             metadata["labels"] = desired
-        self._session.apply_node(self.node_name, {"apiVersion": "v1", "kind": "Node", "metadata": metadata})
+        body = {"apiVersion": "v1", "kind": "Node", "metadata": metadata}
+        check_label_keys(desired)  # nothing outside nodetopo.io/ is ever applied, forced or not
+        session = self._session
+        apply_owned(
+            session,
+            lambda force: (
+                session.apply_node(self.node_name, body, force=True)
+                if force
+                else session.apply_node(self.node_name, body)
+            ),
+            what=f"Node {self.node_name}",
+            involved=node_involved(self.node_name),
+            read=lambda: session.read_node(self.node_name),
+            owned=owns_label,
+            host=self.node_name,
+        )
         log.info("node %s labels applied: %s", self.node_name, sorted(desired))

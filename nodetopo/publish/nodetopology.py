@@ -1,7 +1,7 @@
 """Server-side apply of the NodeTopology resource: metadata on the object, facts on ``/status``.
 
-Two applies under field manager ``nodetopo-agent`` with ``force=False`` (a field owned by another
-manager is a ``ConflictError``, reported, never silently taken over):
+Two applies under field manager ``nodetopo-agent`` (the object is the agent's alone: a field another
+manager took is taken back, said once in a warning and an Event, ``nodetopo.publish.ownership``):
 
 1. the object itself: ``metadata.labels`` and ``metadata.ownerReferences`` → the Node (its UID,
    read once per node), so the garbage collector deletes the NodeTopology with its Node;
@@ -31,7 +31,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from nodetopo.errors import PublishError
+from nodetopo.kube.events import involved_object
 from nodetopo.kube.session import Session
+from nodetopo.publish.ownership import apply_owned, owns_everything
 from nodetopo.resource.body import content_hash
 from nodetopo.resource.conditions import essential_missing
 from nodetopo.resource.identity import API_VERSION, GROUP, KIND, PLURAL, VERSION
@@ -209,8 +211,33 @@ class NodeTopologyPublisher:
         self._written_conditions: dict[str, list[dict[str, Any]]] = {}
         self._written_metadata: dict[str, str] = {}
 
-    def _apply_metadata(self, name: str, patch: Mapping[str, Any], key: str) -> None:
-        self._session.apply_cluster_object(GROUP, VERSION, PLURAL, name, patch, status=False)
+    def _apply(self, name: str, patch: Mapping[str, Any], *, status: bool, node: str) -> dict[str, Any]:
+        """One apply of the object (``status``: of its status), taking back what is ours."""
+        session = self._session
+
+        def apply(force: bool) -> dict[str, Any]:
+            if force:
+                return session.apply_cluster_object(
+                    GROUP, VERSION, PLURAL, name, patch, status=status, force=True
+                )
+            return session.apply_cluster_object(GROUP, VERSION, PLURAL, name, patch, status=status)
+
+        def involved(stored: Mapping[str, Any] | None) -> dict[str, str]:
+            uid = ((stored or {}).get("metadata") or {}).get("uid")
+            return involved_object(KIND, name, api_version=API_VERSION, uid=str(uid) if uid else None)
+
+        return apply_owned(
+            session,
+            apply,
+            what=f"{KIND} {name}",
+            involved=involved,
+            read=lambda: session.read_cluster_object(GROUP, VERSION, PLURAL, name),
+            owned=owns_everything,
+            host=node,
+        )
+
+    def _apply_metadata(self, name: str, patch: Mapping[str, Any], key: str, *, node: str) -> None:
+        self._apply(name, patch, status=False, node=node)
         self._written_metadata[name] = key
 
     def apply(self, body: Mapping[str, Any], *, node_name: str | None = None) -> ApplyOutcome:
@@ -243,18 +270,18 @@ class NodeTopologyPublisher:
         meta_key = json.dumps(meta, sort_keys=True)
         metadata_applied = self._written_metadata.get(name) != meta_key
         if metadata_applied:
-            self._apply_metadata(name, meta, meta_key)
+            self._apply_metadata(name, meta, meta_key, node=node)
         status = status_patch(body, previous_conditions=previous, now=rfc3339(self._clock()))
         try:
-            written = self._session.apply_cluster_object(GROUP, VERSION, PLURAL, name, status, status=True)
+            written = self._apply(name, status, status=True, node=node)
         except PublishError as e:
             if metadata_applied or e.status != 404:
                 raise
             # deleted behind our back: a status apply does not create, the object's apply does
             log.info("NodeTopology %s is gone; creating it again", name)
             self._written_metadata.pop(name, None)
-            self._apply_metadata(name, meta, meta_key)
-            written = self._session.apply_cluster_object(GROUP, VERSION, PLURAL, name, status, status=True)
+            self._apply_metadata(name, meta, meta_key, node=node)
+            written = self._apply(name, status, status=True, node=node)
         self._written_key[name] = key
         self._written_conditions[name] = list((written.get("status") or {}).get("conditions") or [])
         log.info("NodeTopology %s written", name)

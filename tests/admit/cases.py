@@ -47,6 +47,8 @@ class Case:
     gpus: int = 0  #: nvidia.com/gpu of the one container
     resources: dict[str, str] = dataclasses.field(default_factory=dict)  #: more limits of the container
     init_gpus: int | None = None
+    #: more init containers after that one, in order: (GPUs, is a sidecar: restartPolicy Always)
+    inits: tuple[tuple[int, bool], ...] = ()
     node_selector: dict[str, str] = dataclasses.field(default_factory=dict)
     job_parallelism: int | None = None  #: a batch/v1 Job with this parallelism instead of a Pod
     summary: str = "mixed"
@@ -201,6 +203,15 @@ CASES: tuple[Case, ...] = (
     ),
     admit("topology-any", {"nodetopo.io/topology": "any"}, gpus=4),
     deny_topo("init-container-gpus-count", {}, NO_TOPOLOGY.format(n=3), init_gpus=3),
+    # A sidecar keeps running beside the containers: 1 + 1 is a 2-GPU pod (was: counted 1, admitted).
+    deny_topo("sidecar-gpus-add-to-the-containers", {}, NO_TOPOLOGY.format(n=2), inits=((1, True),)),
+    # An ordinary init container after a sidecar runs beside it: 2 + 1 (was: counted 2).
+    deny_topo(
+        "init-after-a-sidecar-runs-beside-it", {}, NO_TOPOLOGY.format(n=3), inits=((1, True), (2, False))
+    ),
+    # ... and one before a sidecar runs alone: max(3, 1 + 1).
+    deny_topo("init-before-a-sidecar-runs-alone", {}, NO_TOPOLOGY.format(n=3), inits=((3, False), (1, True))),
+    admit("sidecar-without-gpus", {}, inits=((0, True),)),
     deny_topo(
         "rdma-device-undeclared",
         {},
@@ -246,6 +257,13 @@ CASES: tuple[Case, ...] = (
         "pod needs 16 GPUs in one NVLink island but the largest island in the cluster has 8",
         gpus=16,
         job_parallelism=2,
+    ),
+    deny_topo(
+        "island-8-plus-an-8-gpu-sidecar-too-big",
+        ISLAND,
+        "pod needs 16 GPUs in one NVLink island but the largest island in the cluster has 8",
+        gpus=8,
+        inits=((8, True),),
     ),
     admit("numa-6-fits", {"nodetopo.io/numa-aligned": "true"}, gpus=6),
     deny_topo(
@@ -441,14 +459,16 @@ def manifest(case: Case, name: str, namespace: str) -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": [container], "restartPolicy": "Never"}
     if case.node_selector:
         spec["nodeSelector"] = dict(case.node_selector)
-    if case.init_gpus is not None:
-        spec["initContainers"] = [
-            {
-                "name": "init",
-                "image": "registry.invalid/init:1",
-                "resources": {"limits": {"nvidia.com/gpu": str(case.init_gpus)}},
-            }
-        ]
+    inits = [] if case.init_gpus is None else [(case.init_gpus, False)]
+    for i, (gpus, sidecar) in enumerate([*inits, *case.inits]):
+        init: dict[str, Any] = {
+            "name": f"init-{i}",
+            "image": "registry.invalid/init:1",
+            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+        }
+        if sidecar:
+            init["restartPolicy"] = "Always"
+        spec.setdefault("initContainers", []).append(init)
     meta: dict[str, Any] = {"annotations": dict(case.annotations)} if case.annotations else {}
     if case.job_parallelism is None:
         return {

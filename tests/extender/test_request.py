@@ -97,3 +97,22 @@ def test_case_folding_look_alikes_are_refused() -> None:
     """(?i) alone folds U+017F (long s) into s: 'ſys' must not read as SYS."""
     with pytest.raises(AnnotationError, match="outside printable ASCII"):
         parse_pod_request(pod({"nodetopo.io/max-nic-distance": "\u017fys"}))
+
+
+def test_sidecar_gpus_add_to_the_containers_as_kubernetes_counts_them() -> None:
+    """Was: a sidecar (init container, ``restartPolicy: Always``) counted like an ordinary init
+    container, so 8 + an 8-GPU sidecar was an 8-GPU pod for the extender."""
+
+    def init(name: str, gpus: int, sidecar: bool) -> dict[str, Any]:
+        container: dict[str, Any] = {"name": name, "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+        return {**container, "restartPolicy": "Always"} if sidecar else container
+
+    def gpus(main: int, *inits: tuple[int, bool]) -> int:
+        spec = pod(gpus=str(main))
+        spec["spec"]["initContainers"] = [init(f"i{n}", g, s) for n, (g, s) in enumerate(inits)]
+        return parse_pod_request(spec).gpus
+
+    assert gpus(8, (8, True)) == 16
+    assert gpus(1, (1, True), (2, False)) == 3  # the init after the sidecar runs beside it
+    assert gpus(1, (3, False), (1, True)) == 3  # the one before runs alone
+    assert gpus(2, (1, False), (1, False)) == 2  # ordinary init containers: the largest, alone

@@ -29,7 +29,9 @@ def test_kustomize_builds_every_part(cluster: Any, tmp_path: Path) -> None:
         ("Namespace", NAMESPACE),
         ("NetworkPolicy", "nodetopo-agent"),
         ("ServiceAccount", "nodetopo-agent"),
+        ("ValidatingAdmissionPolicy", "nodetopo-agent-own-events"),
         ("ValidatingAdmissionPolicy", "nodetopo-agent-own-node"),
+        ("ValidatingAdmissionPolicyBinding", "nodetopo-agent-own-events"),
         ("ValidatingAdmissionPolicyBinding", "nodetopo-agent-own-node"),
     ]
 
@@ -59,20 +61,18 @@ def test_server_side_dry_run_then_real_apply(cluster: Any, tmp_path: Path) -> No
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
 
 
-def test_admission_policy_type_checks_cleanly(cluster: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["nodetopo-agent-own-node", "nodetopo-agent-own-events"])
+def test_admission_policy_type_checks_cleanly(cluster: Any, tmp_path: Path, name: str) -> None:
     apply_deploy(cluster, tmp_path)
-    status, policy = cluster.request(
-        "GET", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/nodetopo-agent-own-node"
-    )
+    path = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{name}"
+    status, policy = cluster.request("GET", path)
     assert status == 200
     import time
 
     deadline = time.monotonic() + 30
     while "typeChecking" not in policy.get("status", {}) and time.monotonic() < deadline:
         time.sleep(0.5)
-        _, policy = cluster.request(
-            "GET", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/nodetopo-agent-own-node"
-        )
+        _, policy = cluster.request("GET", path)
     warnings = policy["status"].get("typeChecking", {}).get("expressionWarnings", [])
     assert warnings == [], warnings
 

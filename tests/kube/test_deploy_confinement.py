@@ -54,6 +54,8 @@ def installs(cluster: Any, tmp_path: Path) -> Iterator[list[dict[str, str]]]:
         rendered += [d for d in docs if d["kind"] != "CustomResourceDefinition"]
         cluster.kubectl("apply", "-k", str(root))
         created.append({"namespace": namespace, "service_account": f"{prefix}nodetopo-agent"})
+    for install in created:
+        wait_until_enforced(cluster, install)
     try:
         yield created
     finally:
@@ -64,6 +66,34 @@ def installs(cluster: Any, tmp_path: Path) -> Iterator[list[dict[str, str]]]:
             cluster.kubectl(
                 "delete", doc["kind"], doc["metadata"]["name"], *scope, "--ignore-not-found", "--wait=false"
             )
+
+
+def wait_until_enforced(cluster: Any, install: dict[str, str], timeout: float = 30) -> None:
+    """Until the Events policy of ``install`` denies its agent identity (the API server loads a new
+    policy and its binding a moment after they are created): a token bound to no Pod may not
+    create an Event."""
+    import time
+
+    path = f"/api/v1/namespaces/{install['namespace']}/serviceaccounts/{install['service_account']}/token"
+    status, answer = cluster.request(
+        "POST",
+        path,
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 600},
+        },
+    )
+    assert status == 201, answer
+    token = answer["status"]["token"]
+    event = _event("default", "Node", "nodetopo-policy-not-loaded-yet")
+    deadline = time.monotonic() + timeout
+    while True:
+        posted, body = post(cluster, token, "/api/v1/namespaces/default/events", event)
+        if posted == 403:
+            return
+        assert time.monotonic() < deadline, (posted, body)
+        time.sleep(0.2)
 
 
 def patch(cluster: Any, token: str, path: str, body: dict[str, Any]) -> tuple[int, str]:
@@ -200,3 +230,94 @@ def test_admins_and_other_service_accounts_are_not_subject_to_the_policy(
         content_type="application/merge-patch+json",
     )
     assert status == 200, body
+
+
+def post(cluster: Any, token: str, path: str, body: dict[str, Any]) -> tuple[int, str]:
+    """A POST with a bearer token; (HTTP status, body text)."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"{cluster.server}{path}", data=json.dumps(body).encode(), method="POST")
+    request.add_header("Authorization", f"Bearer {token}")
+    request.add_header("Content-Type", "application/json")
+    context = ssl.create_default_context(cafile=str(cluster.ca_file))
+    try:
+        with urllib.request.urlopen(request, timeout=30, context=context) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def _event(namespace: str, kind: str, name: str, component: str = "nodetopo-agent") -> dict[str, Any]:
+    involved = {"apiVersion": "v1", "kind": kind, "name": name}
+    if kind == "Pod":
+        involved["namespace"] = namespace
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{name}.", "namespace": namespace},
+        "involvedObject": involved,
+        "reason": "OwnedFieldReasserted",
+        "message": "m",
+        "type": "Warning",
+        "source": {"component": component},
+        "firstTimestamp": "2026-01-01T00:00:00Z",
+        "lastTimestamp": "2026-01-01T00:00:00Z",
+        "count": 1,
+    }
+
+
+def test_the_agent_creates_events_only_about_its_own_node_in_default(
+    cluster: Any,
+    installs: list[dict[str, str]],
+    make_node: Callable[..., dict[str, Any]],
+    node_bound_token: Callable[..., Any],
+) -> None:
+    """RBAC grants ``create events`` cluster-wide; the policy admits only the agent's own word."""
+    mine, other = (make_node()["metadata"]["name"] for _ in range(2))
+    install = installs[1]
+    token = node_bound_token(mine, namespace=install["namespace"], service_account=install["service_account"])
+    events = "/api/v1/namespaces/{}/events"
+    for kind in ("Node", "NodeTopology"):
+        status, body = post(cluster, token.token, events.format("default"), _event("default", kind, mine))
+        assert status == 201, (kind, status, body)
+    refused = {
+        "another node": ("default", _event("default", "Node", other)),
+        "a spoofed kubelet": ("default", _event("default", "Node", mine, component="kubelet")),
+        "a workload's namespace": (install["namespace"], _event(install["namespace"], "Pod", mine)),
+    }
+    for what, (namespace, event) in refused.items():
+        status, body = post(cluster, token.token, events.format(namespace), event)
+        assert status == 403 and "may only create core/v1 Events" in body, (what, status, body)
+
+
+def test_the_agent_takes_back_its_key_with_its_real_rights_and_says_so(
+    cluster: Any,
+    installs: list[dict[str, str]],
+    make_node: Callable[..., dict[str, Any]],
+    node_bound_token: Callable[..., Any],
+    tmp_path: Path,
+) -> None:
+    """The label takeover and its Event, as the installed agent's identity (RBAC + both policies)."""
+    from nodetopo.kube.config import ClusterAccess
+    from nodetopo.kube.session import ApiSession
+    from nodetopo.kube.transport import KubeConnection
+    from nodetopo.publish.node_labels import NodeLabelPublisher
+
+    name = make_node(labels={"team": "ml"})["metadata"]["name"]
+    install = installs[0]
+    token = node_bound_token(name, namespace=install["namespace"], service_account=install["service_account"])
+    access = ClusterAccess(server=cluster.server, ca_file=str(cluster.ca_file), token=token.token)
+    labels = {"nodetopo.io/gpu.count": "8", "nodetopo.io/numa.count": "2"}
+    with KubeConnection(access) as connection:
+        NodeLabelPublisher(ApiSession(connection), name).publish(labels)
+    cluster.kubectl("label", "node", name, "--overwrite", "nodetopo.io/numa.count=7", "team=infra")
+    with KubeConnection(access) as connection:
+        NodeLabelPublisher(ApiSession(connection), name).publish(labels)
+    _, node = cluster.request("GET", f"/api/v1/nodes/{name}")
+    assert node["metadata"]["labels"]["nodetopo.io/numa.count"] == "2"
+    assert node["metadata"]["labels"]["team"] == "infra"
+    selector = f"involvedObject.kind=Node,involvedObject.name={name}"
+    _, found = cluster.request("GET", f"/api/v1/namespaces/default/events?fieldSelector={selector}")
+    assert [e["reason"] for e in found["items"]] == ["OwnedFieldReasserted"], found["items"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from nodetopo.errors import ConflictError
+from nodetopo.errors import ForbiddenError
 from nodetopo.kube.session import ApiSession
 from nodetopo.kube.transport import connect
 from nodetopo.publish.nfd import NODE_NAME_LABEL, NodeFeaturePublisher
@@ -137,19 +137,80 @@ def test_failure_between_absent_scans_restarts_the_count(
     assert _ours(cluster, node) == without
 
 
-def test_conflicting_manager_is_reported_not_overwritten(
+def _events(cluster: LocalCluster, name: str) -> list[dict[str, Any]]:
+    selector = f"involvedObject.kind=Node,involvedObject.name={name}"
+    status, body = cluster.request("GET", f"/api/v1/namespaces/default/events?fieldSelector={selector}")
+    assert status == 200, body
+    return list(body["items"])
+
+
+def test_an_admins_label_on_our_key_is_taken_back_and_said_once(
     cluster: LocalCluster, session: ApiSession, kubectl: Callable[..., Any], node: str
 ) -> None:
-    publisher = NodeLabelPublisher(session, node)
-    publisher.publish(FULL)
-    # Someone edits one of our keys by hand (an Update by the "kubectl-label" manager).
-    kubectl("label", "node", node, "--overwrite", "nodetopo.io/gpu.count=4", user="other")
-    with pytest.raises(ConflictError) as info:
-        publisher.publish({**FULL, "nodetopo.io/gpu.count": "7"})
-    assert info.value.status == 409
-    assert 'conflict with "kubectl-label"' in str(info.value)
-    assert ".metadata.labels.nodetopo.io/gpu.count" in str(info.value)
-    assert _ours(cluster, node)["nodetopo.io/gpu.count"] == "4"
+    """Was: ``HTTP 409 … conflict with "kubectl-label"``, fatal to the agent: a crash loop after
+    an admin's ``kubectl label --overwrite`` on one of nodetopo's keys and an agent restart."""
+    NodeLabelPublisher(session, node).publish(FULL)
+    kubectl("label", "node", node, "--overwrite", "nodetopo.io/numa.count=7", user="other")
+    restarted = NodeLabelPublisher(session, node)  # a new agent: adopts what it still owns
+    outcome = restarted.publish(FULL)
+    assert outcome.written
+    stored = _node(cluster, node)
+    assert _ours(cluster, node) == FULL
+    assert {k: v for k, v in stored["metadata"]["labels"].items() if not k.startswith("nodetopo.io/")} == (
+        FOREIGN_LABELS
+    )
+    assert stored["metadata"]["annotations"] == ANNOTATIONS
+    assert all(taint in stored["spec"]["taints"] for taint in TAINTS)  # node-lifecycle adds its own
+    assert "nodetopo.io/numa.count" in owned_label_keys(stored, field_manager="nodetopo-agent")
+    events = _events(cluster, node)
+    assert len(events) == 1, events
+    event = events[0]
+    assert (event["type"], event["reason"]) == ("Warning", "OwnedFieldReasserted")
+    assert "label nodetopo.io/numa.count (set to '7' by field manager 'kubectl-label'" in event["message"]
+    assert event["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "name": node,
+        "uid": stored["metadata"]["uid"],
+    }
+    # Said once: the next publishes own the key again and say nothing.
+    restarted.publish({**FULL, "nodetopo.io/numa.count": "4"})
+    NodeLabelPublisher(session, node).publish({**FULL, "nodetopo.io/numa.count": "4"})
+    assert _ours(cluster, node)["nodetopo.io/numa.count"] == "4"
+    assert len(_events(cluster, node)) == 1
+
+
+def test_a_label_outside_the_prefix_is_never_taken(
+    cluster: LocalCluster, session: ApiSession, kubectl: Callable[..., Any], node: str
+) -> None:
+    """An admin's labels next to ours stay theirs, whatever nodetopo applies."""
+    kubectl("label", "node", node, "--overwrite", "team=infra", "nodetopo.io/gpu.count=1", user="other")
+    NodeLabelPublisher(session, node).publish(FULL)
+    labels = _node(cluster, node)["metadata"]["labels"]
+    assert labels["team"] == "infra" and labels["nodetopo.io/gpu.count"] == "8"
+    with pytest.raises(ValueError, match=r"nodetopo\.io/"):
+        NodeLabelPublisher(session, node).publish({**FULL, "team": "ml"})
+    assert _node(cluster, node)["metadata"]["labels"]["team"] == "infra"
+
+
+def test_an_event_that_cannot_be_posted_does_not_stop_the_takeover(
+    cluster: LocalCluster, kubectl: Callable[..., Any], node: str, tmp_path: Path
+) -> None:
+    """The agent's RBAC without ``create events``: the key is still taken back, and the log says
+    why no Event was posted."""
+    with connect(str(cluster.kubeconfig_for("publisher"))) as connection:
+        NodeLabelPublisher(ApiSession(connection), node).publish(FULL)
+    kubectl("label", "node", node, "--overwrite", "nodetopo.io/rdma=false", user="other")
+    with connect(str(cluster.kubeconfig_for("publisher"))) as connection:
+        session = ApiSession(connection)
+
+        def refused(namespace: str, body: Any) -> dict[str, Any]:
+            raise ForbiddenError("create Event in default: HTTP 403: forbidden", status=403)
+
+        session.create_event = refused  # type: ignore[method-assign]
+        NodeLabelPublisher(session, node).publish(FULL)
+    assert _ours(cluster, node)["nodetopo.io/rdma"] == "true"
+    assert _events(cluster, node) == []
 
 
 def test_unchanged_labels_make_zero_requests(cluster: LocalCluster, session: ApiSession, node: str) -> None:

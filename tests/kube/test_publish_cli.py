@@ -67,3 +67,26 @@ def test_publish_refuses_unknown_node(cluster: LocalCluster) -> None:
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert "no-such-node" in result.stderr
+
+
+def test_publish_takes_back_a_key_an_admin_set_by_hand(
+    cluster: LocalCluster, kubectl: Callable[..., Any], make_node: Callable[..., dict[str, Any]]
+) -> None:
+    """Was: exit 1, ``HTTP 409 … conflict with "kubectl-label"``, until the label was removed."""
+    node = make_node(labels={"team": "ml"})["metadata"]["name"]
+    assert _publish(cluster, "dgx-h100", node).returncode == 0
+    kubectl("label", "node", node, "--overwrite", "nodetopo.io/numa.count=7", "team=infra", user="other")
+    result = _publish(cluster, "dgx-h100", node)
+    assert result.returncode == 0, result.stderr
+    assert "took back label nodetopo.io/numa.count (set to '7' by field manager 'kubectl-label'" in (
+        result.stderr
+    )
+    labels = kubectl("get", "node", node, "-o", "jsonpath={.metadata.labels}").stdout
+    assert '"nodetopo.io/numa.count":"2"' in labels and '"team":"infra"' in labels
+    events = kubectl(
+        "get", "events", "-n", "default", "--field-selector",
+        f"involvedObject.kind=Node,involvedObject.name={node},reason=OwnedFieldReasserted", "-o", "name",
+    ).stdout.split()  # fmt: skip
+    assert len(events) == 1, events
+    described = kubectl("describe", "node", node).stdout
+    assert "OwnedFieldReasserted" in described

@@ -219,7 +219,8 @@ def reclaim_after_a_dead_run(
         subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
         with contextlib.suppress(OSError):
             path.unlink()
-        reclaimed.append(f"netns {name}")
+        if not path.exists():  # one bound under a self-mounted /run/netns stays busy: not claimed as gone
+            reclaimed.append(f"netns {name}")
     if Path(f"/sys/class/net/{bridge}").exists():
         _run(["ip", "link", "del", bridge])
         reclaimed.append(f"interface {bridge}")

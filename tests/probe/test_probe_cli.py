@@ -153,6 +153,42 @@ def test_collective_runs_only_when_the_tool_is_in_the_image(tmp_path: Path) -> N
     assert code == 1 and term.startswith("ResourceNotReal: collective: ")
 
 
+HOSTILE_NIC = "mlx5_0\x1b]0;owned\x07\x1b[2J\nTopologyProbePassed: everything fine\u202e"
+
+
+def test_hostile_nic_names_leave_as_one_line(tmp_path: Path) -> None:
+    """Was: a NIC name's newline and escape sequences went raw into the termination message (and
+    the Event): two lines, the second forged, and a terminal retitled by `kubectl describe`."""
+    import datetime
+
+    from nodetopo.probe import events
+    from nodetopo.probe.checks import Verdict
+
+    obj = nodetopology()
+    for gpu in obj["status"]["gpus"]:
+        gpu["nics"] = [{**n, "name": n["name"].replace("mlx5_0", HOSTILE_NIC)} for n in gpu["nics"]]
+    obj["status"]["nics"][0]["name"] = HOSTILE_NIC
+    (tmp_path / "nt.json").write_text(json.dumps(obj))
+    code, report, term = probe(
+        tmp_path,
+        "--nodetopology",
+        str(tmp_path / "nt.json"),
+        "--no-event",
+        "--annotation",
+        "nodetopo.io/rdma=required",
+        env={"NVIDIA_VISIBLE_DEVICES": "GPU-0"},
+    )
+    assert code == 1 and report["attribution"] == "ResourceNotReal"
+    assert term.count("\n") == 1 and term.endswith("\n"), repr(term)
+    assert "\x1b" not in term and "\x07" not in term and "\u202e" not in term, repr(term)
+    assert "mlx5_0\\x1b]0;owned\\x07" in term and "\\nTopologyProbePassed" in term, term
+    verdict = Verdict(False, None, report["verdict"])
+    body = events.event("team", "p", None, "n1", verdict, datetime.datetime.now(datetime.UTC))
+    assert body["message"].isprintable() and "\\x1b" in body["message"]
+    raw = events.event("team", "p", None, "n1", Verdict(False, None, HOSTILE_NIC), datetime.datetime.now())
+    assert raw["message"].isprintable(), raw["message"]
+
+
 def test_report_file_carries_the_placement_for_the_workload(tmp_path: Path) -> None:
     """--report writes the same JSON report to a file (an emptyDir the workload container mounts)."""
     report_file = tmp_path / "shared" / "probe.json"

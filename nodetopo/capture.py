@@ -11,8 +11,9 @@ facts as reading the host. It works like ``cp -P`` / hwloc-gather-topology:
 * attribute files are copied by reading them (sysfs reports a size of 4096 for every attribute, so
   size-based copying is wrong) and writing the bytes;
 * only the attributes the sources read are copied (the lists live in the source modules:
-  ``numa.NODE_FILES``, ``pci.ATTRIBUTES``/``pci.LINKS``, ``rdma.*_ATTRIBUTES``), never counters or
-  binary files such as ``config``;
+  ``numa.NODE_FILES``, ``pci.ATTRIBUTES``/``pci.LINKS``, ``rdma.*_ATTRIBUTES``, and the link readings
+  of ``links``: PCIe link speed/width and AER totals of every function, the RDMA port error counters
+  and ``carrier_changes``), never other counters or binary files such as ``config``;
 * an attribute that cannot be read is skipped and its host path returned as a warning, except for
   the "no value now" answers (EINVAL/ENODATA: the speed of a link that is down), which the sources
   read as absent anyway.
@@ -46,7 +47,7 @@ from nodetopo.host import (
     HostRoot,
     Refused,
 )
-from nodetopo.sources import _sysfs, numa, pci, rdma
+from nodetopo.sources import _sysfs, links, numa, pci, rdma
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,7 @@ def _sysfs_paths(root: HostRoot) -> Iterable[Path]:
     for name in _sysfs.list_directory(pci_dir):
         entry = pci_dir / name
         yield entry
-        for attribute in (*pci.ATTRIBUTES, *pci.LINKS):
+        for attribute in (*pci.ATTRIBUTES, *pci.LINKS, *links.PCI_ATTRIBUTES):
             yield entry / attribute
 
     ib_dir = root.sys(rdma.INFINIBAND_DIR)
@@ -177,10 +178,12 @@ def _sysfs_paths(root: HostRoot) -> Iterable[Path]:
             yield port
             for attribute in rdma.PORT_ATTRIBUTES:
                 yield port / attribute
+            for counter in links.PORT_COUNTERS:
+                yield port / "counters" / counter
         net_dir = entry / "device" / "net"
         for netdev in _sysfs.list_directory(net_dir):
             yield net_dir / netdev
-            for attribute in rdma.NET_ATTRIBUTES:
+            for attribute in (*rdma.NET_ATTRIBUTES, *links.NET_COUNTERS):
                 yield net_dir / netdev / attribute
 
     net_dir = root.sys(rdma.NET_DIR)
@@ -189,7 +192,7 @@ def _sysfs_paths(root: HostRoot) -> Iterable[Path]:
         entry = net_dir / name
         yield entry
         yield entry / "device"
-        for attribute in rdma.NET_ATTRIBUTES:
+        for attribute in (*rdma.NET_ATTRIBUTES, *links.NET_COUNTERS):
             yield entry / attribute
 
 

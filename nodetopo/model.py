@@ -336,6 +336,9 @@ class FabricInfo:
     clique_id: int
     state: str  #: NOT_SUPPORTED | NOT_STARTED | IN_PROGRESS | COMPLETED
     health: str | None = None
+    #: ``healthMask`` of ``nvmlGpuFabricInfo_v2``+ (2-bit fields: degraded bandwidth, route recovery,
+    #: route unhealthy, access timeout recovery ...); None when the driver does not report it
+    health_mask: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -363,6 +366,105 @@ class NvmlSnapshot:
     #: ((index_a, index_b), LinkClass) from nvmlDeviceGetTopologyCommonAncestor, a < b
     common_ancestor: tuple[tuple[tuple[int, int], LinkClass], ...] = ()
 
+
+# --------------------------------------------------------------------------------------------
+# Per-source facts: the state of the links (edge health readings)
+# --------------------------------------------------------------------------------------------
+#
+# Kept apart from the facts the topology is derived from (``Facts.health``): a link's negotiated
+# speed and its error counters change from one scan to the next on a healthy node, and must not
+# make an unchanged topology look changed. ``nodetopo.health`` judges them.
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PcieLinkReading:
+    """One PCI function's link attributes in sysfs, and its AER totals (None: not there).
+
+    Speeds are GT/s per lane as the kernel prints them (``16.0 GT/s PCIe`` -> 16.0); a function's
+    ``max_*`` is its own capability (Link Capabilities), ``current_*`` the negotiated link. The AER
+    totals are ``TOTAL_ERR_COR``/``TOTAL_ERR_NONFATAL``/``TOTAL_ERR_FATAL`` of ``aer_dev_*``.
+    """
+
+    address: PciAddress
+    current_gts: float | None = None
+    current_width: int | None = None
+    max_gts: float | None = None
+    max_width: int | None = None
+    aer_correctable: int | None = None
+    aer_nonfatal: int | None = None
+    aer_fatal: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class GpuPcieReading:
+    """A GPU's own view of its PCIe link (NVML, or ``nvidia-smi -q -x``'s ``pci_gpu_link_info``).
+
+    ``max_gen``: the highest generation the link can reach with this GPU and this system (NVML's
+    ``MaxPcieLinkGeneration``, ``-q``'s ``Max``); ``device_max_gen`` the GPU's own; ``host_max_gen``
+    the host side's (``-q`` only). ``replays``: the PCIe replay counter (since the driver loaded).
+    """
+
+    gpu: int | None  #: the NVML index; None from ``nvidia-smi -q`` (joined on ``uuid``/``address``)
+    source: str  #: ``nvml`` | ``nvidia-smi``
+    uuid: str | None = None
+    address: PciAddress | None = None
+    max_gen: int | None = None
+    current_gen: int | None = None
+    device_max_gen: int | None = None
+    host_max_gen: int | None = None
+    max_width: int | None = None
+    current_width: int | None = None
+    replays: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class NvlinkReading:
+    """One NVLink of one GPU: its state, speed and error counters (None: not read)."""
+
+    gpu: int
+    link: int
+    source: str  #: ``nvml`` | ``nvidia-smi``
+    active: bool | None = None
+    speed_gbps: float | None = None  #: per direction, as ``nvidia-smi nvlink -s`` prints it
+    replay: int | None = None
+    recovery: int | None = None
+    crc: int | None = None  #: CRC errors (NVML: flit + data)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PortCounterReading:
+    """The error counters of one RDMA port (``ports/<n>/counters/*``) and its netdev's carrier changes."""
+
+    nic: str
+    port: int
+    counters: tuple[tuple[str, int], ...] = ()  #: (counter, value) of the counters that were read
+    netdev: str | None = None
+    carrier_changes: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class HealthReadings:
+    """Every link-state reading of one scan (see above); empty parts were not read."""
+
+    pcie: tuple[PcieLinkReading, ...] = ()
+    gpu_pcie: tuple[GpuPcieReading, ...] = ()
+    nvlinks: tuple[NvlinkReading, ...] = ()
+    ports: tuple[PortCounterReading, ...] = ()
+
+    def merge(self, other: HealthReadings) -> HealthReadings:
+        if not (other.pcie or other.gpu_pcie or other.nvlinks or other.ports):
+            return self
+        if not (self.pcie or self.gpu_pcie or self.nvlinks or self.ports):
+            return other
+        return HealthReadings(
+            pcie=self.pcie + other.pcie,
+            gpu_pcie=self.gpu_pcie + other.gpu_pcie,
+            nvlinks=self.nvlinks + other.nvlinks,
+            ports=self.ports + other.ports,
+        )
+
+
+NO_READINGS = HealthReadings()
 
 # --------------------------------------------------------------------------------------------
 # Per-source facts: the node's place in the network (InfiniBand, LLDP, cloud metadata)
@@ -492,6 +594,8 @@ class Facts:
     network: tuple[NetworkObservation, ...] = ()
     sources: tuple[SourceStatus, ...] = ()
     conditions: tuple[Condition, ...] = ()
+    #: the links' states and counters (judged by ``nodetopo.health``, not part of the topology)
+    health: HealthReadings = NO_READINGS
 
     def merge(self, other: Facts) -> Facts:
         """Combine two partial observations: tuples concatenate, singletons prefer ``other``."""
@@ -509,6 +613,7 @@ class Facts:
             network=self.network + other.network,
             sources=self.sources + other.sources,
             conditions=self.conditions + other.conditions,
+            health=self.health.merge(other.health),
         )
 
 
@@ -589,6 +694,9 @@ class GpuNicDistance:
     gpu: int
     nic: str
     distance: LinkClass
+    #: False when the path crosses a degraded edge (the NIC's, the GPU's own PCIe link, a switch
+    #: uplink between them): the class is where the NIC is, not what the GPU can use
+    healthy: bool = True
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -603,6 +711,91 @@ class NetworkPosition:
     neighbours: tuple[SwitchPort, ...] = ()
     tiers: tuple[FabricTier, ...] = ()
     tier_source: str | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Edge health: what ``nodetopo.health`` concluded about each link (published)
+# --------------------------------------------------------------------------------------------
+
+
+class EdgeKind(enum.StrEnum):
+    PCIE = "pcie"  #: a PCI function's link to the port above it
+    NVLINK = "nvlink"  #: a GPU's NVLinks (to its peers or its NVSwitches)
+    PORT = "port"  #: an RDMA port (InfiniBand or RoCE) and its wire
+    FABRIC = "fabric"  #: a GPU's multi-node NVLink fabric (GB200/GB300)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class LinkState:
+    """An edge's state (observed) or what both ends support (capability); None: not said."""
+
+    width: int | None = None  #: PCIe lanes
+    gts: float | None = None  #: PCIe GT/s per lane
+    links: int | None = None  #: active NVLinks
+    rate_gbps: float | None = None  #: a port's rate
+    state: str | None = None  #: a port's state, a fabric's health
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CounterRate:
+    """How fast one error counter rose over the judged window, per hour."""
+
+    counter: str
+    per_hour: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class EdgeHealth:
+    """One degraded edge: which, why, what it does against what it should, since when.
+
+    ``edge`` is ``<device>/<kind>`` (``GPU3/nvlink``, ``mlx5_2/port1``, ``0000:16:00.0/pcie``);
+    ``gpu``/``nic``/``address`` name the device, ``peer`` the other end when known (``NVSwitch``,
+    ``GPU1``, the port above). ``reasons`` are the rules that fired (``nodetopo.health.rules``).
+    """
+
+    edge: str
+    kind: EdgeKind
+    device: str
+    gpu: int | None = None
+    nic: str | None = None
+    address: PciAddress | None = None
+    port: int | None = None
+    peer: str | None = None
+    reasons: tuple[str, ...] = ()
+    message: str = ""
+    observed: LinkState = LinkState()
+    capability: LinkState = LinkState()
+    since: str | None = None  #: RFC 3339, when it was first judged degraded (None: not known)
+    rates: tuple[CounterRate, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CounterBaseline:
+    """The error counters the last published status recorded, and when: a restarted agent judges
+    rates against them. ``counters`` holds only non-zero values, by edge, both sorted."""
+
+    at: str  #: RFC 3339
+    #: a short hash of the ids of every edge read then: a counter it does not list was 0 for an
+    #: edge set of that hash (for another set only the listed counters are known)
+    edges: str = ""
+    counters: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class HealthReport:
+    """The judgement of every edge of a scan: how many were judged, which are degraded.
+
+    ``judged`` False: no health judgement at all (an object written by an older agent, a view
+    built without one): nothing is known to be degraded, and nothing to be healthy either.
+    """
+
+    judged: bool = False
+    checked: int = 0  #: edges judged this scan
+    degraded: tuple[EdgeHealth, ...] = ()
+    baseline: CounterBaseline | None = None
+
+
+NOT_JUDGED = HealthReport()
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -624,6 +817,8 @@ class Topology:
     #: every GPU pair that has a matrix cell, sorted; None when not derived (over
     #: ``MAX_LINKED_GPUS`` GPUs) or not published (an object written by an older agent)
     gpu_links: tuple[GpuLink, ...] | None = None
+    #: the links' health (``nodetopo.health``); the facts above already leave degraded edges out
+    health: HealthReport = NOT_JUDGED
 
 
 # --------------------------------------------------------------------------------------------

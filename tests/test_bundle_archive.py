@@ -10,6 +10,8 @@ import platform
 import re
 import shutil
 import socket
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from nodetopo.bundle import (
     extract_archive,
     parse_manifest,
     read_manifest,
+    resolves_inside,
     write_archive,
 )
 from nodetopo.cli import main
@@ -99,7 +102,10 @@ def test_discover_from_a_bundle_names_the_node_from_its_manifest(
         '{"host": "gpu\\u001b[2J-7", "kernel": "6.8\\u001b]0;x\\u0007"}',
         '{"host": 7, "kernel": ["x"], "capturedAt": "yesterday"}',
         '{"host": "' + "a" * 300 + '"}',
+        "[" * 60_000,  # json.loads recursed into RecursionError: a traceback, exit 1
+        '{"host": "gpu-7", "kernel": ' + "[" * 5_000 + "]" * 5_000 + "}",
     ],
+    ids=lambda text: text[:30] if len(text) < 100 else f"{text[:12]}... ({len(text)} chars)",
 )
 def test_a_bad_manifest_costs_its_facts_not_the_bundle(
     text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
@@ -184,6 +190,12 @@ HOSTILE = {
         (_info("b/up", tarfile.SYMTYPE, "d/.."), b""),
         (_info("b/up/up/x", size=1), b"x"),
     ],
+    # the same climb with the links in the other order: b/m is checked while b/l is not there yet
+    # (b/l/.. is then b), and b/l -> .. is b's parent, the unpack directory: b/m is its parent
+    "link-chain-later": [
+        (_info("b/m", tarfile.SYMTYPE, "l/.."), b""),
+        (_info("b/l", tarfile.SYMTYPE, ".."), b""),
+    ],
     "hard-link": [(_info("b/sys/h", tarfile.LNKTYPE, "b/cmd/nvidia-smi-L.txt"), b"")],
     "fifo": [(_info("b/cmd/ibstat.txt", tarfile.FIFOTYPE), b"")],
     "device": [(_info("b/sys/zero", tarfile.CHRTYPE), b"")],
@@ -227,3 +239,151 @@ def test_unpacked_archives_are_private_and_removed_at_exit(tmp_path: Path) -> No
     assert bundle_dir(archive) == unpacked  # once per process
     assert unpacked.name == "p" and (unpacked / "sys").is_dir()
     assert os.stat(unpacked.parent).st_mode & 0o077 == 0  # mkdtemp: only we can read it
+
+
+def test_a_refused_archive_writes_nothing_at_all(tmp_path: Path) -> None:
+    """Every entry is checked before the first is written: the 21st of 20 allowed, a link that
+    climbs out last, an oversized file last."""
+    cases = {
+        "more than 10 entries": (
+            [(_info(f"b/sys/f{i}", size=0), b"") for i in range(20)],
+            {"max_members": 10},
+        ),
+        "out of the bundle": (
+            [(_info("b/m", tarfile.SYMTYPE, "l/.."), b""), (_info("b/l", tarfile.SYMTYPE, ".."), b"")],
+            {},
+        ),
+        "larger than 8 bytes": (
+            [(_info("b/sys/a", size=1), b"x"), (_info("b/nvml.json", size=9), b"1" * 9)],
+            {"max_file_bytes": 8},
+        ),
+    }
+    for n, (want, (members, limits)) in enumerate(cases.items()):
+        (tmp_path / str(n)).mkdir()
+        archive = _archive(tmp_path / str(n), *members)
+        dest = tmp_path / f"dest{n}"
+        dest.mkdir()
+        with pytest.raises(BundleError, match=want):
+            extract_archive(archive, dest, **limits)  # type: ignore[arg-type]
+        assert list(dest.iterdir()) == [], want
+
+
+def _huge_record(tmp_path: Path, kind: bytes, size: int) -> Path:
+    """An archive whose first entry is a GNU long-name or pax record of ``size`` bytes (gzip
+    makes it ~0.1% of that), written a MiB at a time."""
+    import gzip
+
+    path = tmp_path / "record.tar.gz"
+    info = tarfile.TarInfo("././@LongLink" if kind == tarfile.GNUTYPE_LONGNAME else "./PaxHeaders/x")
+    info.type, info.size = kind, size
+    with gzip.open(path, "wb", compresslevel=1) as out:
+        out.write(
+            info.tobuf(
+                format=tarfile.GNU_FORMAT if kind == tarfile.GNUTYPE_LONGNAME else tarfile.USTAR_FORMAT
+            )
+        )
+        head = b"%d path=" % size if kind == tarfile.XHDTYPE else b""
+        out.write(head)
+        left = size - len(head) - 1  # then a newline ends the record (and the name)
+        chunk = b"a" * (1 << 20)
+        for _ in range(left // len(chunk)):
+            out.write(chunk)
+        out.write(b"a" * (left % len(chunk)) + b"\n" + b"\0" * (-size % 512))
+        entry = tarfile.TarInfo("b/cmd/nvidia-smi-L.txt")
+        out.write(entry.tobuf() + b"\0" * 1024)
+    return path
+
+
+@pytest.mark.parametrize(
+    "kind", [tarfile.GNUTYPE_LONGNAME, tarfile.XHDTYPE], ids=["gnu-long-name", "pax-path"]
+)
+def test_a_huge_header_record_is_refused_before_it_is_read(tmp_path: Path, kind: bytes) -> None:
+    """A 100 MiB path record cost 952 MB of memory and 100 MB of stderr before the refusal."""
+    archive = _huge_record(tmp_path, kind, 100 * 2**20)
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forked parent (pytest) across exec
+    script = (
+        "import re, sys\n"
+        "from nodetopo.cli import main\n"
+        "code = main(['discover', '--from', sys.argv[1]])\n"
+        "status = open('/proc/self/status').read()\n"
+        "print(re.search(r'VmHWM:\\s*(\\d+) kB', status).group(1))\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(archive)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert len(done.stderr) < 1000 and "Traceback" not in done.stderr
+    assert "record of 104857600 bytes" in done.stderr
+    assert int(done.stdout.split()[-1]) < 200 * 1024  # KiB: the interpreter and nodetopo, not the record
+
+
+def test_a_chain_of_header_records_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "chain.tar"
+    with path.open("wb") as out:
+        for _ in range(2000):  # tarfile recursed once per record
+            info = tarfile.TarInfo("././@LongLink")
+            info.type, info.size = tarfile.GNUTYPE_LONGNAME, 10
+            out.write(info.tobuf(format=tarfile.GNU_FORMAT) + b"b/sys/x\0\0\0".ljust(512, b"\0"))
+        out.write(tarfile.TarInfo("b/sys/x").tobuf() + b"\0" * 1024)
+    with pytest.raises(BundleError, match="more than 4 header records for one entry"):
+        extract_archive(path, tmp_path / "dest")
+
+
+def test_resolving_links_follows_them_in_any_order() -> None:
+    links = {"b/l": "..", "b/m": "l/..", "b/s": ".", "b/loop": "loop2", "b/loop2": "loop"}
+    assert resolves_inside(links, "b/l") and resolves_inside(links, "b/s/s/s/x")
+    assert not resolves_inside(links, "b/m")  # b/l is the top, its parent is outside
+    assert not resolves_inside(links, "b/loop")
+    assert not resolves_inside({"a": "/etc"}, "a/passwd")
+    assert resolves_inside({"sys/bus/d": "../../devices/x"}, "sys/bus/d/vendor")
+
+
+def test_an_unpack_killed_with_sigterm_removes_its_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+    import tempfile
+    import time
+
+    import nodetopo.bundle
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def killed(archive: Path, dest: Path) -> None:
+        (dest / "b").mkdir()
+        (dest / "b" / "half").write_text("x")
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+
+    monkeypatch.setattr(nodetopo.bundle, "extract_archive", killed)
+    archive = tmp_path / "k.tar.gz"
+    write_archive(BUNDLES / "cpu-only", archive)
+    with pytest.raises(SystemExit) as exited:
+        bundle_dir(archive)
+    assert exited.value.code == 128 + signal.SIGTERM
+    assert [p.name for p in tmp_path.iterdir()] == ["k.tar.gz"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_later_unpack_removes_what_a_killed_one_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
+    dead = int(gone.stdout)
+    left = tmp_path / f"nodetopo-bundle-{dead}-abc123"
+    (left / "b" / "sys").mkdir(parents=True)
+    alive = tmp_path / f"nodetopo-bundle-{os.getppid()}-def456"  # our parent: a live process
+    alive.mkdir()
+    other = tmp_path / "nodetopo-bundle-notapid"
+    other.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    archive = tmp_path / "p.tar.gz"
+    write_archive(BUNDLES / "cpu-only", archive)
+    unpacked = bundle_dir(archive)
+    assert unpacked.parent.name.startswith(f"nodetopo-bundle-{os.getpid()}-")
+    assert not left.exists() and alive.is_dir() and other.is_dir()

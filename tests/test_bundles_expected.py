@@ -2,7 +2,8 @@
 
 The expectations were written by a person reading the machine's layout (not generated), so these
 tests hold nodetopo to what a correct tool must conclude: GPUs, islands, nearest NICs and their
-class, NUMA placement, NIC facts, MIG parents.
+class, NUMA placement, NIC facts, MIG parents; and on a degraded machine's bundle, the edges
+published degraded and what the published facts become without them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from nodetopo.resource.reader import read_nodetopology
 from nodetopo.topology.discover import bundle_context, scan
 
 BUNDLES = sorted(p for p in (Path(__file__).parent / "fixtures" / "bundles").glob("*") if p.is_dir())
+#: a GPU's NIC facts, which follow the health of its paths (``health.gpus`` of a degraded bundle)
+NIC_KEYS = ("nearestNICs", "nicDistance")
 
 
 def _discover(bundle: Path) -> tuple[dict[str, Any], dict[str, str]]:
@@ -49,11 +52,23 @@ def test_bundle_matches_expectations(bundle: Path) -> None:
     driver_gpus = [g for g in status["gpus"] if g["uuid"] is not None or not sysfs_only]
     assert len(driver_gpus) == len(expected["gpus"])
     by_index = {g["index"]: g for g in status["gpus"]}
+    healthier = {g["index"] for g in (expected.get("health") or {}).get("gpus", [])}
     for gpu in expected["gpus"]:
-        _subset(by_index[gpu["index"]], gpu, f"GPU{gpu['index']}")
+        placed = {k: v for k, v in gpu.items() if gpu["index"] not in healthier or k not in NIC_KEYS}
+        _subset(by_index[gpu["index"]], placed, f"GPU{gpu['index']}")
+
+    # ``health``: a bundle of a degraded machine; the placement above is the machine's, what the
+    # published facts become with the degraded edges taken out is here (absent: nothing degraded)
+    health = expected.get("health") or {}
+    degraded = [{"edge": e["edge"], "reasons": e["reasons"]} for e in status["health"]["degraded"]]
+    assert degraded == health.get("degraded", [])
+    for gpu in health.get("gpus", []):
+        _subset(by_index[gpu["index"]], gpu, f"GPU{gpu['index']} (health)")
+    for key, value in (health.get("labels") or {}).items():
+        assert labels.get(key) == value, f"label {key} is {labels.get(key)!r}, expected {value!r}"
 
     islands = [{k: v for k, v in i.items() if k != "id"} for i in status["nvlinkIslands"]]
-    assert islands == expected["nvlinkIslands"]
+    assert islands == health.get("nvlinkIslands", expected["nvlinkIslands"])
 
     by_name = {n["name"]: n for n in status["nics"]}
     for nic in expected.get("nics") or []:

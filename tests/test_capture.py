@@ -11,24 +11,30 @@ from sysfs_trees import HWLOC_TREES, Dir, Link, gpud_infiniband_root, hwloc_tree
 
 from nodetopo.capture import capture_bundle, capture_sysfs
 from nodetopo.host import HostRoot
-from nodetopo.model import Condition, NetDevice, NumaNode, PciDevice, RdmaDevice
-from nodetopo.sources import numa, pci, rdma
+from nodetopo.model import Condition, Facts, NetDevice, NumaNode, PciDevice, RdmaDevice
+from nodetopo.sources import links, numa, pci, rdma
 
-Facts = tuple[
+SysfsFacts = tuple[
     tuple[tuple[NumaNode, ...], tuple[Condition, ...]],
     tuple[tuple[PciDevice, ...], tuple[Condition, ...]],
     tuple[tuple[RdmaDevice, ...], tuple[Condition, ...]],
     tuple[tuple[NetDevice, ...], tuple[Condition, ...]],
+    Facts,
 ]
 
 
-def read_all(root: HostRoot) -> Facts:
-    """Everything the three sysfs sources read, conditions included (they name host paths)."""
+def read_all(root: HostRoot) -> SysfsFacts:
+    """Everything the sysfs sources read, conditions included (they name host paths), and the link
+    readings of the devices found."""
+    devices = pci.read_pci_devices(root)
+    rdma_devices = rdma.read_rdma_devices(root)
+    found = Facts(pci_devices=devices[0], rdma_devices=rdma_devices[0])
     return (
         numa.read_numa_nodes(root),
-        pci.read_pci_devices(root),
-        rdma.read_rdma_devices(root),
+        devices,
+        rdma_devices,
         rdma.read_net_devices(root),
+        links.read_links(root, found),
     )
 
 
@@ -54,8 +60,11 @@ def test_capture_of_the_gpud_infiniband_snapshot_reads_back_the_same_facts(
     assert capture_sysfs(original, tmp_path) == []
     assert read_all(HostRoot(tmp_path)) == read_all(original)
     assert len(read_all(original)[2][0]) == 9
-    # only what the sources read is copied: no counters
-    assert not list(tmp_path.glob("sys/class/infiniband/*/ports/*/counters"))
+    assert len(read_all(original)[4].health.ports) == 9
+    # only what the sources read is copied: the error counters, not the data counters beside them
+    copied = {p.name for p in tmp_path.glob("sys/class/infiniband/*/ports/*/counters/*")}
+    assert copied == set(links.PORT_COUNTERS)
+    assert (original.path / "sys/class/infiniband/mlx5_0/ports/1/counters/port_rcv_data").is_file()
 
 
 @pytest.mark.corpus

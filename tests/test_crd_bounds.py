@@ -67,9 +67,15 @@ def test_the_bounds_are_the_ones_crd_py_and_the_extender_use() -> None:
         "status.migDevices": crd.MAX_MIG_DEVICES,
         "status.sources": crd.MAX_SOURCES,
         "status.conditions": crd.MAX_CONDITIONS,
+        "status.health.degraded": crd.MAX_EDGES,
+        "status.health.degraded[].reasons": crd.MAX_REASONS,
+        "status.health.degraded[].rates": crd.MAX_RATES,
     }
     assert {p: nodes[p]["maxItems"] for p in expected} == expected
     assert nodes["status.sources[].message"]["maxLength"] == crd.MAX_SOURCE_MESSAGE
+    assert nodes["status.health.degraded[].message"]["maxLength"] == crd.MAX_MESSAGE
+    for path in ("status.health.degraded[].observed.state", "status.health.degraded[].capability.state"):
+        assert nodes[path]["maxLength"] == crd.MAX_STATE
     for path in ("status.gpus[].cpuAffinity", "status.numaNodes[].cpus"):
         assert nodes[path]["maxLength"] == crd.MAX_CPULIST
 

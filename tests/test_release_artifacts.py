@@ -288,6 +288,12 @@ def test_single_file_plugin_does_what_the_console_script_does_without_python(
         [str(binary), "get", "no-such-node"], capture_output=True, text=True, env=env, check=False
     )
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1 and "not found" in missing.stderr
+    # band runs the model's flows: the executable leaves networkx out and says so, in one line
+    band = subprocess.run(
+        [str(binary), "band", "dgx-h100"], capture_output=True, text=True, env=env, check=False
+    )
+    assert (band.returncode, band.stdout) == (1, "") and band.stderr.count("\n") == 1
+    assert "needs networkx, and this kubectl-ntopo is built without it" in band.stderr
 
 
 # ----------------------------------------------------------------------------------------------

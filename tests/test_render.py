@@ -105,8 +105,15 @@ def _topo_m_gpu_cells(path: Path) -> dict[tuple[int, int], str]:
     return cells
 
 
+#: dgx-h100-nvlink-down's topo -m is the generator's guess of what nvidia-smi prints for an NVSwitch
+#: GPU with 6 of 18 links inactive (NV18 everywhere: no real capture of that case is known); the
+#: matrix nodetopo derives from the same facts says each pair's links as the island's least
+GUESSED_MATRIX = {"dgx-h100-nvlink-down"}
+
+
 @pytest.mark.parametrize(
-    "bundle", [b for b in ALL if (BUNDLES / b / "cmd" / "nvidia-smi-topo-m.txt").is_file()]
+    "bundle",
+    [b for b in ALL if (BUNDLES / b / "cmd" / "nvidia-smi-topo-m.txt").is_file() and b not in GUESSED_MATRIX],
 )
 def test_matrix_equals_what_nvidia_smi_printed(bundle: str) -> None:
     result = scan(bundle_context(BUNDLES / bundle))

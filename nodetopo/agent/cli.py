@@ -155,6 +155,7 @@ def build_agent(
     events: EventSource | None = None,
 ) -> Agent:
     """The production wiring: host (or bundle) seams, API publisher (or dry run), udev events."""
+    from nodetopo.health import DEFAULT_POLICY, HealthTracker
     from nodetopo.topology.discover import bundle_context, host_context, scan
 
     ctx = (
@@ -188,7 +189,16 @@ def build_agent(
 
         timeout = min(config.command_timeout_seconds, 5.0)
         allocation = functools.partial(ask_kubelet, config.pod_resources_socket, timeout_s=timeout)
-    return Agent(config, scan=lambda: scan(ctx), publisher=publisher, events=events, allocation=allocation)
+    # the links are judged over scans: K degraded scans publish an edge, K clean ones clear it, counter
+    # rates between scans (the baseline is not published yet: a restarted agent starts its rates anew)
+    tracker = HealthTracker(DEFAULT_POLICY, keep_baseline=False)
+    return Agent(
+        config,
+        scan=lambda: scan(ctx, judge=tracker),
+        publisher=publisher,
+        events=events,
+        allocation=allocation,
+    )
 
 
 def cmd_agent(args: argparse.Namespace) -> int:

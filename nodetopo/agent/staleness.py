@@ -18,7 +18,7 @@ import datetime
 import logging
 from collections.abc import Callable, Sequence
 
-from nodetopo.model import Condition, ConditionReason, Facts
+from nodetopo.model import NO_READINGS, Condition, ConditionReason, Facts
 from nodetopo.sources.base import SourceResult
 from nodetopo.topology.derive import derive_topology
 from nodetopo.topology.discover import Scan
@@ -90,11 +90,16 @@ class StaleKeeper:
             return scan
         log.warning("keeping the last good facts of %s (marked Stale)", ", ".join(stale))
         facts = merge(results)
+        # the links were judged on this scan's own readings (scan.topology.health): what is kept
+        # stale is the topology's facts, derived again without the edges published degraded
+        health = scan.topology.health
+        topology = derive_topology(dataclasses.replace(facts, health=NO_READINGS), health.degraded)
         return Scan(
             facts=facts,
             results=tuple(results),
-            topology=derive_topology(facts),
+            topology=dataclasses.replace(topology, health=health),
             duration_s=scan.duration_s,
+            edges=scan.edges,
         )
 
 

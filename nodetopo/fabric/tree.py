@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 from collections.abc import Iterable, Mapping, Sequence
 
 from nodetopo.errors import ParseError
@@ -25,6 +24,7 @@ from nodetopo.fabric.ibdiags import (
     parse_iblinkinfo,
     switch_name,
 )
+from nodetopo.jsonread import load_json
 from nodetopo.model import FabricTier, NetworkObservation, SwitchPort
 
 
@@ -199,10 +199,7 @@ class FabricMap:
 
 def parse_fabric_map(text: str, path: str = "fabric map") -> FabricMap:
     """Read a map written by ``fabric_map`` (``nodetopo fabric``); garbage is a ``ParseError``."""
-    try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise ParseError(NAME, path, f"not JSON: {e}") from e
+    data = load_json(text, source=NAME, path=path, max_chars=MAP_LIMIT)
     if not isinstance(data, dict) or data.get("kind") != MAP_KIND:
         raise ParseError(NAME, path, f"not a fabric map (kind is not {MAP_KIND!r})")
     if data.get("version") != MAP_VERSION:

@@ -2,9 +2,10 @@
 
 It reads the NodeTopology objects the agent publishes, turns each back into the ``Topology`` it was
 made from (``crd.topology_from_nodetopology``) and renders it with the views ``nodetopo discover``
-uses. It talks to the API server through the one client (``nodetopo.kube``): the user's kubeconfig
-as kubectl reads it (``$KUBECONFIG``, contexts, exec credential plugins), ``--kubeconfig`` and
-``--context``. Imports are lazy: ``--help`` loads neither the client nor a renderer.
+uses; ``band`` runs the bandwidth model (``nodetopo.expect``) over it. It talks to the API server
+through the one client (``nodetopo.kube``): the user's kubeconfig as kubectl reads it
+(``$KUBECONFIG``, contexts, exec credential plugins), ``--kubeconfig`` and ``--context``. Imports are
+lazy: ``--help`` loads neither the client nor a renderer.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ examples:
   kubectl ntopo get gpu-node-7                 the table `nodetopo discover` prints on that node
   kubectl ntopo get gpu-node-7 -o svg > n.svg  its picture (needs Graphviz's `dot`)
   kubectl ntopo matrix gpu-node-7 --context prod
+  kubectl ntopo band gpu-node-7                the all-reduce busbw band its topology promises
+  kubectl ntopo band gpu-node-7 --gpus 0-3 -o json
 """
 
 
@@ -54,6 +57,18 @@ def _island_size(text: str) -> int:
     if value < 2:
         raise argparse.ArgumentTypeError("an NVLink island has at least 2 GPUs")
     return value
+
+
+def _gpu_list(text: str) -> tuple[int, ...]:
+    from nodetopo.model import parse_cpulist
+
+    try:
+        indices = parse_cpulist(text)
+    except ValueError:
+        indices = frozenset()
+    if not indices or max(indices) > 4096:
+        raise argparse.ArgumentTypeError(f"not a GPU list (0-3,6): {text[:32]!r}")
+    return tuple(sorted(indices))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,6 +108,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("node", metavar="NODE", help="the node's name (its NodeTopology has the same name)")
     _kube_flags(p, default=argparse.SUPPRESS)
     p.set_defaults(func=cmd_matrix)
+
+    p = sub.add_parser(
+        "band",
+        help="one node's expected all-reduce bus bandwidth: the band its topology promises, per GPU set",
+        description="The all-reduce bus-bandwidth band at large message sizes that the node's published "
+        "topology promises inside the node (nodetopo's bandwidth model, as `nodetopo expect` computes it): "
+        "for every GPU of the node and for each NVLink island when there are several, with the algorithm "
+        "NCCL would likely run, the link that limits it and the model's assumptions.",
+    )
+    p.add_argument("node", metavar="NODE", help="the node's name (its NodeTopology has the same name)")
+    p.add_argument(
+        "--gpus",
+        type=_gpu_list,
+        metavar="LIST",
+        help="only this GPU set: indices and ranges (0-3,6)",
+    )
+    p.add_argument(
+        "-o", "--output", choices=["table", "json"], default="table", help="table (default) or json"
+    )
+    _kube_flags(p, default=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_band)
 
     p = sub.add_parser(
         "nodes",
@@ -217,6 +253,43 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 def cmd_matrix(args: argparse.Namespace) -> int:
     sys.stdout.write(_table(_read(args), matrix=True))
+    return 0
+
+
+#: ``band`` in an executable built without networkx (``plugins/archive.py``: it would add 7 MB and
+#: a quarter of a second to every command's start-up)
+NO_NETWORKX = (
+    "kubectl ntopo band runs the bandwidth model, which needs networkx, and this kubectl-ntopo is built "
+    "without it: use the kubectl-ntopo that pip installs, or `kubectl get ntopo NODE -o json | nodetopo "
+    "expect -f -`"
+)
+
+
+def cmd_band(args: argparse.Namespace) -> int:
+    try:
+        from nodetopo.kubectl.band import band_rows, bands_json, render_bands
+    except ModuleNotFoundError as e:
+        if e.name != "networkx":
+            raise
+        raise NodetopoError(NO_NETWORKX) from None
+    from nodetopo.terminal import output_width
+
+    body = _read(args)
+    topology = _topology(body)
+    listed = {g.index for g in topology.gpus}
+    unknown = sorted(set(args.gpus or ()) - listed)
+    if unknown:
+        raise NodetopoError(
+            f"NodeTopology/{args.node} lists no GPU {','.join(map(str, unknown))} "
+            f"(it lists {len(listed)}: {','.join(map(str, sorted(listed))) or 'none'})"
+        )
+    rows = band_rows(args.node, topology, args.gpus)
+    if args.output == "json":
+        sys.stdout.write(json.dumps(bands_json(args.node, rows), indent=2, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(
+            strip_control(render_bands(_origin(body), rows, output_width(sys.stdout)), keep_newlines=True)
+        )
     return 0
 
 

@@ -119,14 +119,21 @@ def _message(value: bytes | int, where: str, what: str) -> bytes:
     return value
 
 
-def _container_devices(data: bytes, where: str) -> tuple[str, tuple[str, ...]]:
+def _container_devices(data: bytes, where: str, room: int, what: str) -> tuple[str, tuple[str, ...]]:
+    """One ``ContainerDevices``; a ``ParseError`` as soon as it names more than ``room`` device ids
+    (the response's bound less what came before: counted as read, never after building them all)."""
     resource = ""
     ids: list[str] = []
     for number, value in _fields(data, where):
         if number == 1:
             resource = _text(value, where, "resource_name")
         elif number == 2:
-            ids.append(_text(value, where, "device_id", MAX_DEVICE_ID))
+            device = _text(value, where, "device_id", MAX_DEVICE_ID)
+            if not device:
+                raise ParseError(NAME, where, "an empty device_id")
+            ids.append(device)
+            if len(ids) > room:
+                raise ParseError(NAME, where, f"more than {MAX_ASSIGNMENTS} {what}")
     if not resource:
         raise ParseError(NAME, where, "ContainerDevices without a resource_name")
     return resource, tuple(ids)
@@ -154,7 +161,9 @@ def parse_list_response(data: bytes, where: str = LIST_METHOD) -> tuple[DeviceAs
                 if field == 1:
                     container_name = _text(value, where, "container name")
                 elif field == 2:
-                    devices.append(_container_devices(_message(value, where, "ContainerDevices"), where))
+                    room = MAX_ASSIGNMENTS - len(out) - sum(len(ids) for _, ids in devices)
+                    message = _message(value, where, "ContainerDevices")
+                    devices.append(_container_devices(message, where, room, "device assignments"))
             holder = PodRef(namespace=namespace, name=name, container=container_name)
             for resource, ids in devices:
                 out.extend(DeviceAssignment(resource=resource, device_id=i, holder=holder) for i in ids)
@@ -171,7 +180,8 @@ def parse_allocatable_response(
     count = 0
     for number, value in _fields(data, where):
         if number == 1:
-            resource, ids = _container_devices(_message(value, where, "ContainerDevices"), where)
+            message = _message(value, where, "ContainerDevices")
+            resource, ids = _container_devices(message, where, MAX_ASSIGNMENTS - count, "allocatable devices")
             by_resource.setdefault(resource, set()).update(ids)
             count += len(ids)
             if count > MAX_ASSIGNMENTS:

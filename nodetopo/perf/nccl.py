@@ -30,13 +30,13 @@ wrong elements are all kept as facts for the verdict.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nodetopo.errors import ParseError, excerpt
+from nodetopo.jsonread import load_json
 
 SOURCE = "nccl-tests"
 
@@ -552,12 +552,7 @@ def _version_text(code: Any) -> str | None:
 
 def parse_nccl_json(text: str, path: str = "-") -> NcclOutput:
     """Parse the JSON report nccl-tests writes with ``-J FILE``."""
-    if len(text) > MAX_JSON_CHARS:
-        raise ParseError(SOURCE, path, f"{len(text)} characters: more than the {MAX_JSON_CHARS} read")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ParseError(SOURCE, path, f"not JSON: {e.msg}", line=e.lineno) from None
+    doc = load_json(text, source=SOURCE, path=path, max_chars=MAX_JSON_CHARS)
     if not isinstance(doc, Mapping) or "results" not in doc:
         raise ParseError(SOURCE, path, "not an nccl-tests JSON report (no 'results')")
     args = doc.get("args") or []

@@ -28,12 +28,12 @@ same matrix in ns; the unit is read from the description's last parenthesis.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from collections.abc import Mapping
 
 from nodetopo.errors import ParseError, excerpt
+from nodetopo.jsonread import load_json
 
 SOURCE = "nvbandwidth"
 MAX_LINES = 100_000
@@ -250,10 +250,7 @@ def _matrix(lines: list[str], i: int, description: str, number: int, path: str) 
 
 
 def _parse_json(text: str, path: str) -> NvbOutput:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ParseError(SOURCE, path, f"not JSON: {e.msg}", line=e.lineno) from None
+    doc = load_json(text, source=SOURCE, path=path)
     body = doc.get("nvbandwidth") if isinstance(doc, Mapping) else None
     if not isinstance(body, Mapping):
         raise ParseError(SOURCE, path, "not nvbandwidth JSON (no 'nvbandwidth' object)")

@@ -145,6 +145,9 @@ def shape_of(read: Published) -> NodeShape:
     for published in status.gpus:
         gpu = published.gpu
         nics = published.nics  # nearest first
+        if published.degraded_nics:
+            # a NIC whose path from this GPU crosses a degraded edge (status.health) is not one to count
+            nics = tuple(pair for pair in nics if pair[0] not in published.degraded_nics)
         best_rdma: LinkClass | None = None
         layers: set[str] = set()
         for name, cls in nics:

@@ -6,7 +6,12 @@ a ``fail`` or ``warn`` carries an attribution:
   (GPUs across NVLink islands, a cpuset away from the GPUs' NUMA node, ``/dev/shm`` too small);
 * ``ResourceNotReal``: the node's NodeTopology promised something the container cannot use (a GPU,
   a NIC, an NVLink, a P2P path);
-* ``Undeclared``: the pod declared nothing (or something unreadable), so its placement cannot be judged.
+* ``Undeclared``: the pod declared nothing (or something unreadable), so its placement cannot be judged;
+* ``HarnessError`` (a warning of the collective smoke test): what ``all_reduce_perf`` printed cannot be
+  a bandwidth result, so the GPUs' bandwidth was not judged.
+
+The collective smoke test is judged against the bandwidth model's band for the container's own GPUs
+(``nodetopo.probe.collective``), in ``nodetopo accept``'s words.
 
 An unknown fact is never a negative fact: what cannot be read makes a check ``skip``, with why.
 """
@@ -21,6 +26,7 @@ from typing import Any
 from nodetopo.errors import clip
 from nodetopo.model import CpuSet, format_cpulist
 from nodetopo.placement.request import MAX_NIC_DISTANCE, RDMA, PodRequest
+from nodetopo.probe.collective import CollectiveRun, judge_collective
 from nodetopo.probe.promised import Promised, PromisedGpu, PromisedNic
 from nodetopo.resource.identity import PREFIX
 
@@ -36,6 +42,7 @@ class Attribution(enum.StrEnum):
     PLACED_WRONG = "PlacedWrong"
     RESOURCE_NOT_REAL = "ResourceNotReal"
     UNDECLARED = "Undeclared"
+    HARNESS_ERROR = "HarnessError"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -140,7 +147,7 @@ class Seen:
     cpus_from: str
     mems: frozenset[int] | None
     unread: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    collective_busbw: float | None = None  #: all_reduce_perf's average bus bandwidth, GB/s, when it ran
+    collective: CollectiveRun | None = None  #: what all_reduce_perf printed, when it ran and exited 0
     #: False when the collective does not apply: --collective-timeout 0, fewer than 2 GPUs, or no
     #: all_reduce_perf in the image
     collective_asked: bool = True
@@ -152,8 +159,7 @@ class Thresholds:
     min_hugepages_bytes: int = 0
     require_p2p: bool = False
     gpus: int | None = None  #: the GPU count the pod requested (``--gpus``), when known
-    min_busbw_nvlink: float = 40.0  #: GB/s all_reduce_perf should reach within one NVLink island
-    min_busbw_pcie: float = 3.0  #: GB/s it should reach otherwise
+    min_busbw: float | None = None  #: GB/s busbw the workload needs (``--min-busbw``): below it, PlacedWrong
 
 
 # --------------------------------------------------------------------------------------------
@@ -492,31 +498,34 @@ def check_mems(declared: Declared, seen: Seen, promised: Promised | None) -> Che
 
 
 def check_collective(seen: Seen, promised: Promised | None, t: Thresholds) -> Check:
-    """The collective smoke test (``all_reduce_perf`` from nccl-tests), judged by the island class."""
+    """The collective smoke test (``all_reduce_perf`` from nccl-tests) over the container's GPUs,
+    judged against the band the bandwidth model gives for those GPUs (``nodetopo.probe.collective``):
+    pass (``Passed``), fail ``ResourceNotReal`` or ``PlacedWrong``, warn ``HarnessError``; skipped
+    when there is no band to compare with (no NodeTopology, a GPU it does not list)."""
     name = "collective"
-    if seen.collective_busbw is None:
+    if seen.collective is None:
         why = seen.unread.get("collective", "not run")
         return skipped(name, why) if seen.collective_asked else not_asked(name, why)
-    found, _ = container_gpus(seen, promised) if promised is not None else ([], [])
-    islands = {g.island for g in found}
-    one_island = (
-        promised is not None
-        and len(found) >= 2
-        and len(islands) == 1
-        and None not in islands
-        and promised.islands.get(next(iter(islands)) or 0, 0) > 1
+    node, topology, why = "", None, "no NodeTopology"
+    found: list[PromisedGpu] = []
+    if promised is not None:
+        found, unknown = container_gpus(seen, promised)
+        node = promised.node
+        topology, problem = promised.topology()
+        why = f"NodeTopology/{node}: {problem}"
+        if unknown:
+            topology, why = None, f"NodeTopology/{node} does not list GPU(s) {_list(unknown)}"
+    outcome = judge_collective(
+        seen.collective, node, topology, why, [g.index for g in found], min_busbw=t.min_busbw
     )
-    minimum, what = (
-        (t.min_busbw_nvlink, "one NVLink island")
-        if one_island
-        else (t.min_busbw_pcie, "no common NVLink island")
-    )
-    text = f"all_reduce_perf average bus bandwidth {seen.collective_busbw:g} GB/s"
-    if seen.collective_busbw < minimum:
-        return failed(
-            name, f"{text}, below {minimum:g} GB/s expected of {what}", Attribution.RESOURCE_NOT_REAL
-        )
-    return passed(name, f"{text} (at least {minimum:g} GB/s expected of {what})")
+    if outcome.verdict is None:
+        return skipped(name, outcome.reason)
+    if outcome.verdict == "Passed":
+        return passed(name, outcome.reason)
+    attribution = Attribution(str(outcome.verdict))
+    if attribution is Attribution.HARNESS_ERROR:
+        return warned(name, outcome.reason, attribution)
+    return failed(name, outcome.reason, attribution)
 
 
 def run_checks(

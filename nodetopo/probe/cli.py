@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -43,10 +44,13 @@ checks (each pass, fail, warn or skip, with its reason):
   hugepages           at least --min-hugepages of hugepages (when asked)
   cpuset-numa         the container's cpuset (cgroup v2/v1) has CPUs of its GPUs' NUMA nodes
   memory-nodes        the memory nodes allowed include its GPUs' NUMA nodes
-  collective          all_reduce_perf (nccl-tests), only when in the image: its average bus bandwidth
-                      against what the GPUs' island class should give (--min-busbw-nvlink/-pcie)
+  collective          all_reduce_perf (nccl-tests), only when in the image: its bus bandwidth at the
+                      largest size against the bandwidth model's band for the container's GPUs on
+                      this NodeTopology, in nodetopo accept's words (Passed, ResourceNotReal with
+                      the suspect link, PlacedWrong below --min-busbw, HarnessError a warning)
 attribution of a failure: PlacedWrong (constraint not expressed or not honoured), ResourceNotReal
-(the NodeTopology promised something the container cannot use), Undeclared (no or bad declaration).
+(the NodeTopology promised something the container cannot use), Undeclared (no or bad declaration);
+of a warning also HarnessError (the collective's output cannot be a bandwidth result).
 verdict: "passed, N of M checked" (M: the checks that apply to the pod; the skipped ones are named).
 exit: 0 passed (or --warn-only), 1 a check failed (or, with --strict, one that applies was skipped),
 2 usage error.
@@ -70,6 +74,16 @@ def _seconds(text: str) -> float:
         value = -1.0
     if not 0 < value <= 600:
         raise argparse.ArgumentTypeError(f"not a number of seconds in (0, 600]: {text[:32]!r}")
+    return value
+
+
+def _gbps(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"not a positive number of GB/s: {text[:32]!r}")
     return value
 
 
@@ -142,18 +156,12 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
         "$PATH and the container has 2+ GPUs (default: 120; 0: never run it)",
     )
     p.add_argument(
-        "--min-busbw-nvlink",
-        type=float,
-        default=40.0,
+        "--min-busbw",
+        type=_gbps,
+        default=None,
         metavar="GBPS",
-        help="least all_reduce_perf bus bandwidth for GPUs in one NVLink island (default: 40)",
-    )
-    p.add_argument(
-        "--min-busbw-pcie",
-        type=float,
-        default=3.0,
-        metavar="GBPS",
-        help="least all_reduce_perf bus bandwidth otherwise (default: 3)",
+        help="the all_reduce bus bandwidth the workload needs: a collective result below it that is what "
+        "the placement gives is PlacedWrong (default: none; below the model's band is ResourceNotReal)",
     )
     p.add_argument("--warn-only", action="store_true", help="report failures but exit 0")
     p.add_argument(
@@ -237,7 +245,7 @@ def _observe(root: HostRoot, environ: dict[str, str], timeout: float, collective
         ids, ids_from = observe.gpu_ids_from_env(environ)
         if ids is None:
             unread["gpus"] = f"{unread.get('nvml', 'no NVML')}; {ids_from}"
-    busbw = None
+    collective = None
     gpus = len(ids or ())
     collective_asked = False
     if collective_timeout <= 0:
@@ -249,7 +257,7 @@ def _observe(root: HostRoot, environ: dict[str, str], timeout: float, collective
     else:
         collective_asked = True
         try:
-            busbw = observe.run_collective(gpus, collective_timeout, environ.get("PATH"))
+            collective = observe.run_collective(gpus, collective_timeout, environ.get("PATH"))
         except observe.ReadFailure as e:
             unread["collective"] = str(e)
     cpuset = attempt("cpus", lambda: observe.read_cpuset(root))
@@ -267,7 +275,7 @@ def _observe(root: HostRoot, environ: dict[str, str], timeout: float, collective
         cpus_from=cpuset[2] if cpuset else "",
         mems=cpuset[1] if cpuset else None,
         unread=unread,
-        collective_busbw=busbw,
+        collective=collective,
         collective_asked=collective_asked,
     )
 
@@ -364,8 +372,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     thresholds = Thresholds(
         min_shm_bytes=args.min_shm,
         min_hugepages_bytes=args.min_hugepages,
-        min_busbw_nvlink=args.min_busbw_nvlink,
-        min_busbw_pcie=args.min_busbw_pcie,
+        min_busbw=args.min_busbw,
         require_p2p=args.require_p2p,
         gpus=args.gpus,
     )

@@ -27,6 +27,7 @@ from nodetopo.host import (
 from nodetopo.model import parse_cpulist
 from nodetopo.placement.request import ANNOTATIONS, AnnotationError, PodRequest, parse_pod_request
 from nodetopo.probe.checks import Declared, IbDevice, IbPort, NvmlPair, NvmlView
+from nodetopo.probe.collective import CollectiveRun, parse_collective
 from nodetopo.resource.identity import PREFIX
 
 #: the largest file a reader reads (an annotations file, a sysfs attribute, /proc/self/status)
@@ -81,7 +82,7 @@ def parse_annotations_file(text: str, *, source: str) -> dict[str, str]:
         if not sep or not key:
             raise ValueError(f'{source}:{number}: not key="value"')
         try:
-            value = json.loads(quoted)
+            value = json.loads(quoted) if quoted.startswith('"') else None  # a string never nests
         except ValueError:
             value = None
         if not isinstance(value, str):
@@ -351,27 +352,24 @@ def read_cpuset(root: HostRoot | Path) -> tuple[frozenset[int], frozenset[int], 
 # --------------------------------------------------------------------------------------------
 
 COLLECTIVE_TOOL = "all_reduce_perf"
-_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9]+(?:\.[0-9]+)?)\s*$", re.M)
-
-
-def parse_nccl_busbw(text: str) -> float:
-    """``# Avg bus bandwidth    : 187.3`` of nccl-tests' output, GB/s; a ``ValueError`` without it."""
-    m = _BUSBW.search(text)
-    if m is None:
-        raise ValueError(f"{COLLECTIVE_TOOL}: no 'Avg bus bandwidth' line in its output")
-    return float(m[1])
 
 
 def collective_argv(gpus: int) -> tuple[str, ...]:
-    """``all_reduce_perf`` over ``gpus`` GPUs, 8 MiB to 128 MiB."""
-    return (COLLECTIVE_TOOL, "-b", "8M", "-e", "128M", "-f", "2", "-g", str(gpus))
+    """``all_reduce_perf`` over ``gpus`` GPUs, 8 MiB to the smallest size the bandwidth model states
+    its band for (a shortfall at a smaller size is not judged; a size every datacenter GPU holds
+    twice over). The model's package is imported here, when the collective runs, not at start-up."""
+    from nodetopo.expect.constants import JUDGED_MIN_BYTES
+
+    largest = f"{JUDGED_MIN_BYTES >> 20}M"
+    return (COLLECTIVE_TOOL, "-b", "8M", "-e", largest, "-f", "2", "-g", str(gpus))
 
 
 def run_collective(
     gpus: int, timeout: float, path: str | None = None, runner: CommandRunner | None = None
-) -> float:
-    """Run ``all_reduce_perf`` over ``gpus`` GPUs (8 MiB to 128 MiB) and return its average bus
-    bandwidth; ``ReadFailure`` when the tool is not in the image, fails or times out.
+) -> CollectiveRun:
+    """Run ``all_reduce_perf`` over ``gpus`` GPUs (``collective_argv``) and return what
+    it printed, parsed (``nodetopo.probe.collective``; output that is not nccl-tests output is a
+    harness fact, judged there); ``ReadFailure`` when the tool is not in the image, fails or times out.
 
     ``runner``: how the tool is started (default: a process, found on ``path`` when given, else
     on the probe's own ``PATH``, with the probe's environment)."""
@@ -392,7 +390,4 @@ def run_collective(
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-1:] or ["no error text"]
         raise ReadFailure(f"{COLLECTIVE_TOOL} exited {done.returncode}: {tail[0][:200]}")
-    try:
-        return parse_nccl_busbw(done.stdout)
-    except ValueError as e:
-        raise ReadFailure(str(e)) from e
+    return parse_collective(done.stdout, COLLECTIVE_TOOL)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from nodetopo.model import LinkClass
+from nodetopo.model import LinkClass, Topology
 from nodetopo.resource.reader import read_nodetopology
 
 #: What the probe reads of a NodeTopology (``nodetopo.resource.reader`` sections).
@@ -51,12 +51,27 @@ class Promised:
     allocation_known: bool = False
     allocation_why: str = ""  #: why not, when the NodeTopology says
     leaf: str | None = None  #: the node's tier-0 group (leaf switch, local block), when known
+    #: the object itself, for ``topology``
+    body: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def held_by(self, namespace: str, name: str) -> tuple[PromisedGpu, ...] | None:
         """The GPUs the kubelet handed the pod ``namespace/name`` (None: who holds what is unknown)."""
         if not self.allocation_known or any(g.held_by is None for g in self.gpus):
             return None
         return tuple(g for g in self.gpus if (namespace, name) in (g.held_by or ()))
+
+    def topology(self) -> tuple[Topology | None, str]:
+        """The object as the bandwidth model reads it (``topology_from_nodetopology``), or None and
+        what is wrong with it. Converted only when asked: only the collective smoke test needs it."""
+        from nodetopo.resource.body import topology_from_nodetopology
+        from nodetopo.resource.published import ResourceError
+
+        if self.body is None:
+            return None, "no object"
+        try:
+            return topology_from_nodetopology(self.body), ""
+        except ResourceError as e:
+            return None, str(e)
 
     def gpu(self, key: str) -> PromisedGpu | None:
         """The GPU named by a UUID or an index (as NVIDIA_VISIBLE_DEVICES names them)."""
@@ -102,4 +117,5 @@ def parse_nodetopology(obj: Any) -> Promised:
         allocation_known=allocation is not None and allocation.state == "Known",
         allocation_why=(allocation.message or "") if allocation is not None else "",
         leaf=next((tier.id for tier in status.network.tiers if tier.level == 0 and tier.id), None),
+        body=obj,
     )

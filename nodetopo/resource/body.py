@@ -18,11 +18,14 @@ from nodetopo import __version__
 from nodetopo.model import (
     Condition,
     ConditionReason,
+    EdgeHealth,
+    EdgeKind,
     Gpu,
     GpuAllocation,
     GpuLink,
     GpuNicDistance,
     LinkClass,
+    LinkState,
     Nic,
     NumaNode,
     PodRef,
@@ -33,11 +36,16 @@ from nodetopo.model import (
 from nodetopo.resource.conditions import NOT_READY_REASONS, condition_type, conditions, unique_sources
 from nodetopo.resource.identity import API_VERSION, KIND
 from nodetopo.resource.limits import (
+    MAX_EDGES,
     MAX_GPU_LINKS,
     MAX_HOLDERS,
+    MAX_MESSAGE,
     MAX_NEIGHBOURS,
+    MAX_RATES,
+    MAX_REASONS,
     MAX_RESOURCES,
     MAX_SOURCE_MESSAGE,
+    MAX_STATE,
     MAX_TEXT,
     MAX_TIER_MEMBERS,
     MAX_TIERS,
@@ -100,6 +108,7 @@ def to_nodetopology(
             else None
         ),
         "network": network(topology),
+        **_health(topology),
         "sources": [_source(s) for s in unique_sources(topology.sources)],
         "conditions": conditions(topology),
     }
@@ -162,6 +171,75 @@ def _allocation(allocation: GpuAllocation, status: dict[str, Any]) -> dict[str, 
             for r in allocation.resources[:MAX_RESOURCES]
         ],
     }
+
+
+def _health(topology: Topology) -> dict[str, Any]:
+    """``{"health": ...}``: the edges judged, the degraded ones, the counter baseline; nothing when the
+    links were not judged. Compact on a healthy node: a count, an empty list, the baseline's non-zero
+    counters only."""
+    report = topology.health
+    if not report.judged:
+        return {}
+    placed: dict[tuple[str, int | str], str] = {
+        ("gpu", g.index): str(g.address) for g in topology.gpus if g.address is not None
+    }
+    placed.update({("nic", n.name): str(n.address) for n in topology.nics if n.address is not None})
+    health: dict[str, Any] = {
+        "checked": report.checked,
+        "degraded": [edge_json(e, placed) for e in report.degraded[:MAX_EDGES]],
+    }
+    if report.baseline is not None:
+        health["baseline"] = {
+            "at": report.baseline.at,
+            "edges": report.baseline.edges,
+            "counters": {edge: dict(values) for edge, values in report.baseline.counters[:MAX_EDGES]},
+        }
+    return {"health": health}
+
+
+def _state(state: LinkState) -> dict[str, Any]:
+    pairs = (
+        ("width", state.width),
+        ("speedGTs", state.gts),
+        ("links", state.links),
+        ("rateGbps", state.rate_gbps),
+        ("state", state.state[:MAX_STATE] if state.state is not None else None),
+    )
+    return {key: value for key, value in pairs if value is not None}
+
+
+def edge_json(e: EdgeHealth, placed: Mapping[tuple[str, int | str], str] | None = None) -> dict[str, Any]:
+    """One degraded edge as ``status.health.degraded[]`` holds it (absent keys: not known, or said
+    once elsewhere). Each fact once: ``device`` is left out when it is the edge's own (``GPU3`` of
+    ``GPU3/pcie``), ``gpu`` when the device is ``GPU<gpu>``, a port's ``nic`` when it is the device,
+    ``port`` when the edge is ``<device>/port<port>``, ``pciBusID`` when it is the ``pciBusID`` the
+    edge's GPU (else its NIC) has in ``status.gpus`` (``status.nics``; ``placed``: by ``("gpu", index)``
+    and ``("nic", name)``). The reader gives each back."""
+    device = e.edge.partition("/")[0]
+    out: dict[str, Any] = {"edge": _bounded(e.edge), "kind": e.kind.value}
+    if e.device != device:
+        out["device"] = _bounded(e.device)
+    address = str(e.address) if e.address is not None else None
+    owner = ("gpu", e.gpu) if e.gpu is not None else ("nic", e.nic) if e.nic is not None else None
+    if address is not None and owner is not None and (placed or {}).get(owner) == address:
+        address = None
+    optional = (
+        ("gpu", e.gpu if e.device != f"GPU{e.gpu}" else None),
+        ("nic", e.nic if not (e.kind is EdgeKind.PORT and e.nic == e.device) else None),
+        ("pciBusID", address),
+        ("port", e.port if e.edge != f"{e.device}/port{e.port}" else None),
+        ("peer", _bounded(e.peer)),
+    )
+    out.update({key: value for key, value in optional if value is not None})
+    out["reasons"] = list(e.reasons[:MAX_REASONS])
+    out["message"] = e.message if len(e.message) <= MAX_MESSAGE else e.message[: MAX_MESSAGE - 3] + "..."
+    out["observed"] = _state(e.observed)
+    out["capability"] = _state(e.capability)
+    if e.since is not None:
+        out["since"] = e.since
+    if e.rates:
+        out["rates"] = [{"counter": r.counter, "perHour": r.per_hour} for r in e.rates[:MAX_RATES]]
+    return out
 
 
 def network(topology: Topology) -> dict[str, Any]:
@@ -254,15 +332,24 @@ def _gpus(topology: Topology) -> list[dict[str, Any]]:
     """``status.gpus``: each fact once. ``nicDistances`` is the GPU's row of the GPU×NIC matrix, one
     class per entry of ``status.nics`` in that order (null: not known); ``numaAffinity`` is left out
     when it is exactly ``numaNode``, ``cpuAffinity`` when it is exactly the CPUs of those NUMA nodes
-    (the reader gives them back: written out, the two repeated ``numaNodes`` on every GPU)."""
+    (the reader gives them back: written out, the two repeated ``numaNodes`` on every GPU).
+    ``degradedNICs`` names, in ``status.nics`` order, the NICs whose path from the GPU crosses a
+    degraded edge (``status.health``): their class says where they are, not a path to count on. It is
+    written only when there is one (absent: none degraded, or the links not judged)."""
     column = {n.name: i for i, n in enumerate(topology.nics)}
     rows: dict[int, list[str | None]] = {g.index: [None] * len(column) for g in topology.gpus}
+    degraded: dict[int, list[str]] = {g.index: [] for g in topology.gpus}
     for d in topology.gpu_nic_distances:
         row, at = rows.get(d.gpu), column.get(d.nic)
         if row is not None and at is not None:
             row[at] = d.distance.name
+            if not d.healthy:
+                degraded[d.gpu].append(d.nic)
     numa_cpus = {n.id: n.cpus for n in topology.numa_nodes}
-    return [_gpu(g, rows[g.index], numa_cpus) for g in topology.gpus]
+    return [
+        _gpu(g, rows[g.index], sorted(degraded[g.index], key=column.__getitem__), numa_cpus)
+        for g in topology.gpus
+    ]
 
 
 def implied_cpus(
@@ -274,7 +361,9 @@ def implied_cpus(
     return frozenset().union(*(numa_cpus[n] for n in numa))
 
 
-def _gpu(g: Gpu, nic_row: list[str | None], numa_cpus: Mapping[int, AbstractSet[int]]) -> dict[str, Any]:
+def _gpu(
+    g: Gpu, nic_row: list[str | None], degraded: list[str], numa_cpus: Mapping[int, AbstractSet[int]]
+) -> dict[str, Any]:
     out = {
         "index": g.index,
         "uuid": g.uuid,
@@ -290,6 +379,7 @@ def _gpu(g: Gpu, nic_row: list[str | None], numa_cpus: Mapping[int, AbstractSet[
         "nearestNICs": list(g.nearest_nics),
         "nicDistance": g.nic_distance.name if g.nic_distance is not None else None,
         "nicDistances": nic_row,
+        **({"degradedNICs": degraded} if degraded else {}),
         "migEnabled": g.mig_enabled,
     }
     if g.numa_affinity is not None and g.numa_node is not None and g.numa_affinity == {g.numa_node}:
@@ -364,7 +454,7 @@ def topology_from_nodetopology(body: Mapping[str, Any]) -> Topology:
         mig_devices=status.mig_devices,
         preferred_gpu_sets=status.preferred_gpu_sets,
         gpu_nic_distances=tuple(
-            GpuNicDistance(gpu=g.gpu.index, nic=name, distance=cls)
+            GpuNicDistance(gpu=g.gpu.index, nic=name, distance=cls, healthy=name not in g.degraded_nics)
             for g in status.gpus
             for name, cls in g.nics
         ),
@@ -374,6 +464,7 @@ def topology_from_nodetopology(body: Mapping[str, Any]) -> Topology:
         conditions=_conditions_back(status.conditions, status.sources),
         network=status.network,
         gpu_links=status.gpu_links,
+        health=status.health,
     )
 
 
@@ -389,7 +480,7 @@ def _conditions_back(
     for c in items:
         source = by_type.get(c.type)
         message = c.message if c.message is not None else ""
-        if c.type in ("Ready", "Consistent"):
+        if c.type in ("Ready", "Consistent", "Degraded"):
             top[c.type] = c
         elif source is not None and message == source.message and not source.ok:
             continue  # the source's own status, not a condition of it (``conditions`` writes it again)

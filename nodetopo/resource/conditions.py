@@ -44,11 +44,41 @@ def condition_type(source: str) -> str:
     return "Source" + "".join(w[:1].upper() + w[1:] for w in words)
 
 
+def degraded_condition(topology: Topology) -> dict[str, Any] | None:
+    """``Degraded``: whether any edge of the node is published degraded, how many and which (None when
+    the links were not judged). About the hardware; ``Ready`` stays about whether nodetopo could read."""
+    report = topology.health
+    if not report.judged:
+        return None
+    if not report.degraded and not report.checked:
+        return {
+            "type": "Degraded",
+            "status": "Unknown",
+            "reason": "NoLinkReadings",
+            "message": "no link of the node could be read: nothing is known to be degraded, nor healthy",
+        }
+    if not report.degraded:
+        return {
+            "type": "Degraded",
+            "status": "False",
+            "reason": "NoEdgeDegraded",
+            "message": f"{report.checked} edge(s) checked, none degraded",
+        }
+    count = len(report.degraded)
+    listed = (f"{e.edge} ({', '.join(e.reasons)}: {e.message})" for e in report.degraded)
+    return {
+        "type": "Degraded",
+        "status": "True",
+        "reason": "EdgesDegraded",
+        "message": _join(listed, prefix=f"{count} degraded edge{'s' if count != 1 else ''}: "),
+    }
+
+
 def conditions(topology: Topology) -> list[dict[str, Any]]:
-    """Kubernetes-style conditions: Ready, Consistent, and one per source that is not ok or that
-    reported a condition (its reason, its message, and with the publisher's ``lastTransitionTime``
-    since when). A source that is simply ok is said once, in ``status.sources``: a True condition
-    per source repeated it."""
+    """Kubernetes-style conditions: Ready, Consistent, Degraded (when the links were judged), and one
+    per source that is not ok or that reported a condition (its reason, its message, and with the
+    publisher's ``lastTransitionTime`` since when). A source that is simply ok is said once, in
+    ``status.sources``: a True condition per source repeated it."""
     by_source: dict[str, list[Condition]] = {}
     for c in topology.conditions:
         by_source.setdefault(c.source, []).append(c)
@@ -74,6 +104,10 @@ def conditions(topology: Topology) -> list[dict[str, Any]]:
         }
     )
     types = {"Ready", "Consistent"}
+    degraded = degraded_condition(topology)
+    if degraded is not None:
+        result.append(degraded)
+        types.add("Degraded")
     for s in unique_sources(topology.sources):
         mine = by_source.get(s.name, [])
         if (s.ok and not mine) or condition_type(s.name) in types:  # two names must not share a type
@@ -107,8 +141,8 @@ def _status_reason(s: SourceStatus) -> str:
     return prefix if prefix in {r.value for r in ConditionReason} else ConditionReason.UNAVAILABLE.value
 
 
-def _join(messages: Any, limit: int = 1024) -> str:
-    text = "; ".join(dict.fromkeys(messages))
+def _join(messages: Any, limit: int = 1024, prefix: str = "") -> str:
+    text = prefix + "; ".join(dict.fromkeys(messages))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -147,7 +147,14 @@ def labels_of(status: PublishedStatus, gpus: Collection[int] | None = None) -> d
     if rates:
         labels["rdma.rate-gbps"] = _number(max(rates))
     classes = [g.nic_distance for g in chosen if g.nic_distance is not None]
-    if classes:
+    # a GPU whose every NIC path crosses a degraded edge has no class: the worst class of the others
+    # would promise it a NIC it cannot use, so the label is left off (no class known for all)
+    stranded = any(
+        p.gpu.nic_distance is None and p.nics and {name for name, _ in p.nics} <= p.degraded_nics
+        for p in status.gpus
+        if p.gpu.index in indices
+    )
+    if classes and not stranded:
         labels["gpu-nic.distance"] = max(classes).name
     if status.numa_nodes:
         labels["numa.count"] = str(len(status.numa_nodes))

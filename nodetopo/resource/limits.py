@@ -43,3 +43,11 @@ MAX_TIERS = 8
 MAX_TEXT = 256
 #: A GPU's index, island and NUMA node, which placement groups GPUs on: non-negative int32 values.
 MAX_ID = 2**31
+#: ``status.health``: the degraded edges listed (a node has a few hundred edges at most: every GPU,
+#: NIC, NVSwitch and switch port has one or two), their reasons and rates, and the baseline's edges
+MAX_EDGES = 1024
+MAX_REASONS = 16
+MAX_RATES = 32
+MAX_MESSAGE = 1024
+#: a link state's words (a port state, a fabric health)
+MAX_STATE = 64

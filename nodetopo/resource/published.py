@@ -21,8 +21,9 @@ from nodetopo import model
 #: device beyond where it sits (a GPU's ``uuid``, ``model``, ``pcieRoot``, ``gpuNumaNode``,
 #: ``memoryBytes``, ``nearestNICs``; a NIC's ``netdev``, ``pcieRoot``, ``numaNode``, ``rateGbps``).
 #: Unread, they are None (``nearestNICs``: empty). Placement reads a GPU's index, island, NUMA node,
-#: MIG mode and NIC classes, a NIC's name, RDMA, state and link layer, the Ready condition and the
-#: holders: the placement read of an object costs a third of the whole one.
+#: MIG mode, NIC classes and the NICs behind a degraded edge, a NIC's name, RDMA, state and link
+#: layer, the Ready condition and the holders: the placement read of an object costs a third of the
+#: whole one.
 SECTIONS = (
     "gpus",
     "nics",
@@ -37,6 +38,7 @@ SECTIONS = (
     "conditions",
     "allocation",
     "summary",
+    "health",
     "addresses",
     "affinity",
     "details",
@@ -85,6 +87,8 @@ class PublishedGpu:
     gpu: model.Gpu
     #: (NIC name, class) for every NIC whose class the object says, nearest first (then by name)
     nics: tuple[tuple[str, model.LinkClass], ...] = ()
+    #: the NICs of ``nics`` whose path from this GPU crosses a degraded edge (``degradedNICs``)
+    degraded_nics: frozenset[str] = frozenset()
     #: ``heldBy``; None when not said (no allocation read, an agent that does not ask) or unreadable
     held_by: tuple[model.PodRef, ...] | None = None
 
@@ -136,6 +140,8 @@ class PublishedStatus:
     sources: tuple[model.SourceStatus, ...] = ()
     conditions: tuple[PublishedCondition, ...] = ()
     allocation: PublishedAllocation | None = None
+    #: ``status.health``: the edges judged and the degraded ones (not judged: an older agent)
+    health: model.HealthReport = model.NOT_JUDGED
 
     def condition(self, kind: str) -> PublishedCondition | None:
         """The first condition of type ``kind`` (``Ready``, ``Consistent``, ...)."""

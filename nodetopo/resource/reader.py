@@ -44,12 +44,18 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar, cast
 
 from nodetopo.model import (
+    CounterBaseline,
+    CounterRate,
     CpuSet,
+    EdgeHealth,
+    EdgeKind,
     FabricInfo,
     FabricTier,
     Gpu,
     GpuLink,
+    HealthReport,
     LinkClass,
+    LinkState,
     MigDevice,
     NetworkPosition,
     Nic,
@@ -63,6 +69,7 @@ from nodetopo.model import (
 )
 from nodetopo.resource.limits import (
     MAX_CONDITIONS,
+    MAX_EDGES,
     MAX_GPU_LINKS,
     MAX_GPUS,
     MAX_HOLDERS,
@@ -72,6 +79,8 @@ from nodetopo.resource.limits import (
     MAX_NEIGHBOURS,
     MAX_NICS,
     MAX_NUMA_NODES,
+    MAX_RATES,
+    MAX_REASONS,
     MAX_SOURCES,
     MAX_TIER_MEMBERS,
     MAX_TIERS,
@@ -151,8 +160,12 @@ _SUMMARY = _fields(gpuCount=INT, gpuModel=STR, islands=STR)
 _ALLOCATION = _fields(state=STR, message=STR)
 _MIG = _fields(parentUUID=STR, parentIndex=INT, profile=STR, gpuInstance=INT, computeInstance=INT)
 _NEIGHBOUR = _fields(port=INT, state=STR, switchID=STR, switchName=STR, switchPort=STR, peerIsSwitch=BOOL)
+_EDGE = _fields(gpu=INT, nic=STR, port=INT, peer=STR, since=STR)
+_KINDS_OF_EDGE: dict[str, EdgeKind] = {k.value: k for k in EdgeKind}
 _CLASSES: dict[str, LinkClass] = dict(LinkClass.__members__)
+_GPU_DEVICE = re.compile(r"GPU(\d{1,9})")  #: an edge's device that is a GPU, by index
 _TEXT = (str, type(None))  #: a string field that may be absent
+_NONE_DEGRADED: frozenset[str] = frozenset()
 
 
 def _of(value: Any, kind: Kind) -> bool:
@@ -173,6 +186,8 @@ class _Reader:
         self.section = "status"
         self._field = "status"
         self._cpulists: dict[str, CpuSet] = {}
+        #: the GPUs and NICs by ("index", i) and ("name", n), for the addresses edges leave out
+        self._addresses: dict[tuple[str, int | str | None], Mapping[str, Any]] | None = None
 
     def note(self, section: str, what: str, severity: Severity = Severity.UNKNOWN, field: str = "") -> None:
         self.problems.append(Problem(section, field or f"status.{section}", what, severity))
@@ -360,6 +375,7 @@ class _Reader:
             "conditions": self._conditions,
             "allocation": self._allocation,
             "summary": self._summary,
+            "health": self._health,
         }
         for section in SECTIONS:
             if section in readers and section in sections:
@@ -388,7 +404,11 @@ class _Reader:
                 continue
             seen.add(index)
             row = g.get("nicDistances")
-            nics = self._nic_row(row, columns) if row is not None else self._nic_list(g.get("nics"))
+            if row is not None:
+                nics = self._nic_row(row, columns)
+                degraded = self._degraded(g.get("degradedNICs"), nics)
+            else:
+                nics, degraded = self._nic_list(g.get("nics"))
             numa_node = self.identifier(g, "numaNode", "numaNode")
             numa_affinity = cpu_affinity = None
             if affinity:
@@ -442,7 +462,7 @@ class _Reader:
                         _placed(_PLACED_GPUS, placed, shared)
                 gpu = shared
             held = self._held_by(g.get("heldBy")) if allocation else None
-            gpus.append(PublishedGpu(gpu=gpu, nics=nics, held_by=held))
+            gpus.append(PublishedGpu(gpu=gpu, nics=nics, held_by=held, degraded_nics=degraded))
         out["gpus"] = tuple(gpus)
 
     def _nic_row(self, row: Any, columns: tuple[str | None, ...] | None) -> tuple[tuple[str, LinkClass], ...]:
@@ -478,9 +498,23 @@ class _Reader:
         pairs.sort()
         return tuple((name, cls) for cls, name in pairs)
 
-    def _nic_list(self, value: Any) -> tuple[tuple[str, LinkClass], ...]:
-        """``nics``, the per-GPU list earlier agents wrote: (NIC, class) pairs, nearest first."""
+    def _degraded(self, value: Any, nics: tuple[tuple[str, LinkClass], ...]) -> frozenset[str]:
+        """``degradedNICs``: the NICs of the GPU's row behind a degraded edge (absent: none). A name
+        that is not one of the row's NICs is left out (unknown): it marks no path the row has."""
+        if value is None or not nics:  # no row: nothing it could mark (the row's problem is noted)
+            return _NONE_DEGRADED
+        names = self.strings(value, "degradedNICs", MAX_NICS)
+        row = {name for name, _ in nics}
+        kept = frozenset(n for n in names if n in row)
+        if len(kept) < len(set(names)):
+            self._here("degradedNICs: a NIC the GPU's nicDistances has no class for")
+        return kept
+
+    def _nic_list(self, value: Any) -> tuple[tuple[tuple[str, LinkClass], ...], frozenset[str]]:
+        """``nics``, the per-GPU list earlier agents wrote: (NIC, class) pairs, nearest first, and the
+        NICs marked ``degraded: true`` among them."""
         nics = []
+        degraded = []
         for n in self.items(value, "NICs of a GPU", MAX_NICS, one="a NIC of a GPU"):
             name, word = n.get("name"), n.get("distance")
             if type(name) is not str or type(word) is not str or word not in _CLASSES:
@@ -488,8 +522,10 @@ class _Reader:
                 if name is None or word is None or self.link_class(n, "distance") is None:
                     continue
             nics.append((name, _CLASSES[word]))
+            if n.get("degraded") is True:
+                degraded.append(name)
         nics.sort(key=lambda pair: (pair[1], pair[0]))
-        return tuple(nics)
+        return tuple(nics), frozenset(degraded) if degraded else _NONE_DEGRADED
 
     def _held_by(self, value: Any) -> tuple[PodRef, ...] | None:
         """Rule 7: every holder readable, or None. (Noted under ``allocation``.)"""
@@ -710,6 +746,120 @@ class _Reader:
         body = self.mapping(raw, "allocation")
         if body is not None:
             out["allocation"] = PublishedAllocation(**self.fields(body, _ALLOCATION))
+
+    def _health(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        """``status.health``: absent is *not judged* (an older agent); an edge without its ``edge`` or a
+        known ``kind`` is left out (unknown); the baseline's counters that are not integers too."""
+        body = self.mapping(raw, "health")
+        if body is None:
+            return
+        edges = []
+        seen: set[str] = set()
+        for e in self.items(body.get("degraded"), "degraded edges", MAX_EDGES, one="a degraded edge"):
+            ident, kind = self.key(e, "edge", STR), self.key(e, "kind", STR)
+            if ident is None or kind is None:
+                continue
+            if ident in seen:  # the list is atomic: the API server does not keep the ids unique
+                self._here(f"edge {ident[:64]!r} listed twice")
+                continue
+            seen.add(ident)
+            if kind not in _KINDS_OF_EDGE:
+                self._here(f"edge kind {kind[:32]!r}")
+                continue
+            fields = self.fields(e, _EDGE)
+            device = self.get(e, "device", STR) or ident.partition("/")[0]
+            the_kind = _KINDS_OF_EDGE[kind]
+            # each fact once (``body.edge_json``): what the object leaves out is the edge's own
+            if fields["gpu"] is None and (gpu := _GPU_DEVICE.fullmatch(device)) is not None:
+                fields["gpu"] = int(gpu[1])
+            if fields["nic"] is None and the_kind is EdgeKind.PORT:
+                fields["nic"] = device
+            if fields["port"] is None and the_kind is EdgeKind.PORT and ident.startswith(device + "/port"):
+                number = ident[len(device) + 5 :]
+                fields["port"] = int(number) if number.isdigit() and len(number) < 10 else None
+            address = self.address(e)
+            if address is None and "pciBusID" not in e:
+                address = self._placed_address(raw, fields["gpu"], fields["nic"])
+            rates = []
+            for r in self.items(e.get("rates"), "rates of an edge", MAX_RATES, one="a rate"):
+                counter, per_hour = self.key(r, "counter", STR), self.key(r, "perHour", NUMBER)
+                if counter is not None and per_hour is not None:
+                    rates.append(CounterRate(counter=counter, per_hour=float(per_hour)))
+            edges.append(
+                EdgeHealth(
+                    edge=ident,
+                    kind=the_kind,
+                    device=device,
+                    address=address,
+                    reasons=self.strings(e.get("reasons"), "reasons", MAX_REASONS),
+                    message=self.get(e, "message", STR) or "",
+                    observed=self._link_state(e.get("observed")),
+                    capability=self._link_state(e.get("capability")),
+                    rates=tuple(rates),
+                    **fields,
+                )
+            )
+        baseline = None
+        raw_baseline = self.mapping(body, "baseline")
+        if raw_baseline is not None and (at := self.get(raw_baseline, "at", STR)) is not None:
+            counters = raw_baseline.get("counters") or {}
+            kept: list[tuple[str, tuple[tuple[str, int], ...]]] = []
+            if isinstance(counters, Mapping) and len(counters) <= MAX_EDGES:
+                for edge, values in counters.items():
+                    if isinstance(values, Mapping) and len(values) <= MAX_RATES:
+                        pairs = tuple(
+                            (str(k), v)
+                            for k, v in values.items()
+                            if type(v) is int and v >= 0 and isinstance(k, str)
+                        )
+                        if len(pairs) == len(values) and isinstance(edge, str):
+                            kept.append((edge, tuple(sorted(pairs))))
+                            continue
+                    self._here("a baseline counter that is not a count")
+            else:
+                self._here("baseline counters: not an object of at most the edges' bound")
+            baseline = CounterBaseline(
+                at=at, edges=self.get(raw_baseline, "edges", STR) or "", counters=tuple(sorted(kept))
+            )
+        out["health"] = HealthReport(
+            judged=True,
+            checked=self.get(body, "checked", INT) or 0,
+            degraded=tuple(edges),
+            baseline=baseline,
+        )
+
+    def _placed_address(self, raw: Mapping[str, Any], gpu: int | None, nic: str | None) -> PciAddress | None:
+        """The ``pciBusID`` an edge left out: its GPU's in ``status.gpus`` (else its NIC's in
+        ``status.nics``); None when that entry does not say it (not known)."""
+        if self._addresses is None:
+            self._addresses = {}
+            for key, listed, bound in (
+                ("index", raw.get("gpus"), MAX_GPUS),
+                ("name", raw.get("nics"), MAX_NICS),
+            ):
+                if type(listed) is not list or len(listed) > bound:
+                    continue  # the list's own problem is noted where it is read
+                for entry in listed:
+                    ident = entry.get(key) if isinstance(entry, Mapping) else None
+                    if type(ident) is (int if key == "index" else str):
+                        self._addresses.setdefault((key, ident), entry)
+        owner = ("index", gpu) if gpu is not None else ("name", nic) if nic is not None else None
+        entry = self._addresses.get(owner) if owner is not None else None
+        return self.address(entry) if entry is not None else None
+
+    def _link_state(self, raw: Any) -> LinkState:
+        if not isinstance(raw, Mapping):
+            if raw is not None:
+                self._here("a link state that is not an object")
+            return LinkState()
+        gts, rate = self.get(raw, "speedGTs", NUMBER), self.get(raw, "rateGbps", NUMBER)
+        return LinkState(
+            width=self.get(raw, "width", INT),
+            gts=float(gts) if gts is not None else None,
+            links=self.get(raw, "links", INT),
+            rate_gbps=float(rate) if rate is not None else None,
+            state=self.get(raw, "state", STR),
+        )
 
     def _summary(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
         body = self.mapping(raw, "summary")

@@ -9,6 +9,16 @@ Precedence when several sources know the same fact (see README "Sources and prec
 * CPU affinity: NVML > ``topo -m`` CPU Affinity > sysfs ``local_cpulist`` of the GPU's function.
 * NUMA affinity: ``topo -m`` NUMA Affinity > sysfs ``numa_node`` > the NUMA nodes whose CPUs
   intersect the CPU affinity.
+
+Edge health (``derive_topology``'s ``degraded``, the edges ``nodetopo.health`` published degraded):
+the facts follow what the links do, not what they should do.
+
+* A GPU whose NVLinks or NVLink fabric are degraded leaves the NVLink graph: its island is published
+  without it (smaller), and its pairs as what PCIe gives them; the rest keep their links.
+* A GPU's NIC classes count only healthy paths: a path is degraded when it crosses a degraded edge
+  (the NIC's port or PCIe link, the GPU's own PCIe link, a switch uplink between the two). Every
+  class is still published (``GpuNicDistance.healthy`` False on such a path: it is where the NIC
+  is), but ``nearest_nics`` and ``nic_distance`` are the best *healthy* ones (none: empty and None).
 """
 
 from __future__ import annotations
@@ -25,6 +35,8 @@ from nodetopo.model import (
     MAX_LINKED_GPUS,
     Condition,
     ConditionReason,
+    EdgeHealth,
+    EdgeKind,
     FabricInfo,
     Facts,
     Gpu,
@@ -35,6 +47,7 @@ from nodetopo.model import (
     Nic,
     NumaNode,
     NvlinkIsland,
+    PciAddress,
     PciDevice,
     PreferredGpuSets,
     Topology,
@@ -212,13 +225,86 @@ def gpu_nic_affinity(
     return distances, tuple(conditions)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Degraded:
+    """What the derivations leave out of a degraded node: GPUs off the NVLink graph, NICs and PCIe
+    links (by the address of the function below the link) not to count as healthy paths."""
+
+    nvlink_gpus: frozenset[int] = frozenset()
+    nics: frozenset[str] = frozenset()
+    pcie: frozenset[PciAddress] = frozenset()
+
+    @classmethod
+    def of(cls, edges: Iterable[EdgeHealth]) -> Degraded:
+        nvlink, nics, pcie = set(), set(), set()
+        for e in edges:
+            if e.kind in (EdgeKind.NVLINK, EdgeKind.FABRIC) and e.gpu is not None:
+                nvlink.add(e.gpu)
+            elif e.kind is EdgeKind.PORT and e.nic is not None:
+                nics.add(e.nic)
+            elif e.kind is EdgeKind.PCIE:
+                if e.nic is not None:
+                    nics.add(e.nic)
+                if e.address is not None:
+                    pcie.add(e.address)
+        return cls(frozenset(nvlink), frozenset(nics), frozenset(pcie))
+
+    def __bool__(self) -> bool:
+        return bool(self.nvlink_gpus or self.nics or self.pcie)
+
+
+NOTHING_DEGRADED = Degraded()
+
+
+def _links_on_path(a: PciDevice, b: PciDevice) -> set[PciAddress]:
+    """The PCIe links between two functions, each by the function below it: their own links and
+    the switch upstream ports on each side below their common ancestor (a switch's downstream ports
+    carry no link of their own: the link below one is the device's)."""
+    common = 0
+    if a.root is not None and a.root == b.root:
+        for x, y in zip(a.upstream, b.upstream, strict=False):
+            if x != y:
+                break
+            common += 1
+    links = {a.address, b.address}
+    for device in (a, b):
+        for position in range(common, len(device.upstream)):
+            if position % 2 == 1:  # root port at 0, then upstream port, downstream port, ...
+                links.add(device.upstream[position])
+    return links
+
+
+def healthy_distances(
+    distances: Sequence[GpuNicDistance],
+    index: PcieIndex,
+    gpu_device: dict[int, PciDevice],
+    degraded: Degraded,
+) -> tuple[GpuNicDistance, ...]:
+    """``distances`` with ``healthy`` False on every path that crosses a degraded edge."""
+    if not degraded.nics and not degraded.pcie:
+        return tuple(distances)
+    out = []
+    for d in distances:
+        bad = d.nic in degraded.nics
+        if not bad and degraded.pcie:
+            a, b = gpu_device.get(d.gpu), index.device_of.get(f"nic:{d.nic}")
+            if a is not None and b is not None:
+                bad = not degraded.pcie.isdisjoint(_links_on_path(a, b))
+            elif a is not None:
+                bad = a.address in degraded.pcie
+        out.append(dataclasses.replace(d, healthy=False) if bad else d)
+    return tuple(out)
+
+
 def nearest_nics(
     distances: Iterable[GpuNicDistance],
 ) -> dict[int, tuple[tuple[str, ...], LinkClass]]:
-    """For each GPU: the NICs at its best class (whatever that class is), and the class."""
+    """For each GPU: the NICs at its best class (whatever that class is), and the class, over its
+    healthy paths (a GPU whose every path is degraded has none)."""
     by_gpu: dict[int, list[GpuNicDistance]] = defaultdict(list)
     for d in distances:
-        by_gpu[d.gpu].append(d)
+        if d.healthy:
+            by_gpu[d.gpu].append(d)
     result: dict[int, tuple[tuple[str, ...], LinkClass]] = {}
     for gpu, mine in by_gpu.items():
         best = min(d.distance for d in mine)
@@ -504,20 +590,43 @@ def preferred_gpu_sets(
 # --------------------------------------------------------------------------------------------
 
 
-def derive_topology(facts: Facts) -> Topology:
-    """Build the graph from ``facts`` and derive the published topology."""
+def derive_topology(facts: Facts, degraded: Sequence[EdgeHealth] = ()) -> Topology:
+    """Build the graph from ``facts`` and derive the published topology; ``degraded``: the edges
+    health published degraded (the module docstring says what they change)."""
     g, join_conditions = build_graph(facts)
-    return topology_from_graph(g, facts, join_conditions)
+    return topology_from_graph(g, facts, join_conditions, Degraded.of(degraded))
 
 
-def topology_from_graph(g: nx.Graph, facts: Facts, join_conditions: Sequence[Condition] = ()) -> Topology:
+def _without_nvlinks(g: nx.Graph, gpus: Iterable[int]) -> None:
+    """Take the NVLink edges of ``gpus`` out of the graph (their links are degraded)."""
+    for i in gpus:
+        node = gpu_id(i)
+        if node in g:
+            for other in [n for n in g.neighbors(node) if g.edges[node, n]["kind"] == "nvlink"]:
+                g.remove_edge(node, other)
+
+
+def topology_from_graph(
+    g: nx.Graph,
+    facts: Facts,
+    join_conditions: Sequence[Condition] = (),
+    degraded: Degraded = NOTHING_DEGRADED,
+) -> Topology:
     conditions: list[Condition] = [*facts.conditions, *join_conditions]
     numa = tuple(g.nodes[n]["node"] for n in nodes_of(g, "numa"))
+    if degraded.nvlink_gpus:
+        _without_nvlinks(g, degraded.nvlink_gpus)
     islands = nvlink_islands(g)
     island_of = {i: island.id for island in islands for i in island.gpus}
     index = pcie_index(g)
     distances, affinity_conditions = gpu_nic_affinity(g, index)
-    nearest_by_gpu = nearest_nics(distances)
+    placed_nearest = nearest_nics(distances)
+    if degraded:
+        gpu_device = {
+            int(node[4:]): device for node, device in index.device_of.items() if node.startswith("gpu:")
+        }
+        distances = healthy_distances(distances, index, gpu_device, degraded)
+    nearest_by_gpu = nearest_nics(distances) if degraded else placed_nearest
     conditions += affinity_conditions
 
     gpus: list[Gpu] = []
@@ -571,7 +680,8 @@ def topology_from_graph(g: nx.Graph, facts: Facts, join_conditions: Sequence[Con
     links = gpu_links(indices, islands, nvlink_counts, pcie_classes) if len(gpus) <= MAX_LINKED_GPUS else None
 
     fabric = _node_fabric(_gpu_records(g))
-    gpu_fabric = frozenset(n for gpu in gpus for n in gpu.nearest_nics)
+    # the node's place in the network is where its GPUs' NICs are cabled, degraded ones included
+    gpu_fabric = frozenset(n for names, _ in placed_nearest.values() for n in names)
     network, network_conditions = network_position(facts, nics, gpu_fabric)
     conditions += network_conditions
     pci_devices = tuple(

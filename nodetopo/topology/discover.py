@@ -1,4 +1,12 @@
-"""Discovery: run every source through its seams, join, derive. The one entry point for a scan."""
+"""Discovery: run every source through its seams, join, judge the links, derive. The one entry point
+for a scan.
+
+A scan reads every source, then the links of the devices they found (``sources.links``), derives
+the topology as if every link were healthy, judges each edge with the rules of ``nodetopo.health``
+(through ``judge``: the agent's tracker, which debounces over scans; by default one judgement of
+this scan alone), and derives again without the edges published degraded (islands shrink, NIC
+classes move). Both derivations are reused while their inputs are equal (``Context.cache``).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +15,17 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from nodetopo import sources
 from nodetopo.bundle import open_bundle
+from nodetopo.health.policy import DEFAULT_POLICY, HealthPolicy
+from nodetopo.health.rules import EdgeReading, edge_readings
+from nodetopo.health.tracker import HealthTracker
 from nodetopo.host import CommandRunner, HostRoot, SubprocessRunner
-from nodetopo.model import Facts, Topology
+from nodetopo.model import NO_READINGS, EdgeHealth, Facts, HealthReport, Topology
 from nodetopo.reuse import ScanCache
+from nodetopo.sources import links
 from nodetopo.sources.base import Context, Source, SourceResult, check_essential
 from nodetopo.topology.derive import derive_topology
 
@@ -21,16 +34,27 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Scan:
-    """One discovery round: the raw facts, what each source took, and the derived topology."""
+    """One discovery round: the raw facts, what each source took, the derived topology (with its
+    health), and the edges judged."""
 
     facts: Facts
     results: tuple[SourceResult, ...]
     topology: Topology
     duration_s: float
+    edges: tuple[EdgeReading, ...] = ()
+
+
+class Judge(Protocol):
+    """Judges one scan's edges (``HealthTracker``)."""
+
+    policy: HealthPolicy
+
+    def judge(self, readings: Sequence[EdgeReading], now: float) -> HealthReport: ...
 
 
 def collect(ctx: Context, selected: Sequence[Source] | None = None) -> tuple[Facts, tuple[SourceResult, ...]]:
-    """Run each source (never raises for a source's failure) and merge what they observed."""
+    """Run each source (never raises for a source's failure) and merge what they observed, then read
+    the links of the devices found (``sources.links``)."""
     facts = Facts()
     results: list[SourceResult] = []
     for source in selected if selected is not None else sources.ALL:
@@ -40,16 +64,55 @@ def collect(ctx: Context, selected: Sequence[Source] | None = None) -> tuple[Fac
         )
         results.append(result)
         facts = facts.merge(result.facts)
+    if selected is None or any(s.NAME in ("sysfs.pci", "sysfs.rdma") for s in selected):
+        result = links.collect(ctx.root, facts)
+        results.append(result)
+        facts = facts.merge(result.facts)
     return facts, tuple(results)
 
 
-def scan(ctx: Context, selected: Sequence[Source] | None = None) -> Scan:
-    """Collect and derive. Facts equal to the last scan's through ``ctx`` give back its topology (an
-    unchanged node re-discovered every interval); any other facts are derived afresh (nodetopo.reuse)."""
+def derive_healthy(facts: Facts, degraded: tuple[EdgeHealth, ...]) -> Topology:
+    """``derive_topology`` of a scan with degraded edges (its own function: the scan cache keeps one
+    result per function, so the derivation without health and this one do not evict each other)."""
+    return derive_topology(facts, degraded)
+
+
+def judged(ctx: Context, facts: Facts, judge: Judge, now: float) -> tuple[Topology, tuple[EdgeReading, ...]]:
+    """The topology of ``facts`` with its links judged by ``judge`` at ``now`` (wall-clock seconds)."""
+    topology_facts = dataclasses.replace(facts, health=NO_READINGS)
+    plain = ctx.cache.last(derive_topology)(topology_facts)
+    edges = edge_readings(facts, plain, judge.policy)
+    report = judge.judge(edges, now)
+    topology = ctx.cache.last(derive_healthy)(topology_facts, report.degraded) if report.degraded else plain
+    return ctx.cache.last(with_health)(topology, report), edges
+
+
+def with_health(topology: Topology, report: HealthReport) -> Topology:
+    """``topology`` carrying ``report`` (cached: an unchanged node gives back the same topology)."""
+    return dataclasses.replace(topology, health=report)
+
+
+def scan(
+    ctx: Context,
+    selected: Sequence[Source] | None = None,
+    *,
+    judge: Judge | None = None,
+    now: float | None = None,
+) -> Scan:
+    """Collect, judge the links and derive. Facts equal to the last scan's through ``ctx`` give back
+    its topology (an unchanged node re-discovered every interval); any other facts are derived
+    afresh (nodetopo.reuse). ``judge``: the agent's tracker; by default this scan is judged alone
+    (``HealthPolicy.one_shot``: nothing to debounce, no rates, no ``since``: the output of one
+    scan depends only on what it read). ``now``: the wall-clock time of the
+    scan (default: now)."""
     start = time.monotonic()
     facts, results = collect(ctx, selected)
-    topology = ctx.cache.last(derive_topology)(facts)
-    return Scan(facts=facts, results=results, topology=topology, duration_s=time.monotonic() - start)
+    if judge is None:
+        judge = HealthTracker(DEFAULT_POLICY.one_shot(), keep_baseline=False, record_since=False)
+    topology, edges = judged(ctx, facts, judge, time.time() if now is None else now)
+    return Scan(
+        facts=facts, results=results, topology=topology, duration_s=time.monotonic() - start, edges=edges
+    )
 
 
 def host_context(

@@ -29,6 +29,7 @@ NVIDIA_SMI_COMMANDS = (
     ("nvidia-smi", "-L"),
     ("nvidia-smi", "-q", "-x"),
     ("nvidia-smi", "nvlink", "-s"),
+    ("nvidia-smi", "nvlink", "-e"),
 )
 
 #: what nvidia-smi prints when the kernel module and the user-space library differ (exit code 18)

@@ -71,11 +71,14 @@ def test_ready_and_consistent_gauges(tmp_path: Path) -> None:
 
 
 def test_an_expected_absence_is_not_an_error_each_cycle(tmp_path: Path) -> None:
-    """cpu-only has no nvidia-smi, dgx-h100 no `nvlink -s` output: Unavailable, the normal state of
-    such nodes; counted as state (a gauge), not as errors piling up every scan."""
+    """cpu-only has no nvidia-smi, a dgx-h100 capture without `nvlink -s` output: Unavailable, the
+    normal state of such nodes; counted as state (a gauge), not as errors piling up every scan."""
     stats = AgentStats("n")
     _scan_into(stats, BUNDLES / "cpu-only", times=3)
-    _scan_into(stats, BUNDLES / "dgx-h100", times=3)
+    no_status = tmp_path / "no-nvlink-s"
+    shutil.copytree(BUNDLES / "dgx-h100", no_status, symlinks=True)
+    (no_status / "cmd" / "nvidia-smi-nvlink-s.txt").unlink()
+    _scan_into(stats, no_status, times=3)
     samples = _samples(stats)
     errors = {k: v for k, v in samples.items() if k[0] == "nodetopo_source_errors_total"}
     assert errors == {}

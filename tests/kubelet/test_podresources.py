@@ -157,6 +157,37 @@ def test_garbled_answers_are_parse_errors_naming_the_call(data: bytes, says: str
     assert says in str(e.value) and LIST_METHOD in str(e.value)
 
 
+def _empty_ids(count: int) -> bytes:
+    """A ContainerDevices naming ``count`` empty device ids: two bytes each."""
+    return field(1, "nvidia.com/gpu") + b"\x12\x00" * count
+
+
+@pytest.mark.parametrize("call", ["list", "allocatable"])
+def test_millions_of_device_ids_are_refused_as_they_are_read(call: str) -> None:
+    """4 million empty ids (8 MB, within the response limit) built 420 MB of assignments before the
+    count was checked; now the count is checked per id, and an empty id is no device at all."""
+    import tracemalloc
+
+    many = 4_000_000
+    if call == "list":
+        data = list_response(pod("p", "ns", container("c", _empty_ids(many))))
+        parse: Callable[[bytes], object] = parse_list_response
+    else:
+        data = field(1, _empty_ids(many))
+        parse = parse_allocatable_response
+    tracemalloc.start()
+    try:
+        with pytest.raises(ParseError, match="an empty device_id"):
+            parse(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * 2**20, peak  # the 8 MB answer's own slices, not millions of objects
+    named = field(1, "nvidia.com/gpu") + b"".join(field(2, f"g{i}") for i in range(70_000))
+    with pytest.raises(ParseError, match="more than 65536"):
+        parse(list_response(pod("p", "ns", container("c", named))) if call == "list" else field(1, named))
+
+
 # ---- the join to the node's GPUs -----------------------------------------------------------
 
 

@@ -36,6 +36,7 @@ from kube.cluster import ClusterError, LocalCluster, build_binaries
 from .node import GATEWAY, REPO, LocalNode, NodeError, reclaim_after_a_dead_run
 
 TIMINGS: dict[str, float] = {}
+RECLAIMED: list[str] = []
 
 # One real node per machine: it registers under the host's name and owns the CNI bridge,
 # /var/lib/kubelet and the pod cgroups. Test runs from two checkouts wait for each other on this lock,
@@ -100,10 +101,7 @@ def node(node_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -
     workdir = Path(tmp_path_factory.mktemp("node"))
     # the machine lock is held: anything of a node still here is a killed run's, not a live one's
     reclaimed = reclaim_after_a_dead_run(own=tmp_path_factory.getbasetemp())
-    if reclaimed:
-        print(
-            f"\nreclaimed from a test run that died before its teardown: {', '.join(reclaimed)}", flush=True
-        )
+    RECLAIMED.extend(reclaimed)  # said in the session's summary
     local = LocalNode(node_cluster, workdir)
     started = time.monotonic()
     try:
@@ -156,6 +154,8 @@ def node_image(node: LocalNode, image_archive: dict[str, Any]) -> dict[str, Any]
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if RECLAIMED:
+        terminalreporter.write_line("reclaimed from a killed run: " + ", ".join(RECLAIMED))
     if TIMINGS:
         terminalreporter.write_line(
             "real node timings (s): " + ", ".join(f"{k} {v}" for k, v in TIMINGS.items())

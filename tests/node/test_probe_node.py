@@ -3,7 +3,9 @@ image/build_oci.py), with the pod's own kubelet-minted service-account token bou
 roles (``nodetopo-reader``, and ``nodetopo-probe-events`` in the pod's namespace): a pod without a
 declaration passes with an Undeclared warning; a pod declaring ``nodetopo.io/rdma: required`` on a
 node whose NodeTopology promises RDMA NICs the container cannot see fails ResourceNotReal, in its
-termination message and in an Event. Run with ``-s`` for the real ``kubectl describe pod`` output.
+termination message and in an Event; a pod whose image has an ``all_reduce_perf`` (a fake printing
+a recorded log of 8 H100 at 159 GB/s) gets its collective judged against the model's band for the
+node's 8 GPUs: ResourceNotReal. Run with ``-s`` for the real ``kubectl describe pod`` output.
 """
 
 from __future__ import annotations
@@ -70,6 +72,29 @@ def probe_pod(name: str, image: str, node: LocalNode, sa: str, annotations: dict
             ],
         },
     }
+
+
+OWN_PERF = REPO / "tests/fixtures/perf/own"
+FAKE_NCCL = "/opt/fake-nccl"
+
+
+def with_fake_all_reduce_perf(pod: dict[str, Any], configmap: str, gpus: int) -> dict[str, Any]:
+    """``pod`` with an ``all_reduce_perf`` on the probe's PATH (ConfigMap ``configmap``, executable)
+    and ``gpus`` GPU indices in NVIDIA_VISIBLE_DEVICES; /dev/shm is not what this pod is about."""
+    probe = pod["spec"]["initContainers"][0]
+    probe["args"] = [*probe["args"], "--min-shm", "0"]
+    probe["env"] += [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": ",".join(str(i) for i in range(gpus))},
+        {
+            "name": "PATH",
+            "value": f"{FAKE_NCCL}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        },
+    ]
+    probe["volumeMounts"].append({"name": "fake-nccl", "mountPath": FAKE_NCCL, "readOnly": True})
+    pod["spec"]["volumes"].append(
+        {"name": "fake-nccl", "configMap": {"name": configmap, "defaultMode": 0o755}}
+    )
+    return pod
 
 
 def wait_done(cluster: LocalCluster, name: str, timeout: float = 180) -> dict[str, Any]:
@@ -206,3 +231,27 @@ def test_probe_init_container_on_the_real_node(
         described = cluster.kubectl("describe", "pod", "-n", NAMESPACE, failing).stdout
         print(described)
         assert "TopologyProbeFailed" in described and "ResourceNotReal: rdma:" in described
+
+        # the collective smoke test through a fake all_reduce_perf printing a recorded log
+        configmap = f"fake-nccl-{uuid.uuid4().hex[:6]}"
+        log = (OWN_PERF / "allreduce-one-gpu-degraded.txt").read_text(encoding="utf-8")
+        cluster.kubectl(
+            "-n", NAMESPACE, "create", "configmap", configmap,
+            f"--from-literal=all_reduce_perf=#!/bin/sh\ncat {FAKE_NCCL}/log.txt\n",
+            f"--from-literal=log.txt={log}",
+        )  # fmt: skip
+        stack.callback(cluster.kubectl, "-n", NAMESPACE, "delete", "configmap", configmap, check=False)
+        collective = f"probe-collective-{uuid.uuid4().hex[:6]}"
+        names.append(collective)
+        pod_spec = with_fake_all_reduce_perf(
+            probe_pod(collective, node_image["name"], node, sa, {}), configmap, 8
+        )
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(pod_spec))
+        pod = wait_done(cluster, collective)
+        term = init_terminated(pod)
+        assert pod["status"]["phase"] == "Failed" and term.get("exitCode") == 1, term
+        printed = cluster.kubectl("logs", "-n", NAMESPACE, collective, "-c", "topology-probe").stdout
+        report, _ = json.JSONDecoder().raw_decode(printed[printed.index("{") :])
+        check = next(c for c in report["checks"] if c["name"] == "collective")
+        assert (check["status"], check.get("attribution")) == ("fail", "ResourceNotReal"), check
+        assert check["reason"].startswith("159.49 GB/s busbw at 8 GiB is 0.35 of the expected"), check

@@ -11,7 +11,9 @@ import pytest
 from nodetopo.host import HostRoot, Replay, ReplayRunner
 from nodetopo.probe import observe
 
-NCCL_OUTPUT = "# Avg bus bandwidth    : 91.4821\n"
+NCCL_OUTPUT = """#       size         count      type   redop    root     time   algbw   busbw #wrong
+  1073741824     268435456     float     sum      -1  11810.0   90.92  159.11       0
+"""
 
 
 @pytest.mark.timeout(30)
@@ -43,7 +45,8 @@ def test_a_link_out_of_the_root_is_not_followed(tmp_path: Path) -> None:
 
 def test_the_collective_runs_through_the_runner_it_is_given() -> None:
     argv = observe.collective_argv(4)
-    assert observe.run_collective(4, 5, runner=ReplayRunner({argv: NCCL_OUTPUT})) == pytest.approx(91.4821)
+    run = observe.run_collective(4, 5, runner=ReplayRunner({argv: NCCL_OUTPUT}))
+    assert run.output is not None and run.output.rows[0].best_busbw() == pytest.approx(159.11)
     with pytest.raises(observe.ReadFailure, match="not in the image"):
         observe.run_collective(4, 5, runner=ReplayRunner({}))
     with pytest.raises(observe.ReadFailure, match=r"no result within 5s"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import re
+import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -26,7 +27,12 @@ OCI = "fabric/cloud/oci-imds-rdmaTopologyData-docs-example-truncated-ocids-oci-h
 class Server:
     """A metadata endpoint on 127.0.0.1: path -> (status, body, required headers), or a hang."""
 
-    def __init__(self, routes: Mapping[str, tuple[int, bytes, Mapping[str, str]]], hang: float = 0.0) -> None:
+    def __init__(
+        self,
+        routes: Mapping[str, tuple[int, bytes, Mapping[str, str]]],
+        hang: float = 0.0,
+        location: str | None = None,
+    ) -> None:
         self.routes = routes
         self.seen: list[tuple[str, dict[str, str]]] = []
         outer = self
@@ -41,6 +47,8 @@ class Server:
                     status, body = 403, b"missing header"
                 try:
                     self.send_response(status)
+                    if location is not None:
+                        self.send_header("Location", location)
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     self.wfile.write(body)
@@ -189,3 +197,69 @@ def test_setting_is_checked() -> None:
     assert condition.source == "fabric.cloud" and "cloud metadata must be <gce|aws|oci>=" in condition.message
     with pytest.raises(ParseError):
         cloud.parse_oci_rdma_topology('{"customerLocalBlock": 7}')
+
+
+def test_a_redirect_is_not_followed(serve: list[Server]) -> None:
+    """The metadata headers (an OCI bearer, GCE's flavour) go to the endpoint configured, never on."""
+    elsewhere = Server({cloud.OCI_PATH: (200, b'{"customerLocalBlock": "ocid1.x"}', {})})
+    serve.append(elsewhere)
+    moved = elsewhere.url.replace("127.0.0.1", "localhost") + cloud.OCI_PATH
+    redirect = Server({cloud.OCI_PATH: (302, b"", {})}, location=moved)
+    serve.append(redirect)
+    (condition,) = cloud.collect(context(f"oci={redirect.url}")).facts.conditions
+    assert condition.reason is ConditionReason.UNAVAILABLE
+    assert "HTTP 302: a redirect, not followed" in condition.message
+    assert [path for path, _ in redirect.seen] == [cloud.OCI_PATH] and elsewhere.seen == []
+
+
+class Drip:
+    """A loopback endpoint that sends ``at_once``, then ``dripped`` one byte every ``interval``
+    seconds: each read waits less than the client's timeout, the whole answer much more."""
+
+    def __init__(self, at_once: bytes, dripped: bytes, interval: float = 0.05) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(5)
+        self.at_once, self.dripped, self.interval = at_once, dripped, interval
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        with conn:
+            try:
+                conn.recv(65536)
+                conn.sendall(self.at_once)
+                for byte in self.dripped:
+                    conn.sendall(bytes([byte]))
+                    time.sleep(self.interval)
+            except OSError:
+                return  # the client gave up: what the test wants
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def close(self) -> None:
+        self.listener.close()
+        self.thread.join(timeout=10)
+
+
+@pytest.mark.parametrize("where", ["headers", "body"])
+def test_an_answer_dripping_a_byte_at_a_time_meets_the_deadline(where: str) -> None:
+    body = b"/cluster-1/rack-2/host-3" + b" " * 36
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nX-Padding: %s\r\n\r\n" % (len(body), b"p" * 20)
+    # 60 bytes dripped at 0.05 s: 3 s in all, while no single read waits more than 0.05 s
+    drip = Drip(b"", (head + body)[:60]) if where == "headers" else Drip(head, body)
+    try:
+        started = time.monotonic()
+        result = cloud.collect(context(f"gce={drip.url}", timeout=0.5))
+        elapsed = time.monotonic() - started
+    finally:
+        drip.close()
+    (condition,) = result.facts.conditions
+    assert condition.reason is ConditionReason.TIMEOUT, condition.message
+    assert "no answer within 0.5s" in condition.message
+    assert elapsed < 1.5, elapsed

@@ -327,6 +327,49 @@ def test_a_real_bundle_still_replays_its_exit_codes(tmp_path: Path) -> None:
     assert runner.run(("nvidia-smi", "-L"), timeout=1).stderr == ""
 
 
+@pytest.mark.parametrize("rc", ["--5", "\u00b2", "-", "1e3", "0x1", "9999999999", "5 6", "\u0665"])
+def test_an_exit_code_file_that_is_not_one_is_a_refused_output(tmp_path: Path, rc: str) -> None:
+    """``str.isdigit`` takes ``²`` and ``--5`` stripped of its dashes; ``int`` refused both (a traceback)."""
+    bundle = tmp_path / "bundle"
+    (bundle / "cmd").mkdir(parents=True)
+    (bundle / "cmd" / "ibstat.txt").write_text("")
+    (bundle / "cmd" / "ibstat.txt.rc").write_text(rc + "\n")
+    with pytest.raises(CommandOutputRefused) as refused:
+        bundle_runner(bundle).run(("ibstat",), timeout=1)
+    assert "cmd/ibstat.txt.rc: not an exit code" in str(refused.value)
+    assert refused.value.args[0].isprintable()
+
+
+@pytest.mark.parametrize("rc", ["", "  \n", "0\n", "-1\n", "timeout\n"])
+def test_an_exit_code_file_capture_writes_still_replays(tmp_path: Path, rc: str) -> None:
+    bundle = tmp_path / "bundle"
+    (bundle / "cmd").mkdir(parents=True)
+    (bundle / "cmd" / "ibstat.txt").write_text("out\n")
+    (bundle / "cmd" / "ibstat.txt.rc").write_text(rc)
+    answer = bundle_runner(bundle).answers[("ibstat",)]
+    assert answer.refused is None
+    assert (answer.returncode, answer.hang) == (-1 if rc == "-1\n" else 0, rc == "timeout\n")
+
+
+def test_discover_with_an_exit_code_file_that_is_not_one(tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    numa_tree(bundle)
+    (bundle / "cmd").mkdir(parents=True, exist_ok=True)
+    (bundle / "cmd" / "nvidia-smi-topo-m.txt").write_text("")
+    (bundle / "cmd" / "nvidia-smi-topo-m.txt.rc").write_text("--5\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "nodetopo", "discover", "--from", str(bundle), "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    messages = [c["message"] for c in json.loads(done.stdout)["status"]["conditions"]]
+    assert any("nvidia-smi-topo-m.txt.rc: not an exit code" in m for m in messages), messages
+
+
 def test_discover_from_a_hostile_bundle_finishes(tmp_path: Path) -> None:
     """The CLI end to end on a bundle holding every kind of hostile file at once."""
     secret = outside_file(tmp_path)

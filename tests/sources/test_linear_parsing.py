@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from nodetopo.errors import ParseError
 from nodetopo.sources import ibstat, nvidia_smi
 
 
@@ -91,6 +92,19 @@ def test_topo_matrix_of_1000_gpus() -> None:
     assert len(matrix.gpus) == 1000 and len(matrix.nics) == 8
     assert len(matrix.gpu_gpu) == 1000 * 999 // 2 and len(matrix.gpu_nic) == 8000
     assert seconds < 8.0, seconds
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("gpus", "nics"), [(1025, 0), (2, 257)])
+def test_a_matrix_wider_than_any_node_is_refused_at_its_header(gpus: int, nics: int) -> None:
+    """Memory grows with the square of the columns: 2,000 GPUs took ~800 MB before the refusal."""
+    with pytest.raises(
+        ParseError, match=r"topo -m:1: the header names .* more than the 1024 GPUs and 256 NICs"
+    ):
+        nvidia_smi.parse_topo_matrix(topo_matrix(gpus, nics=nics))
+    header_only = topo_matrix(2000).split("\n", 1)[0] + "\n"  # refused before any row is needed
+    with pytest.raises(ParseError, match=r"topo -m:1: the header has 2007 words: more columns than"):
+        nvidia_smi.parse_topo_matrix(header_only)
 
 
 @pytest.mark.timeout(60)

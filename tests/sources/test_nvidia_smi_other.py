@@ -186,7 +186,7 @@ XML_ONE_GPU = """<?xml version="1.0" ?>
 
 
 def test_query_xml_mig_modes_and_error_values() -> None:
-    (_, (gpu,)), problems = query._read_smi_query_xml(XML_ONE_GPU.format(total="[Unknown Error]"), "x")
+    (_, (gpu,), _), problems = query._read_smi_query_xml(XML_ONE_GPU.format(total="[Unknown Error]"), "x")
     assert (gpu.mig_current, gpu.mig_pending, gpu.minor_number, gpu.memory_bytes) == (True, False, None, None)
     assert gpu.address == PciAddress(0, 7, 0, 0)
     assert problems and "Unknown Error" in problems[0]
@@ -269,8 +269,25 @@ def context(answers: dict[tuple[str, ...], Replay | str | Path]) -> Context:
 
 
 def all_commands(answer: Replay) -> dict[tuple[str, ...], Replay | str | Path]:
-    argvs = (nvidia_smi.TOPO_ARGV, nvidia_smi.LIST_ARGV, nvidia_smi.QUERY_XML_ARGV, nvidia_smi.NVLINK_ARGV)
+    argvs = (
+        nvidia_smi.TOPO_ARGV,
+        nvidia_smi.LIST_ARGV,
+        nvidia_smi.QUERY_XML_ARGV,
+        nvidia_smi.NVLINK_ARGV,
+        nvidia_smi.NVLINK_ERRORS_ARGV,
+    )
     return dict.fromkeys(argvs, answer)
+
+
+def zero_error_counters(gpus: int, links: int) -> str:
+    """``nvidia-smi nvlink -e`` of GPUs whose links have no errors, in the driver's layout."""
+    lines = []
+    for gpu in range(gpus):
+        lines.append(f"GPU {gpu}: Tesla V100-SXM2-32GB (UUID: GPU-{gpu:08d}-0000-0000-0000-000000000000)")
+        for link in range(links):
+            lines += [f"         Link {link}: {name} Errors: 0" for name in ("Replay", "Recovery", "CRC")]
+            lines.append("")
+    return "\n".join(lines)
 
 
 @pytest.fixture
@@ -280,6 +297,7 @@ def v100_answers(corpus: Path) -> dict[tuple[str, ...], Replay | str | Path]:
         nvidia_smi.LIST_ARGV: V100_LIST_LINE,
         nvidia_smi.QUERY_XML_ARGV: corpus / V100_XML,
         nvidia_smi.NVLINK_ARGV: corpus / V100_NVLINK,
+        nvidia_smi.NVLINK_ERRORS_ARGV: zero_error_counters(8, 6),
     }
 
 
@@ -294,10 +312,12 @@ def test_collect_everything_readable(v100_answers: dict[tuple[str, ...], Replay 
         "nvidia-smi -L",
         "nvidia-smi -q -x",
         "nvidia-smi nvlink -s",
+        "nvidia-smi nvlink -e",
     ]
     assert facts.topo_matrix is not None and len(facts.topo_matrix.gpus) == 8
     assert len(facts.queried_gpus) == 8 and len(facts.nvlink_status) == 8 and len(facts.listed_gpus) == 1
-    assert isinstance(ctx.runner, ReplayRunner) and len(ctx.runner.calls) == 4
+    assert len(facts.health.nvlinks) == 48 and len(facts.health.gpu_pcie) == 8
+    assert isinstance(ctx.runner, ReplayRunner) and len(ctx.runner.calls) == 5
 
 
 def test_collect_not_installed_is_one_unavailable_condition() -> None:
@@ -359,7 +379,7 @@ def test_collect_garbage_in_one_command_keeps_the_others(
     assert facts.topo_matrix is None and len(facts.queried_gpus) == 8 and len(facts.nvlink_status) == 8
     (cond,) = facts.conditions
     assert cond.reason is ConditionReason.PARSE_ERROR and cond.message.startswith("nvidia-smi topo -m: ")
-    assert [s.ok for s in facts.sources] == [False, True, True, True]
+    assert [s.ok for s in facts.sources] == [False, True, True, True, True]
 
 
 @pytest.mark.corpus
@@ -387,7 +407,7 @@ def test_collect_bundle_with_only_the_matrix(corpus: Path) -> None:
     assert facts.topo_matrix is not None
     assert (facts.sources[0].name, facts.sources[0].ok) == ("nvidia-smi topo -m", True)
     assert {c.reason for c in facts.conditions} == {ConditionReason.UNAVAILABLE}
-    assert len(facts.conditions) == 3
+    assert len(facts.conditions) == 4
 
 
 def test_collect_nonzero_exit_with_readable_output_is_degraded() -> None:

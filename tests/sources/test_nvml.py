@@ -492,6 +492,18 @@ def fake_pynvml() -> types.ModuleType:
         nvmlDeviceGetGpuFabricInfoV=fabric_v,
         nvmlDeviceGetTopologyCommonAncestor=lambda a, b: 40,
         nvmlDeviceGetP2PStatus=lambda a, b, index: 0 if index == 0 else 4,
+        # the link readings: GPU1 trained at x8 below its x16, with 7 replays; no NVLink speed
+        # field on this driver; link 1 of GPU1 has CRC errors (flit 3, data 2)
+        nvmlDeviceGetMaxPcieLinkGeneration=lambda h: 5,
+        nvmlDeviceGetGpuMaxPcieLinkGeneration=lambda h: 5,
+        nvmlDeviceGetCurrPcieLinkGeneration=lambda h: 1,
+        nvmlDeviceGetMaxPcieLinkWidth=lambda h: 16,
+        nvmlDeviceGetCurrPcieLinkWidth=lambda h: 16 if h == 0 else 8,
+        nvmlDeviceGetPcieReplayCounter=lambda h: 7 * h,
+        nvmlDeviceGetNvLinkErrorCounter=lambda h, link, counter: (
+            (3 if counter == 2 else 2 if counter == 3 else 0) if (h, link) == (1, 1) else 0
+        ),
+        nvmlDeviceGetFieldValues=lambda h, fields: fail(3),
     )
     return module
 
@@ -514,15 +526,36 @@ def test_pynvml_answers_become_the_dump_format(monkeypatch: pytest.MonkeyPatch) 
         "cpuAffinity": "4-7",
         "numaNodeId": None,
         "migMode": {"current": False, "pending": False},
+        "pcie": {
+            "maxGen": 5,
+            "deviceMaxGen": 5,
+            "currentGen": 1,
+            "maxWidth": 16,
+            "currentWidth": 8,
+            "replays": 7,
+        },
         "nvlinks": [
-            {"link": 0, "active": True, "remotePciBusId": "00000000:18:00.0", "remoteType": "GPU"},
-            {"link": 1, "active": True, "remotePciBusId": "00000000:18:00.0", "remoteType": "GPU"},
+            {
+                "link": 0,
+                "active": True,
+                "remotePciBusId": "00000000:18:00.0",
+                "remoteType": "GPU",
+                "counters": {"replay": 0, "recovery": 0, "crcFlit": 0, "crcData": 0},
+            },
+            {
+                "link": 1,
+                "active": True,
+                "remotePciBusId": "00000000:18:00.0",
+                "remoteType": "GPU",
+                "counters": {"replay": 0, "recovery": 0, "crcFlit": 3, "crcData": 2},
+            },
         ],
         "fabric": {
             "clusterUuid": "00010203-0405-0607-0809-0a0b0c0d0e0f",
             "cliqueId": 7,
             "state": "COMPLETED",
             "health": None,
+            "healthMask": 0,
         },
         "migDevices": None,
         "errors": {"numaNodeId": "NVML_ERROR_NOT_SUPPORTED"},

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import re
 import stat
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from typing import Any
 
 from nodetopo.errors import ParseError
 from nodetopo.host import CommandRunner, HostRoot
+from nodetopo.jsonread import load_json
 from nodetopo.model import ConditionReason, FabricTier, Facts, NetworkObservation, SourceStatus, SwitchPort
 from nodetopo.sources import commands
 from nodetopo.sources.base import Context, SourceResult, condition, failed, guarded
@@ -159,10 +159,7 @@ def _chassis(body: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
 
 def parse_lldp_json(text: str, path: str = "lldpcli -f json") -> tuple[LldpNeighbour, ...]:
     """Parse ``lldpcli -f json`` or ``-f json0`` ``show neighbors``: one neighbour per interface."""
-    try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise ParseError(NAME, path, f"not JSON: {e}") from e
+    data = load_json(text, source=NAME, path=path)
     neighbours: list[LldpNeighbour] = []
     for name, body in _interfaces(data, path):
         chassis_name, chassis = _chassis(body)

@@ -1,4 +1,5 @@
-"""``nvidia-smi nvlink -s`` (``--status``): each GPU's NVLink links and their speeds."""
+"""``nvidia-smi nvlink -s`` (``--status``): each GPU's NVLink links and their speeds; ``nvidia-smi nvlink
+-e`` (``--errorcounters``): each link's error counters."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from nodetopo.errors import ParseError, excerpt
 from nodetopo.sources.nvidia_smi._text import _ERROR_VALUES, NAME, _lines, _normalise_errors
 
 NVLINK_PATH = "nvidia-smi nvlink -s"
+NVLINK_ERRORS_PATH = "nvidia-smi nvlink -e"
 
 _NVLINK_GPU = re.compile(
     r"GPU ([0-9]{1,4}): (.*\S) \(UUID: (GPU-[0-9A-Za-z-]{1,80})\)|GPU ([0-9]{1,4}): (.*\S)"
@@ -78,3 +80,78 @@ def _read_nvlink_status(text: str, path: str) -> tuple[tuple[model.NvlinkStatus,
 def parse_nvlink_status(text: str, path: str = NVLINK_PATH) -> tuple[model.NvlinkStatus, ...]:
     """Parse ``nvidia-smi nvlink -s`` (``--status``): per GPU, (link, GB/s) with None for ``<inactive>``."""
     return _read_nvlink_status(text, path)[0]
+
+
+#: ``Link 3: Replay Errors: 211``: a link, a counter's name, its count (or ``N/A``)
+_ERROR_LINE = re.compile(r"Link ([0-9]{1,3}): ([A-Za-z][A-Za-z0-9 /_-]{0,40}?): (.*)")
+#: the counters nodetopo reads, by the words nvidia-smi prints (other counters of newer drivers are
+#: read and ignored)
+ERROR_COUNTERS = {"replay errors": "replay", "recovery errors": "recovery", "crc errors": "crc"}
+#: a count nvidia-smi prints: at most a 64-bit counter's digits
+_COUNT = re.compile(r"[0-9]{1,20}")
+
+
+def _read_nvlink_errors(text: str, path: str) -> tuple[tuple[model.NvlinkReading, ...], list[str]]:
+    counters: dict[tuple[int, int], dict[str, int | None]] = {}
+    gpu: int | None = None
+    seen: set[int] = set()
+    problems: list[str] = []
+    for number, line in enumerate(_lines(text), start=1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        found = _ERROR_LINE.fullmatch(stripped)
+        if found is not None:
+            if gpu is None:
+                raise ParseError(NAME, path, "a Link line before any GPU line", line=number)
+            link, name, value = int(found[1]), found[2].strip().lower(), found[3].strip()
+            key = ERROR_COUNTERS.get(name)
+            mine = counters.setdefault((gpu, link), {})
+            if key is None:
+                continue
+            if key in mine:
+                raise ParseError(NAME, path, f"GPU {gpu} Link {link}: {found[2]} listed twice", line=number)
+            if _COUNT.fullmatch(value):
+                mine[key] = int(value)
+            elif value == "N/A" or _normalise_errors(value) in _ERROR_VALUES:
+                mine[key] = None
+                if value != "N/A":
+                    problems.append(f"GPU {gpu} link {link} {found[2]} reads {value}")
+            else:
+                raise ParseError(
+                    NAME,
+                    path,
+                    f"Link {link}: {found[2]}: expected a count, got {excerpt(value)}",
+                    line=number,
+                )
+            continue
+        header = _NVLINK_GPU.fullmatch(stripped)
+        if header is not None and not line[0].isspace():
+            gpu = int(header[1] if header[1] is not None else header[4])
+            if gpu in seen:
+                raise ParseError(NAME, path, f"GPU {gpu} is listed twice", line=number)
+            seen.add(gpu)
+            continue
+        raise ParseError(
+            NAME,
+            path,
+            f"expected 'GPU n: ...' or 'Link n: <counter>: <count>', got {excerpt(stripped)}",
+            line=number,
+        )
+    readings = tuple(
+        model.NvlinkReading(
+            gpu=gpu_index,
+            link=link,
+            source=NAME,
+            replay=values.get("replay"),
+            recovery=values.get("recovery"),
+            crc=values.get("crc"),
+        )
+        for (gpu_index, link), values in sorted(counters.items())
+    )
+    return readings, problems
+
+
+def parse_nvlink_errors(text: str, path: str = NVLINK_ERRORS_PATH) -> tuple[model.NvlinkReading, ...]:
+    """Parse ``nvidia-smi nvlink -e``: per GPU and link, the replay, recovery and CRC error counts."""
+    return _read_nvlink_errors(text, path)[0]

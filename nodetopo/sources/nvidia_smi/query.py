@@ -1,4 +1,5 @@
-"""``nvidia-smi -q -x``: the driver version and the GPUs (UUID, model, PCI address, MIG mode, memory)."""
+"""``nvidia-smi -q -x``: the driver version and the GPUs (UUID, model, PCI address, MIG mode, memory),
+and each GPU's view of its PCIe link (``pci_gpu_link_info``, ``replay_counter``: link readings)."""
 
 from __future__ import annotations
 
@@ -103,9 +104,51 @@ def _find_below(parents: list[ElementTree.Element], tag: str) -> ElementTree.Ele
     return None
 
 
+#: (reading attribute, tag) of ``<pcie_gen>`` and ``<link_widths>``
+_LINK_TAGS = (
+    ("max_gen", "max_link_gen"),
+    ("current_gen", "current_link_gen"),
+    ("device_max_gen", "max_device_link_gen"),
+    ("host_max_gen", "max_host_link_gen"),
+)
+_WIDTH_TAGS = (("max_width", "max_link_width"), ("current_width", "current_link_width"))
+_LINK_VALUE = re.compile(r"([0-9]{1,2})x?")
+_REPLAYS = re.compile(r"[0-9]{1,20}")
+
+
+def _link_reading(
+    pci: list[ElementTree.Element], address: model.PciAddress | None, uuid: str, problems: list[str]
+) -> model.GpuPcieReading | None:
+    """What ``<pci>`` says of the GPU's own PCIe link (generations, widths, the replay counter)."""
+    info = _find_below(pci, "pci_gpu_link_info")
+    values: dict[str, int | None] = {}
+
+    def read(element: ElementTree.Element | None, attr: str, pattern: re.Pattern[str]) -> None:
+        raw = (element.text or "").strip() if element is not None else ""
+        if raw in ("", "N/A"):
+            return
+        match = pattern.fullmatch(raw)
+        if match is None:
+            problems.append(f"GPU {address or uuid}: {attr} reads {excerpt(raw)}")
+            return
+        values[attr] = int(match[1] if match.groups() else match[0])
+
+    if info is not None:
+        gen = info.find("pcie_gen")
+        widths = info.find("link_widths")
+        for attr, tag in _LINK_TAGS:
+            read(gen.find(tag) if gen is not None else None, attr, _LINK_VALUE)
+        for attr, tag in _WIDTH_TAGS:
+            read(widths.find(tag) if widths is not None else None, attr, _LINK_VALUE)
+    read(_find_below(pci, "replay_counter"), "replays", _REPLAYS)
+    if not values:
+        return None
+    return model.GpuPcieReading(gpu=None, uuid=uuid, address=address, source=NAME, **values)
+
+
 def _read_smi_query_xml(
     text: str, path: str
-) -> tuple[tuple[str | None, tuple[model.QueriedGpu, ...]], list[str]]:
+) -> tuple[tuple[str | None, tuple[model.QueriedGpu, ...], tuple[model.GpuPcieReading, ...]], list[str]]:
     try:
         root = ElementTree.fromstring(text)
     except ElementTree.ParseError as e:
@@ -119,6 +162,7 @@ def _read_smi_query_xml(
     driver = text_of(root.find("driver_version")) or None
     problems: list[str] = []
     gpus = []
+    links: list[model.GpuPcieReading] = []
     for gpu in root.findall("gpu"):
         pci = gpu.findall("pci")
         mig_mode = gpu.findall("mig_mode")
@@ -136,7 +180,10 @@ def _read_smi_query_xml(
         queried = _queried_gpu(fields, driver, path, problems)
         if queried is not None:
             gpus.append(queried)
-    return (driver, _sorted_queried(gpus, path)), problems
+            link = _link_reading(pci, queried.address, queried.uuid, problems)
+            if link is not None:
+                links.append(link)
+    return (driver, _sorted_queried(gpus, path), tuple(links)), problems
 
 
 def _sorted_queried(gpus: list[model.QueriedGpu], path: str) -> tuple[model.QueriedGpu, ...]:
@@ -157,4 +204,12 @@ def parse_smi_query_xml(
     ``numa_node`` is read from ``<numa_node>`` where a driver reports one (none of the captured drivers
     does; ``topo -m`` and sysfs are the NUMA sources).
     """
-    return _read_smi_query_xml(text, path)[0]
+    driver, gpus, _ = _read_smi_query_xml(text, path)[0]
+    return driver, gpus
+
+
+def parse_smi_query_links(text: str, path: str = QUERY_XML_PATH) -> tuple[model.GpuPcieReading, ...]:
+    """What ``nvidia-smi -q -x`` says of each GPU's PCIe link: ``max_link_gen`` (what this GPU and
+    system can reach), ``current_link_gen`` (lower when idle), ``max_device_link_gen``,
+    ``max_host_link_gen``, ``max_link_width``, ``current_link_width`` and ``replay_counter``."""
+    return _read_smi_query_xml(text, path)[0][2]

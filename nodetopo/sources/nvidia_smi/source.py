@@ -1,4 +1,4 @@
-"""The nvidia-smi source: its four commands, each run on its own, and what each output says."""
+"""The nvidia-smi source: its five commands, each run on its own, and what each output says."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from nodetopo.sources.base import Context, SourceResult, condition, failure_leve
 from nodetopo.sources.commands import Command
 from nodetopo.sources.nvidia_smi._text import NAME
 from nodetopo.sources.nvidia_smi.listing import _read_smi_list
-from nodetopo.sources.nvidia_smi.nvlink import _read_nvlink_status
+from nodetopo.sources.nvidia_smi.nvlink import _read_nvlink_errors, _read_nvlink_status
 from nodetopo.sources.nvidia_smi.query import _read_smi_query_xml
 from nodetopo.sources.nvidia_smi.topo import _read_topo_matrix
 
@@ -30,11 +30,21 @@ TOPO_COMMAND = Command(argv=("nvidia-smi", "topo", "-m"), output="nvidia-smi-top
 LIST_COMMAND = Command(argv=("nvidia-smi", "-L"), output="nvidia-smi-L.txt", hung=_HUNG)
 QUERY_XML_COMMAND = Command(argv=("nvidia-smi", "-q", "-x"), output="nvidia-smi-q.xml", hung=_HUNG)
 NVLINK_COMMAND = Command(argv=("nvidia-smi", "nvlink", "-s"), output="nvidia-smi-nvlink-s.txt", hung=_HUNG)
-COMMANDS: tuple[Command, ...] = (TOPO_COMMAND, LIST_COMMAND, QUERY_XML_COMMAND, NVLINK_COMMAND)
+NVLINK_ERRORS_COMMAND = Command(
+    argv=("nvidia-smi", "nvlink", "-e"), output="nvidia-smi-nvlink-e.txt", hung=_HUNG
+)
+COMMANDS: tuple[Command, ...] = (
+    TOPO_COMMAND,
+    LIST_COMMAND,
+    QUERY_XML_COMMAND,
+    NVLINK_COMMAND,
+    NVLINK_ERRORS_COMMAND,
+)
 TOPO_ARGV = TOPO_COMMAND.argv
 LIST_ARGV = LIST_COMMAND.argv
 QUERY_XML_ARGV = QUERY_XML_COMMAND.argv
 NVLINK_ARGV = NVLINK_COMMAND.argv
+NVLINK_ERRORS_ARGV = NVLINK_ERRORS_COMMAND.argv
 
 _T = TypeVar("_T")
 
@@ -183,9 +193,16 @@ def _nvlink_outcome(
     return _outcome(command, stdout, stderr, returncode, _read_nvlink_status)
 
 
+def _nvlink_errors_outcome(
+    command: str, stdout: str, stderr: str, returncode: int
+) -> _Outcome[tuple[model.NvlinkReading, ...]]:
+    """``nvlink -e`` is read afresh every scan: its counters are what changes."""
+    return _outcome(command, stdout, stderr, returncode, _read_nvlink_errors)
+
+
 def _query_xml_outcome(
     command: str, stdout: str, stderr: str, returncode: int
-) -> _Outcome[tuple[str | None, tuple[model.QueriedGpu, ...]]]:
+) -> _Outcome[tuple[str | None, tuple[model.QueriedGpu, ...], tuple[model.GpuPcieReading, ...]]]:
     """``-q -x`` is read afresh every scan: a live driver's answer carries a timestamp and sensor
     readings (temperature, power, clocks) that differ at every call, so an equal output would only
     ever come from a capture, and remembering the last one would hold its text for nothing."""
@@ -193,7 +210,7 @@ def _query_xml_outcome(
 
 
 def read_facts(runner: CommandRunner, *, timeout: float, cache: ScanCache | None = None) -> Facts:
-    """Run the four nvidia-smi commands, each on its own: one failing keeps the others' facts.
+    """Run the five nvidia-smi commands, each on its own: one failing keeps the others' facts.
 
     What ``topo -m``, ``-L`` and ``nvlink -s`` said is given back through ``cache`` when the command
     printed the same output as last time (an unchanged node, every scan); any other output is read
@@ -204,11 +221,13 @@ def read_facts(runner: CommandRunner, *, timeout: float, cache: ScanCache | None
     listed = _run(runner, LIST_COMMAND, timeout, cache.last(_list_outcome))
     queried = _run(runner, QUERY_XML_COMMAND, timeout, _query_xml_outcome)
     nvlink = _run(runner, NVLINK_COMMAND, timeout, cache.last(_nvlink_outcome))
-    statuses = (topo.status, listed.status, queried.status, nvlink.status)
-    conditions = (*topo.conditions, *listed.conditions, *queried.conditions, *nvlink.conditions)
+    errors = _run(runner, NVLINK_ERRORS_COMMAND, timeout, _nvlink_errors_outcome)
+    outcomes = (topo, listed, queried, nvlink, errors)
+    statuses = tuple(o.status for o in outcomes)
+    conditions = tuple(c for o in outcomes for c in o.conditions)
 
-    # The same failure four times (not installed, driver mismatch, no GPUs) is one fact: say it once.
-    failures = {topo.failure, listed.failure, queried.failure, nvlink.failure}
+    # The same failure five times (not installed, driver mismatch, no GPUs) is one fact: say it once.
+    failures = {o.failure for o in outcomes}
     if len(failures) == 1 and (failure := failures.pop()) is not None:
         reason, message = failure
         return Facts(
@@ -222,9 +241,14 @@ def read_facts(runner: CommandRunner, *, timeout: float, cache: ScanCache | None
         nvlink_status=nvlink.value or (),
         sources=statuses,
         conditions=conditions,
+        health=model.HealthReadings(
+            gpu_pcie=queried.value[2] if queried.value is not None else (),
+            nvlinks=errors.value or (),
+        ),
     )
 
 
 def collect(ctx: Context) -> SourceResult:
-    """The nvidia-smi source: ``topo -m``, ``-L``, ``-q -x`` and ``nvlink -s`` through ``ctx.runner``."""
+    """The nvidia-smi source: ``topo -m``, ``-L``, ``-q -x``, ``nvlink -s`` and ``nvlink -e`` through
+    ``ctx.runner``."""
     return guarded(NAME, lambda: read_facts(ctx.runner, timeout=ctx.command_timeout_s, cache=ctx.cache))

@@ -43,6 +43,11 @@ _DEVICE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
 _NV_CELL = re.compile(r"NV([1-9][0-9]{0,3})")
 _PCIE_CELLS = {cls.name: cls for cls in LinkClass} | {"SOC": LinkClass.SYS}  # SOC: drivers before ~375
 _NIC_LEGEND_ENTRY = re.compile(r"NIC([0-9]{1,4}):\s*(\S+)")
+#: the most GPU columns read (the NodeTopology schema's GPUs per node) and NIC columns (real nodes
+#: list up to a few dozen RDMA devices): the matrix costs memory by the square of its columns
+#: (1,024 GPUs: ~200 MB), so a header naming more is refused before any row is read
+MAX_GPU_COLUMNS = 1024
+MAX_NIC_COLUMNS = 256
 
 
 def _topo_cell(token: str) -> model.TopoLink | None:
@@ -165,6 +170,12 @@ def _topo_header(
     tokens: list[str], fail: Callable[[str, int | None], ParseError], number: int
 ) -> tuple[list[str], list[str]]:
     """Split the header words into device columns and affinity columns (``CPU Affinity`` ...)."""
+    if len(tokens) > MAX_GPU_COLUMNS + MAX_NIC_COLUMNS + 7:  # 7: the words of the affinity columns
+        raise fail(
+            f"the header has {len(tokens)} words: more columns than the {MAX_GPU_COLUMNS} GPUs and"
+            f" {MAX_NIC_COLUMNS} NICs read",
+            number,
+        )
     devices: list[str] = []
     seen: set[str] = set()
     affinity: list[str] = []
@@ -189,6 +200,12 @@ def _topo_header(
             devices.append(name)
             at += 1
     gpu_numbers = [int(m[1]) for name in devices if (m := _GPU_COLUMN.fullmatch(name))]
+    if len(gpu_numbers) > MAX_GPU_COLUMNS or len(devices) - len(gpu_numbers) > MAX_NIC_COLUMNS:
+        raise fail(
+            f"the header names {len(gpu_numbers)} GPUs and {len(devices) - len(gpu_numbers)} NICs:"
+            f" more than the {MAX_GPU_COLUMNS} GPUs and {MAX_NIC_COLUMNS} NICs read",
+            number,
+        )
     if len(set(gpu_numbers)) != len(gpu_numbers):
         raise fail("the header names one GPU index twice", number)
     if tuple(affinity) not in {tuple(key for key, _ in _AFFINITY_COLUMNS[:n]) for n in range(4)}:

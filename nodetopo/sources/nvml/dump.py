@@ -1,7 +1,9 @@
 """``dump_nvml``: record every answer ``read_nvml`` may ask of an ``NvmlApi``, failures included.
 
-What ``nodetopo capture`` writes to ``nvml.json`` (format: ``replay``);
-``dump_nvml(RecordedNvml.from_dict(d)) == d`` for every dump it wrote.
+What ``nodetopo capture`` writes to ``nvml.json`` (format: ``nvml.dumpfile``);
+``dump_nvml(RecordedNvml.from_dict(d)) == d`` for every dump it wrote. The health readings (the GPU's
+PCIe link, each link's speed and error counters) are written where the GPU answered: one it cannot
+give (not supported, or a library without the call) is left out, and replays as not supported.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from nodetopo.sources.nvml.protocol import (
     MAX_NVLINKS,
     NOT_SUPPORTED,
     MigMode,
+    NvlinkCounter,
     NvmlApi,
     NvmlCallError,
     P2pCapability,
+    PcieQuestion,
     nvml_bus_id,
 )
 
@@ -41,6 +45,25 @@ def _record(errors: dict[str, str], key: str, ask: Callable[[], T]) -> T | None:
         return None
 
 
+def _answered(errors: dict[str, str], key: str, ask: Callable[[], T]) -> T | None:
+    """``_record`` of a health reading: an answer that says "this GPU cannot say" (not supported, or a
+    library without the call) is left out, as a dump without the key replays (module docstring of
+    ``nvml.dumpfile``); any other failure is recorded."""
+    try:
+        return ask()
+    except NvmlCallError as e:
+        if not e.not_supported:
+            errors[key] = e.code
+        return None
+
+
+def _answers(entry: dict[str, object], key: str, answers: dict[str, object], errors: dict[str, str]) -> None:
+    """``entry[key] = answers`` (with their errors) unless the GPU answered none of them."""
+    present = {k: v for k, v in answers.items() if v is not None}
+    if present or errors:
+        entry[key] = _with_errors({k: answers[k] for k in answers}, errors)
+
+
 def _jsonable(value: object) -> object:
     if isinstance(value, PciAddress):
         return nvml_bus_id(value)
@@ -56,6 +79,7 @@ def _jsonable(value: object) -> object:
             "cliqueId": value.clique_id,
             "state": value.state,
             "health": value.health,
+            **({"healthMask": value.health_mask} if value.health_mask is not None else {}),
         }
     if isinstance(value, MigDevice):
         return {
@@ -120,6 +144,12 @@ def _dump_device(api: NvmlApi, index: int) -> dict[str, object]:
         ("migMode", api.mig_mode),
     ):
         device[key] = _jsonable(_record(errors, key, functools.partial(ask, index)))
+    pcie_errors: dict[str, str] = {}
+    pcie: dict[str, object] = {
+        question.value: _answered(pcie_errors, question.value, functools.partial(api.pcie, index, question))
+        for question in PcieQuestion
+    }
+    _answers(device, "pcie", pcie, pcie_errors)
     links: list[dict[str, object]] = []
     for link in range(MAX_NVLINKS):
         link_errors: dict[str, str] = {}
@@ -144,6 +174,19 @@ def _dump_device(api: NvmlApi, index: int) -> dict[str, object]:
             entry["remoteType"] = _jsonable(
                 _record(link_errors, "remoteType", functools.partial(api.nvlink_remote_type, index, link))
             )
+            speed = _answered(link_errors, "speedMBps", functools.partial(api.nvlink_speed_mbps, index, link))
+            if speed is not None:
+                entry["speedMBps"] = speed
+            counter_errors: dict[str, str] = {}
+            counters: dict[str, object] = {
+                counter.value: _answered(
+                    counter_errors,
+                    counter.value,
+                    functools.partial(api.nvlink_error_counter, index, link, counter),
+                )
+                for counter in NvlinkCounter
+            }
+            _answers(entry, "counters", counters, counter_errors)
         links.append(_with_errors(entry, link_errors))
     device["nvlinks"] = links
     device["fabric"] = _jsonable(_record(errors, "fabric", lambda: api.fabric_info(index)))

@@ -41,17 +41,25 @@ asked"; a link, pair or MIG device without its identifying keys is left out; mor
       "numaNodeId":  null,                                    nvmlDeviceGetNumaNodeId (GPU memory's
                                                               own node on GH200/GB200; int)
       "migMode":     {"current": false, "pending": false},    nvmlDeviceGetMigMode
+      "pcie": {"maxGen": 5, "deviceMaxGen": 5,                 the GPU's own PCIe link: Max-, GpuMax-,
+               "currentGen": 5, "maxWidth": 16,               Curr-PcieLinkGeneration, Max-/Curr-
+               "currentWidth": 16, "replays": 0} | null,      PcieLinkWidth, PcieReplayCounter
       "nvlinks": [                                            links 0, 1, ... in order (see below)
         {"link": 0, "active": true,                           nvmlDeviceGetNvLinkState
          "remotePciBusId": "00000000:05:00.0",                nvmlDeviceGetNvLinkRemotePciInfo
-         "remoteType": "SWITCH"},                             nvmlDeviceGetNvLinkRemoteDeviceType:
+         "remoteType": "SWITCH",                              nvmlDeviceGetNvLinkRemoteDeviceType:
                                                               GPU | SWITCH | IBMNPU | UNKNOWN
+         "speedMBps": 26562,                                  NVML_FI_DEV_NVLINK_GET_SPEED (field value)
+         "counters": {"replay": 0, "recovery": 0,             nvmlDeviceGetNvLinkErrorCounter
+                      "crcFlit": 0, "crcData": 0}},           (DL_REPLAY, DL_RECOVERY, DL_CRC_FLIT/DATA)
         {"link": 1, "active": false}                          inactive: remote keys not asked
       ],
       "fabric": {"clusterUuid": "9b2c7a4e-...", "cliqueId": 32766,       nvmlDeviceGetGpuFabricInfoV
-                 "state": "COMPLETED", "health": "HEALTHY"} | null,
+                 "state": "COMPLETED", "health": "HEALTHY",
+                 "healthMask": 0} | null,
                  state: NOT_SUPPORTED | NOT_STARTED | IN_PROGRESS | COMPLETED;
-                 health: HEALTHY | UNHEALTHY | LIMITED_CAPACITY | NOT_SUPPORTED | null (old drivers)
+                 health: HEALTHY | UNHEALTHY | LIMITED_CAPACITY | NOT_SUPPORTED | null (old drivers);
+                 healthMask: the structure's healthMask (v2 and later), null before
       "migDevices": [                                         asked only when migMode.current is
         {"uuid": "MIG-5c0e...", "gpuInstanceId": 1,           true, else null (not asked);
          "computeInstanceId": 0, "profile": "3g.40gb"}        sorted by (gpuInstanceId,
@@ -71,6 +79,10 @@ asked"; a link, pair or MIG device without its identifying keys is left out; mor
                                                               DISABLED_BY_REGKEY | NOT_SUPPORTED |
                                                               UNKNOWN
 ```
+
+Health (the link-state readings ``nodetopo.health`` judges): ``pcie``, each active link's
+``speedMBps`` and ``counters`` and the fabric's ``healthMask`` were added to v1 later; a dump without
+them replays them as "not asked". ``pcie`` and ``counters`` are objects with their own ``errors``.
 
 NVLinks: links are probed 0, 1, 2, ... until the state call fails with
 ``NVML_ERROR_INVALID_ARGUMENT`` (past the GPU's last link), ``NVML_ERROR_NOT_SUPPORTED`` or
@@ -104,6 +116,7 @@ from typing import TypeVar
 
 from nodetopo.errors import ParseError, excerpt
 from nodetopo.host import NVML_DUMP_LIMIT, HostRoot, Refused, read_regular_file
+from nodetopo.jsonread import JSON_TOKEN
 from nodetopo.model import (
     MAX_NUMA_NODE_ID,
     FabricInfo,
@@ -117,7 +130,9 @@ from nodetopo.sources.nvml.protocol import (
     MAX_NVLINKS,
     NAME,
     MigMode,
+    NvlinkCounter,
     P2pStatus,
+    PcieQuestion,
     TopologyLevel,
     sorted_migs,
 )
@@ -139,6 +154,15 @@ RANGES: dict[str, tuple[int, int]] = {
     "computeInstanceId": (0, 0xFFFF),
     "a": (0, MAX_DEVICES - 1),
     "b": (0, MAX_DEVICES - 1),
+    "healthMask": (0, 0xFFFFFFFF),
+    "speedMBps": (0, 1 << 24),  # 16 TB/s per link
+    "maxGen": (1, 16),
+    "deviceMaxGen": (1, 16),
+    "currentGen": (1, 16),
+    "maxWidth": (0, 32),
+    "currentWidth": (0, 32),
+    "replays": (0, (1 << 64) - 1),
+    **{counter.value: (0, (1 << 64) - 1) for counter in NvlinkCounter},
 }
 #: the CPU ids one dump may build in distinct CPU sets
 CPU_IDS_PER_DUMP = 1 << 18
@@ -156,6 +180,9 @@ class _RecordedLink:
     remote_address: PciAddress | None
     remote_type: RemoteDeviceType | None
     errors: Mapping[str, str]
+    speed_mbps: int | None = None
+    counters: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    counter_errors: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,6 +199,8 @@ class _RecordedDevice:
     fabric: FabricInfo | None
     mig_devices: tuple[MigDevice, ...] | None
     errors: Mapping[str, str]
+    pcie: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    pcie_errors: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -448,6 +477,9 @@ class _DumpReader:
                 for i, mig_raw in enumerate(self.array(data["migDevices"], f"{where}.migDevices"))
             )
             mig_devices = sorted_migs([mig for mig in found if mig is not None])
+        pcie, pcie_errors = self.answers(
+            data.get("pcie"), f"{where}.pcie", tuple(q.value for q in PcieQuestion)
+        )
         return _RecordedDevice(
             index=position,
             uuid=self.opt(data, "uuid", str, where),
@@ -461,7 +493,19 @@ class _DumpReader:
             fabric=self.fabric(data.get("fabric"), f"{where}.fabric"),
             mig_devices=mig_devices,
             errors=self.errors(data, where),
+            pcie=pcie,
+            pcie_errors=pcie_errors,
         )
+
+    def answers(
+        self, raw: object, where: str, keys: tuple[str, ...]
+    ) -> tuple[dict[str, int], dict[str, str]]:
+        """An object of integer answers (``pcie``, a link's ``counters``) and its own errors."""
+        data = self.obj(raw, where)
+        if data is None:
+            return {}, {}
+        values = {key: value for key in keys if (value := self.opt(data, key, int, where)) is not None}
+        return values, self.errors(data, where)
 
     def link(self, raw: object, where: str) -> _RecordedLink | None:
         data = self.obj(raw, where, element=True)
@@ -470,12 +514,18 @@ class _DumpReader:
         number = self.need(data, "link", int, where)
         if number is None:
             return None
+        counters, counter_errors = self.answers(
+            data.get("counters"), f"{where}.counters", tuple(c.value for c in NvlinkCounter)
+        )
         return _RecordedLink(
             link=number,
             active=self.opt(data, "active", bool, where),
             remote_address=self.address(data, "remotePciBusId", where),
             remote_type=self.choice(data, "remoteType", RemoteDeviceType, where),
             errors=self.errors(data, where),
+            speed_mbps=self.opt(data, "speedMBps", int, where),
+            counters=counters,
+            counter_errors=counter_errors,
         )
 
     def fabric(self, raw: object, where: str) -> FabricInfo | None:
@@ -488,7 +538,11 @@ class _DumpReader:
         if cluster is None or clique is None or state is None:
             return None
         return FabricInfo(
-            cluster_uuid=cluster, clique_id=clique, state=state, health=self.opt(data, "health", str, where)
+            cluster_uuid=cluster,
+            clique_id=clique,
+            state=state,
+            health=self.opt(data, "health", str, where),
+            health_mask=self.opt(data, "healthMask", int, where),
         )
 
     def mig(self, raw: object, where: str) -> MigDevice | None:
@@ -524,8 +578,6 @@ def _loads(text: str) -> object:
 
 #: the deepest nesting read (a dump has 5 levels: dump, devices, device, nvlinks, link errors)
 MAX_DEPTH = 32
-#: a JSON string (skipped), or a run of opening or of closing brackets
-_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{]+|[\]}]+')
 
 
 def _flatten_deep(text: str) -> tuple[str, list[int]]:
@@ -540,7 +592,7 @@ def _flatten_deep(text: str) -> tuple[str, list[int]]:
     kept_to = 0
     cut_from: int | None = None
     line, counted_to = 1, 0
-    for match in _JSON_TOKEN.finditer(text):
+    for match in JSON_TOKEN.finditer(text):
         token = match.group()
         if token[0] == '"':
             continue

@@ -16,7 +16,7 @@ import logging
 import uuid as uuid_module
 from collections.abc import Callable
 from types import ModuleType, TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from nodetopo.model import FabricInfo, MigDevice, PciAddress, RemoteDeviceType
 from nodetopo.sources.nvml.protocol import (
@@ -25,9 +25,11 @@ from nodetopo.sources.nvml.protocol import (
     NAME,
     NOT_FOUND,
     MigMode,
+    NvlinkCounter,
     NvmlCallError,
     P2pCapability,
     P2pStatus,
+    PcieQuestion,
     TopologyLevel,
     cpus_of_bitmask,
     mig_profile_of_name,
@@ -58,6 +60,24 @@ _TOPOLOGY_LEVEL = {
 _REMOTE_TYPE = {0: RemoteDeviceType.GPU, 1: RemoteDeviceType.IBMNPU, 2: RemoteDeviceType.SWITCH}
 _FABRIC_STATE = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}
 _FABRIC_HEALTH = {0: "NOT_SUPPORTED", 1: "HEALTHY", 2: "UNHEALTHY", 3: "LIMITED_CAPACITY"}
+#: the pynvml function answering each PCIe question
+_PCIE_CALLS = {
+    PcieQuestion.MAX_GEN: "nvmlDeviceGetMaxPcieLinkGeneration",
+    PcieQuestion.DEVICE_MAX_GEN: "nvmlDeviceGetGpuMaxPcieLinkGeneration",
+    PcieQuestion.CURRENT_GEN: "nvmlDeviceGetCurrPcieLinkGeneration",
+    PcieQuestion.MAX_WIDTH: "nvmlDeviceGetMaxPcieLinkWidth",
+    PcieQuestion.CURRENT_WIDTH: "nvmlDeviceGetCurrPcieLinkWidth",
+    PcieQuestion.REPLAYS: "nvmlDeviceGetPcieReplayCounter",
+}
+#: NVML_NVLINK_ERROR_DL_* of each counter
+_NVLINK_COUNTERS = {
+    NvlinkCounter.REPLAY: 0,
+    NvlinkCounter.RECOVERY: 1,
+    NvlinkCounter.CRC_FLIT: 2,
+    NvlinkCounter.CRC_DATA: 3,
+}
+#: NVML_FI_DEV_NVLINK_GET_SPEED: a link's speed (MB/s), scoped by the link number
+_FI_NVLINK_GET_SPEED = 164
 
 T = TypeVar("T")
 
@@ -230,7 +250,7 @@ class PynvmlApi:
 
     def fabric_info(self, index: int) -> FabricInfo:
         call = "nvmlDeviceGetGpuFabricInfoV"
-        info, health = self._on_device(call, index, _query_fabric)
+        info, health, mask = self._on_device(call, index, _query_fabric)
         state = _FABRIC_STATE.get(int(info.state), f"UNKNOWN_{int(info.state)}")
         status = int(info.status)
         if state == "COMPLETED" and status != 0:
@@ -243,6 +263,29 @@ class PynvmlApi:
             clique_id=int(info.cliqueId),
             state=state,
             health=health,
+            health_mask=mask,
+        )
+
+    def pcie(self, index: int, question: PcieQuestion) -> int:
+        call = _PCIE_CALLS[question]
+        return self._on_device(call, index, lambda n, h: int(_function(n, call)(h)))
+
+    def nvlink_speed_mbps(self, index: int, link: int) -> int:
+        call = "nvmlDeviceGetFieldValues"
+        value = self._on_device(
+            call, index, functools.partial(_field_value, field=_FI_NVLINK_GET_SPEED, scope=link)
+        )
+        status, answer = value
+        if status != 0:
+            pynvml = self._pynvml
+            assert pynvml is not None
+            raise NvmlCallError(call, self._code_name(pynvml, status))
+        return answer
+
+    def nvlink_error_counter(self, index: int, link: int, counter: NvlinkCounter) -> int:
+        call = "nvmlDeviceGetNvLinkErrorCounter"
+        return self._on_device(
+            call, index, lambda n, h: int(_function(n, call)(h, link, _NVLINK_COUNTERS[counter]))
         )
 
     def mig_devices(self, index: int) -> tuple[MigDevice, ...]:
@@ -299,8 +342,22 @@ def _mig_handle(pynvml: ModuleType, *, parent: object, slot: int) -> object:
     return pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, slot)
 
 
-def _query_fabric(pynvml: ModuleType, handle: object) -> tuple[Any, str | None]:
-    """The newest fabric-info structure this driver and pynvml accept, and its health summary.
+def _function(pynvml: ModuleType, name: str) -> Callable[..., Any]:
+    """``pynvml.<name>``; a pynvml without it raises as NVML does for a function its driver lacks."""
+    found = getattr(pynvml, name, None)
+    if found is None:
+        raise NvmlCallError(name, "NVML_ERROR_FUNCTION_NOT_FOUND", f"{name} is not in this pynvml")
+    return cast(Callable[..., Any], found)
+
+
+def _field_value(pynvml: ModuleType, handle: object, *, field: int, scope: int) -> tuple[int, int]:
+    """One ``nvmlDeviceGetFieldValues`` answer: (its NVML return code, its unsigned value)."""
+    (value,) = _function(pynvml, "nvmlDeviceGetFieldValues")(handle, [(field, scope)])
+    return int(value.nvmlReturn), int(value.value.uiVal)
+
+
+def _query_fabric(pynvml: ModuleType, handle: object) -> tuple[Any, str | None, int | None]:
+    """The newest fabric-info structure this driver and pynvml accept, its health summary and mask.
 
     v3 (health summary) and v2 go through ``nvmlDeviceGetGpuFabricInfoV``; drivers before it
     (R535) only have ``nvmlDeviceGetGpuFabricInfo`` and the unversioned structure.
@@ -324,10 +381,11 @@ def _query_fabric(pynvml: ModuleType, handle: object) -> tuple[Any, str | None]:
                 raise
             summary = getattr(info, "healthSummary", None)
             health = _FABRIC_HEALTH.get(int(summary)) if summary is not None else None
-            return info, health
+            mask = getattr(info, "healthMask", None)
+            return info, health, int(mask) if mask is not None else None
     info = pynvml.c_nvmlGpuFabricInfo_t()
     pynvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
-    return info, None
+    return info, None, None
 
 
 def _parse_live_address(call: str, text: str) -> PciAddress:

@@ -138,6 +138,26 @@ class P2pStatus(enum.StrEnum):
     UNKNOWN = "UNKNOWN"
 
 
+class NvlinkCounter(enum.StrEnum):
+    """The ``nvmlDeviceGetNvLinkErrorCounter`` counters nodetopo reads (values = dump keys)."""
+
+    REPLAY = "replay"  #: NVML_NVLINK_ERROR_DL_REPLAY: data link retransmissions
+    RECOVERY = "recovery"  #: NVML_NVLINK_ERROR_DL_RECOVERY: link recoveries (a retraining)
+    CRC_FLIT = "crcFlit"  #: NVML_NVLINK_ERROR_DL_CRC_FLIT: flow-control CRC errors
+    CRC_DATA = "crcData"  #: NVML_NVLINK_ERROR_DL_CRC_DATA: data CRC errors
+
+
+class PcieQuestion(enum.StrEnum):
+    """The questions nodetopo asks about a GPU's own PCIe link (values = dump keys)."""
+
+    MAX_GEN = "maxGen"  #: nvmlDeviceGetMaxPcieLinkGeneration: what this GPU and system can reach
+    DEVICE_MAX_GEN = "deviceMaxGen"  #: nvmlDeviceGetGpuMaxPcieLinkGeneration: the GPU's own maximum
+    CURRENT_GEN = "currentGen"  #: nvmlDeviceGetCurrPcieLinkGeneration (lower when idle: normal)
+    MAX_WIDTH = "maxWidth"  #: nvmlDeviceGetMaxPcieLinkWidth
+    CURRENT_WIDTH = "currentWidth"  #: nvmlDeviceGetCurrPcieLinkWidth
+    REPLAYS = "replays"  #: nvmlDeviceGetPcieReplayCounter
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class MigMode:
     """``nvmlDeviceGetMigMode``: whether MIG is on now, and after the next GPU reset."""
@@ -185,6 +205,16 @@ class NvmlApi(Protocol):
     def nvlink_remote_type(self, index: int, link: int) -> RemoteDeviceType: ...
 
     def fabric_info(self, index: int) -> FabricInfo: ...
+
+    def pcie(self, index: int, question: PcieQuestion) -> int:
+        """One answer about the GPU's own PCIe link (``PcieQuestion``)."""
+        ...
+
+    def nvlink_speed_mbps(self, index: int, link: int) -> int:
+        """The link's speed in MB/s per direction (``NVML_FI_DEV_NVLINK_GET_SPEED``)."""
+        ...
+
+    def nvlink_error_counter(self, index: int, link: int, counter: NvlinkCounter) -> int: ...
 
     def mig_devices(self, index: int) -> tuple[MigDevice, ...]:
         """The MIG devices of a GPU: uuid, gpu_instance, compute_instance, profile (no parent)."""

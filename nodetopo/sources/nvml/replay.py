@@ -27,9 +27,11 @@ from nodetopo.sources.nvml.protocol import (
     INVALID_ARGUMENT,
     NOT_SUPPORTED,
     MigMode,
+    NvlinkCounter,
     NvmlCallError,
     P2pCapability,
     P2pStatus,
+    PcieQuestion,
     TopologyLevel,
 )
 
@@ -156,6 +158,28 @@ class RecordedNvml:
         call = "nvmlDeviceGetNvLinkRemoteDeviceType"
         recorded = self._link(call, index, link)
         return _answer(call, "remoteType", recorded.remote_type, recorded.errors)
+
+    def pcie(self, index: int, question: PcieQuestion) -> int:
+        call = {
+            PcieQuestion.MAX_GEN: "nvmlDeviceGetMaxPcieLinkGeneration",
+            PcieQuestion.DEVICE_MAX_GEN: "nvmlDeviceGetGpuMaxPcieLinkGeneration",
+            PcieQuestion.CURRENT_GEN: "nvmlDeviceGetCurrPcieLinkGeneration",
+            PcieQuestion.MAX_WIDTH: "nvmlDeviceGetMaxPcieLinkWidth",
+            PcieQuestion.CURRENT_WIDTH: "nvmlDeviceGetCurrPcieLinkWidth",
+            PcieQuestion.REPLAYS: "nvmlDeviceGetPcieReplayCounter",
+        }[question]
+        device = self._device(call, index)
+        return _answer(call, question.value, device.pcie.get(question.value), device.pcie_errors)
+
+    def nvlink_speed_mbps(self, index: int, link: int) -> int:
+        call = "nvmlDeviceGetFieldValues"
+        recorded = self._link(call, index, link)
+        return _answer(call, "speedMBps", recorded.speed_mbps, recorded.errors)
+
+    def nvlink_error_counter(self, index: int, link: int, counter: NvlinkCounter) -> int:
+        call = "nvmlDeviceGetNvLinkErrorCounter"
+        recorded = self._link(call, index, link)
+        return _answer(call, counter.value, recorded.counters.get(counter.value), recorded.counter_errors)
 
     def _pair(self, call: str, a: int, b: int) -> _RecordedPair:
         self._device(call, a)

@@ -14,8 +14,11 @@ from nodetopo.model import (
     Condition,
     ConditionReason,
     Facts,
+    GpuPcieReading,
+    HealthReadings,
     LinkClass,
     MigDevice,
+    NvlinkReading,
     NvmlGpu,
     NvmlLink,
     NvmlSnapshot,
@@ -40,8 +43,10 @@ from nodetopo.sources.nvml.protocol import (
     MAX_NVLINKS,
     NAME,
     NOT_SUPPORTED,
+    NvlinkCounter,
     NvmlApi,
     NvmlCallError,
+    PcieQuestion,
     sorted_migs,
 )
 from nodetopo.sources.nvml.replay import RecordedNvml
@@ -74,8 +79,21 @@ class _DeviceScan:
                 self.failures.append(str(e))
             return None
 
+    def quietly(self, question: Callable[[], T]) -> T | None:
+        """A health reading: any failure is an unknown value (never a condition of the source: a
+        counter NVML cannot give says nothing about the topology)."""
+        if self.lost_at is not None:
+            return None
+        try:
+            return question()
+        except NvmlCallError as e:
+            if e.gpu_lost:
+                self.lost_at = e
+            return None
 
-def _read_links(api: NvmlApi, scan: _DeviceScan) -> tuple[NvmlLink, ...]:
+
+def _read_links(api: NvmlApi, scan: _DeviceScan, probed: list[tuple[int, bool]]) -> tuple[NvmlLink, ...]:
+    """The active links of a GPU; ``probed`` gets (link, active) of every link whose state was read."""
     links: list[NvmlLink] = []
     index = scan.index
     for link in range(MAX_NVLINKS):
@@ -91,6 +109,7 @@ def _read_links(api: NvmlApi, scan: _DeviceScan) -> tuple[NvmlLink, ...]:
                 break
             scan.failures.append(f"{e} (link {link})")
             continue
+        probed.append((link, active))
         if not active:
             continue
         remote_type = scan.ask(functools.partial(api.nvlink_remote_type, index, link))
@@ -104,8 +123,69 @@ def _read_links(api: NvmlApi, scan: _DeviceScan) -> tuple[NvmlLink, ...]:
     return tuple(links)
 
 
-def _read_gpu(api: NvmlApi, index: int) -> tuple[NvmlGpu | None, Condition | None, bool]:
-    """One GPU's facts (None when its identity cannot be read), a condition, and whether it was lost."""
+#: (the reading's attribute, the question) of a GPU's PCIe link
+_PCIE_READINGS = (
+    ("max_gen", PcieQuestion.MAX_GEN),
+    ("device_max_gen", PcieQuestion.DEVICE_MAX_GEN),
+    ("current_gen", PcieQuestion.CURRENT_GEN),
+    ("max_width", PcieQuestion.MAX_WIDTH),
+    ("current_width", PcieQuestion.CURRENT_WIDTH),
+    ("replays", PcieQuestion.REPLAYS),
+)
+
+
+def _read_health(
+    api: NvmlApi, scan: _DeviceScan, probed: list[tuple[int, bool]]
+) -> tuple[tuple[GpuPcieReading, ...], tuple[NvlinkReading, ...]]:
+    """The GPU's PCIe link and each probed NVLink's state, speed and error counters (unknown where
+    NVML cannot say)."""
+    index = scan.index
+    pcie = {attr: scan.quietly(functools.partial(api.pcie, index, q)) for attr, q in _PCIE_READINGS}
+    gpu_pcie: tuple[GpuPcieReading, ...] = ()
+    if any(v is not None for v in pcie.values()):
+        gpu_pcie = (
+            GpuPcieReading(
+                gpu=index,
+                source=NAME,
+                max_gen=pcie["max_gen"],
+                device_max_gen=pcie["device_max_gen"],
+                current_gen=pcie["current_gen"],
+                max_width=pcie["max_width"],
+                current_width=pcie["current_width"],
+                replays=pcie["replays"],
+            ),
+        )
+    nvlinks: list[NvlinkReading] = []
+    for link, active in probed:
+        if not active:
+            nvlinks.append(NvlinkReading(gpu=index, link=link, source=NAME, active=False))
+            continue
+        speed = scan.quietly(functools.partial(api.nvlink_speed_mbps, index, link))
+        counts = {
+            c: scan.quietly(functools.partial(api.nvlink_error_counter, index, link, c))
+            for c in NvlinkCounter
+        }
+        flit, data = counts[NvlinkCounter.CRC_FLIT], counts[NvlinkCounter.CRC_DATA]
+        nvlinks.append(
+            NvlinkReading(
+                gpu=index,
+                link=link,
+                source=NAME,
+                active=True,
+                speed_gbps=speed / 1000 if speed is not None else None,
+                replay=counts[NvlinkCounter.REPLAY],
+                recovery=counts[NvlinkCounter.RECOVERY],
+                crc=None if flit is None and data is None else (flit or 0) + (data or 0),
+            )
+        )
+    return gpu_pcie, tuple(nvlinks)
+
+
+def _read_gpu(
+    api: NvmlApi, index: int, health: list[HealthReadings]
+) -> tuple[NvmlGpu | None, Condition | None, bool]:
+    """One GPU's facts (None when its identity cannot be read), a condition, and whether it was lost;
+    its link readings are appended to ``health``."""
     scan = _DeviceScan(index)
     uuid = scan.ask(lambda: api.uuid(index), required=True)
     model = scan.ask(lambda: api.name(index), required=True)
@@ -114,7 +194,10 @@ def _read_gpu(api: NvmlApi, index: int) -> tuple[NvmlGpu | None, Condition | Non
     cpus = scan.ask(lambda: api.cpu_affinity(index))
     numa = scan.ask(lambda: api.numa_node_id(index))
     mig_mode = scan.ask(lambda: api.mig_mode(index))
-    links = _read_links(api, scan)
+    probed: list[tuple[int, bool]] = []
+    links = _read_links(api, scan, probed)
+    gpu_pcie, nvlinks = _read_health(api, scan, probed)
+    health.append(HealthReadings(gpu_pcie=gpu_pcie, nvlinks=nvlinks))
     fabric = scan.ask(lambda: api.fabric_info(index))
     if fabric is not None and fabric.state == "NOT_SUPPORTED":
         fabric = None
@@ -157,6 +240,13 @@ def read_nvml(api: NvmlApi) -> tuple[NvmlSnapshot, tuple[Condition, ...]]:
 
     Raises ``NvmlCallError`` only when the device count itself cannot be read (NVML unusable).
     """
+    snapshot, conditions, _ = read_nvml_with_health(api)
+    return snapshot, conditions
+
+
+def read_nvml_with_health(api: NvmlApi) -> tuple[NvmlSnapshot, tuple[Condition, ...], HealthReadings]:
+    """``read_nvml`` plus the link readings (the GPUs' PCIe links, their NVLinks' states, speeds and
+    error counters) asked in the same pass."""
     conditions: list[Condition] = []
     try:
         driver: str | None = api.driver_version()
@@ -171,8 +261,9 @@ def read_nvml(api: NvmlApi) -> tuple[NvmlSnapshot, tuple[Condition, ...]]:
         count = MAX_DEVICES
     gpus: list[NvmlGpu] = []
     usable: list[int] = []  #: GPUs still there to ask about pairs
+    health: list[HealthReadings] = []
     for index in range(count):
-        gpu, problem, lost = _read_gpu(api, index)
+        gpu, problem, lost = _read_gpu(api, index, health)
         if gpu is not None:
             gpus.append(gpu)
             if not lost:
@@ -196,7 +287,11 @@ def read_nvml(api: NvmlApi) -> tuple[NvmlSnapshot, tuple[Condition, ...]]:
             message += f"; and {len(pair_failures) - SHOWN_PROBLEMS} more pairs"
         conditions.append(condition(NAME, ConditionReason.DEGRADED, message))
     snapshot = NvmlSnapshot(driver_version=driver, gpus=tuple(gpus), common_ancestor=tuple(sorted(ancestors)))
-    return snapshot, tuple(conditions)
+    readings = HealthReadings(
+        gpu_pcie=tuple(r for part in health for r in part.gpu_pcie),
+        nvlinks=tuple(r for part in health for r in part.nvlinks),
+    )
+    return snapshot, tuple(conditions), readings
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,7 +329,7 @@ def _logged(facts: Facts) -> Facts:
 def _observed(api: NvmlApi) -> Facts:
     """What NVML says through ``api`` as facts; logs nothing (``_logged`` does)."""
     try:
-        snapshot, read_conditions = read_nvml(api)
+        snapshot, read_conditions, health = read_nvml_with_health(api)
     except NvmlCallError as e:
         return unobserved(NAME, ConditionReason.UNAVAILABLE, str(e))
     conditions = read_conditions
@@ -246,7 +341,7 @@ def _observed(api: NvmlApi) -> Facts:
         ok=not conditions,
         message=summary if not conditions else f"Degraded: {summary}; {len(conditions)} problem(s)",
     )
-    return Facts(nvml=snapshot, sources=(status,), conditions=conditions)
+    return Facts(nvml=snapshot, sources=(status,), conditions=conditions, health=health)
 
 
 def _replayed(raw: bytes, where: str) -> Facts:

@@ -1,0 +1,307 @@
+"""The state of the links, from sysfs: PCIe link speed and width, AER totals, RDMA port error counters.
+
+Read after the other sources, for the devices they found (``read_links(root, facts)``), because
+which functions matter is a fact of the PCI tree:
+
+* **PCIe**: every GPU, NIC and NVSwitch function and every bridge above it up to its root port:
+  ``current_link_speed``, ``current_link_width``, ``max_link_speed``, ``max_link_width`` and, where
+  the device reports AER, ``aer_dev_correctable``/``aer_dev_nonfatal``/``aer_dev_fatal`` (their
+  ``TOTAL_ERR_*`` line). Speeds read as GT/s per lane (``16.0 GT/s PCIe`` -> 16.0; ``Unknown`` and
+  an absent file are unknown); widths as lanes.
+* **RDMA ports**: ``class/infiniband/<dev>/ports/<n>/counters/`` ``PORT_COUNTERS``, and
+  ``carrier_changes`` of the port's network interface (``class/net/<if>/carrier_changes``). A
+  counter that reads ``N/A (no PMA)`` (iWARP devices without a performance agent) is unknown.
+
+Nothing here judges: the readings go to ``Facts.health`` and ``nodetopo.health`` judges them. An
+absent attribute is unknown without a condition; an unreadable one is an ``Unavailable``
+condition of this source, and text that is not what the kernel writes a ``ParseError`` condition
+(nodetopo could not read it: the ``Ready`` condition says so); the topology facts are untouched
+either way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
+
+from nodetopo.errors import ParseError, excerpt
+from nodetopo.host import HostRoot
+from nodetopo.model import (
+    Condition,
+    Facts,
+    HealthReadings,
+    PciAddress,
+    PciDevice,
+    PcieLinkReading,
+    PortCounterReading,
+    RdmaDevice,
+    SourceStatus,
+)
+from nodetopo.sources import _sysfs
+from nodetopo.sources.base import SourceResult, guarded
+from nodetopo.sources.commands import Command
+
+NAME = "sysfs.links"
+#: reads sysfs only: runs nothing
+COMMANDS: tuple[Command, ...] = ()
+
+PCI_DEVICES_DIR = "bus/pci/devices"
+INFINIBAND_DIR = "class/infiniband"
+NET_DIR = "class/net"
+#: a PCI function's link attributes (``capture`` copies them for every function)
+LINK_ATTRIBUTES = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
+#: its AER statistics, and the line of each that holds the total
+AER_ATTRIBUTES = ("aer_dev_correctable", "aer_dev_nonfatal", "aer_dev_fatal")
+AER_TOTALS = {
+    "aer_dev_correctable": "TOTAL_ERR_COR",
+    "aer_dev_nonfatal": "TOTAL_ERR_NONFATAL",
+    "aer_dev_fatal": "TOTAL_ERR_FATAL",
+}
+PCI_ATTRIBUTES = LINK_ATTRIBUTES + AER_ATTRIBUTES
+#: the error counters of an RDMA port (``ports/<n>/counters/<name>``)
+PORT_COUNTERS = (
+    "symbol_error",
+    "link_error_recovery",
+    "link_downed",
+    "port_rcv_errors",
+    "port_xmit_discards",
+    "excessive_buffer_overrun_errors",
+    "local_link_integrity_errors",
+)
+#: a network interface's attribute read with them
+NET_COUNTERS = ("carrier_changes",)
+
+_T = TypeVar("_T")
+
+_SPEED = re.compile(r"^(?P<gts>[0-9]{1,3}(?:\.[0-9]{1,2})?) ?GT/s(?: PCIe)?$")
+_WIDTH = re.compile(r"^x?(?P<lanes>[0-9]{1,2})$")
+_COUNTER = re.compile(r"^[0-9]{1,20}$")
+_AER_LINE = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_ ]{0,40}?)\s+(?P<count>[0-9]{1,20})$")
+#: the largest width a PCIe link has (x32 is in the specification, no device uses it)
+MAX_WIDTH = 32
+#: the fastest lane there is (PCIe 6.0: 64 GT/s), with headroom
+MAX_GTS = 256.0
+#: a value no 64-bit counter reaches
+MAX_COUNTER = (1 << 64) - 1
+
+
+def _clean(text: str) -> str:
+    return text.replace("\x00", "").strip()
+
+
+def parse_link_speed(text: str, path: str) -> float | None:
+    """``current_link_speed``/``max_link_speed``: ``16.0 GT/s PCIe`` -> 16.0 (older kernels: ``8 GT/s``,
+    ``2.5 GT/s``); ``Unknown`` (a link that is down, a virtual function) -> None."""
+    value = _clean(text)
+    if value in ("Unknown", ""):
+        return None
+    match = _SPEED.match(value)
+    if match is None or not 0 < float(match["gts"]) <= MAX_GTS:
+        raise ParseError(NAME, path, f"expected a link speed like '16.0 GT/s PCIe', got {excerpt(value)}")
+    return float(match["gts"])
+
+
+def parse_link_width(text: str, path: str) -> int:
+    """``current_link_width``/``max_link_width``: ``16`` -> 16 (0: the link is down)."""
+    value = _clean(text)
+    match = _WIDTH.match(value)
+    if match is None or int(match["lanes"]) > MAX_WIDTH:
+        raise ParseError(NAME, path, f"expected a link width like '16', got {excerpt(value)}")
+    return int(match["lanes"])
+
+
+def parse_aer_total(text: str, path: str, total: str) -> int:
+    """The ``total`` line (``TOTAL_ERR_COR 3``) of an ``aer_dev_*`` file: one ``<name> <count>`` per line."""
+    found: int | None = None
+    for number, raw in enumerate(text.replace("\x00", "").splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        match = _AER_LINE.match(line)
+        if match is None:
+            raise ParseError(NAME, path, f"expected '<error> <count>', got {excerpt(line)}", line=number)
+        if match["name"].strip() == total:
+            found = int(match["count"])
+    if found is None:
+        raise ParseError(NAME, path, f"no {total} line")
+    if found > MAX_COUNTER:
+        raise ParseError(NAME, path, f"{total} {found} is more than a 64-bit counter holds")
+    return found
+
+
+def parse_counter(text: str, path: str) -> int | None:
+    """A counter file: a decimal count; ``N/A (no PMA)`` (no performance management agent) -> None."""
+    value = _clean(text)
+    if value.startswith("N/A"):
+        return None
+    if _COUNTER.match(value) is None or int(value) > MAX_COUNTER:
+        raise ParseError(NAME, path, f"expected a count, got {excerpt(value)}")
+    return int(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Which PCI functions
+# --------------------------------------------------------------------------------------------
+
+
+def is_endpoint_of_interest(device: PciDevice) -> bool:
+    """A GPU, an NVSwitch or a network function: the devices whose links are judged."""
+    return device.is_nvidia_gpu or device.is_nvswitch or device.is_network
+
+
+def link_functions(devices: Iterable[PciDevice]) -> tuple[PciAddress, ...]:
+    """The functions whose link attributes are read: every endpoint of interest and every bridge on
+    its way to the root port (the ports above a link are its other end), sorted."""
+    wanted: set[PciAddress] = set()
+    for device in devices:
+        if is_endpoint_of_interest(device):
+            wanted.add(device.address)
+            wanted.update(device.upstream)
+    return tuple(sorted(wanted))
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------------------------
+
+
+class _Reader:
+    """Reads attributes under one root; problems become conditions of this source."""
+
+    def __init__(self, root: HostRoot) -> None:
+        self.root = root
+        self.conditions: list[Condition] = []
+
+    def parsed(self, text: str | None, parser: Callable[[str, str], _T], path: str) -> _T | None:
+        if text is None:
+            return None
+        try:
+            return parser(text, self.root.relative(path))
+        except ParseError as e:
+            self.conditions.append(_sysfs.from_parse_error(e))
+            return None
+
+    def texts(self, directory: str, fd: int | None, names: Sequence[str]) -> list[str | None]:
+        texts, problems = _sysfs.read_attributes_at(self.root, fd, directory, names)
+        for problem in problems:
+            if not problem.no_value:  # EINVAL from a link that is down: no value now
+                self.conditions.append(_sysfs.unavailable(NAME, str(problem)))
+        return texts
+
+
+def read_pcie_links(
+    root: HostRoot, addresses: Iterable[PciAddress]
+) -> tuple[tuple[PcieLinkReading, ...], tuple[Condition, ...]]:
+    """The link attributes and AER totals of each of ``addresses`` (``bus/pci/devices/<address>``).
+
+    A function without any of the attributes (a capture that left them out, a kernel before 4.19
+    for AER) reads as unknown values, without a condition.
+    """
+    reader = _Reader(root)
+    base = os.fspath(root.sys(PCI_DEVICES_DIR))
+    readings: list[PcieLinkReading] = []
+    for address in addresses:
+        entry = f"{base}/{address}"
+        opened = root.open_link_directory(entry)
+        fd: int | None = None
+        if opened is not None:
+            fd, directory = opened
+        else:
+            directory = entry
+            if not os.path.isdir(entry):
+                continue
+        try:
+            texts = reader.texts(directory, fd, PCI_ATTRIBUTES)
+        finally:
+            if fd is not None:
+                os.close(fd)
+        if not any(t is not None for t in texts):
+            continue
+        path = f"{entry}/"
+        speed, width, max_speed, max_width, cor, nonfatal, fatal = texts
+        readings.append(
+            PcieLinkReading(
+                address=address,
+                current_gts=reader.parsed(speed, parse_link_speed, path + "current_link_speed"),
+                current_width=reader.parsed(width, parse_link_width, path + "current_link_width"),
+                max_gts=reader.parsed(max_speed, parse_link_speed, path + "max_link_speed"),
+                max_width=reader.parsed(max_width, parse_link_width, path + "max_link_width"),
+                aer_correctable=reader.parsed(cor, _aer("aer_dev_correctable"), path + "aer_dev_correctable"),
+                aer_nonfatal=reader.parsed(nonfatal, _aer("aer_dev_nonfatal"), path + "aer_dev_nonfatal"),
+                aer_fatal=reader.parsed(fatal, _aer("aer_dev_fatal"), path + "aer_dev_fatal"),
+            )
+        )
+    return tuple(readings), tuple(reader.conditions)
+
+
+def _aer(name: str) -> Callable[[str, str], int]:
+    total = AER_TOTALS[name]
+
+    def parse(text: str, path: str) -> int:
+        return parse_aer_total(text, path, total)
+
+    return parse
+
+
+def read_port_counters(
+    root: HostRoot, devices: Iterable[RdmaDevice]
+) -> tuple[tuple[PortCounterReading, ...], tuple[Condition, ...]]:
+    """The error counters of every port of ``devices`` and the carrier changes of its first netdev."""
+    reader = _Reader(root)
+    ib_base = os.fspath(root.sys(INFINIBAND_DIR))
+    net_base = os.fspath(root.sys(NET_DIR))
+    readings: list[PortCounterReading] = []
+    for device in devices:
+        for port in device.ports:
+            directory = f"{ib_base}/{device.name}/ports/{port.number}/counters"
+            fd = _sysfs.open_checked_directory(root, directory) if os.path.isdir(directory) else None
+            try:
+                texts = reader.texts(directory, fd, PORT_COUNTERS) if fd is not None else []
+            finally:
+                if fd is not None:
+                    os.close(fd)
+            counters = tuple(
+                (name, value)
+                for name, text in zip(PORT_COUNTERS, texts, strict=False)
+                if (value := reader.parsed(text, parse_counter, f"{directory}/{name}")) is not None
+            )
+            netdev = port.netdevs[0] if port.netdevs else None
+            carrier = None
+            if netdev is not None:
+                net_dir = f"{net_base}/{netdev}"
+                (text,) = reader.texts(net_dir, None, NET_COUNTERS)
+                carrier = reader.parsed(text, parse_counter, f"{net_dir}/carrier_changes")
+            if counters or carrier is not None:
+                readings.append(
+                    PortCounterReading(
+                        nic=device.name,
+                        port=port.number,
+                        counters=counters,
+                        netdev=netdev,
+                        carrier_changes=carrier,
+                    )
+                )
+    return tuple(readings), tuple(reader.conditions)
+
+
+def read_links(root: HostRoot, facts: Facts) -> Facts:
+    """The readings of every link of the devices in ``facts`` (``Facts.health``), with this source's
+    status and conditions."""
+    pcie, pcie_conditions = read_pcie_links(root, link_functions(facts.pci_devices))
+    ports, port_conditions = read_port_counters(root, facts.rdma_devices)
+    conditions = pcie_conditions + port_conditions
+    message = f"{len(pcie)} PCIe function(s), {len(ports)} RDMA port(s)"
+    if conditions:
+        message += f", {len(conditions)} problem(s)"
+    return Facts(
+        health=HealthReadings(pcie=pcie, ports=ports),
+        sources=(SourceStatus(name=NAME, ok=True, message=message),),
+        conditions=conditions,
+    )
+
+
+def collect(root: HostRoot, facts: Facts) -> SourceResult:
+    """``read_links`` behind the source boundary (a failure is this source's condition)."""
+    return guarded(NAME, lambda: read_links(root, facts))

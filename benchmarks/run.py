@@ -24,7 +24,18 @@ from compare import compare
 
 log = logging.getLogger("benchmarks")
 
-NAMES = ("discovery", "scale", "agent", "extender", "admission", "fabric", "probe", "kube", "expect")
+NAMES = (
+    "discovery",
+    "scale",
+    "agent",
+    "extender",
+    "admission",
+    "fabric",
+    "probe",
+    "kube",
+    "expect",
+    "health",
+)
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
@@ -57,6 +68,10 @@ def runner(name: str) -> Callable[[bool], list[Section]]:
         import bench_kube
 
         return lambda quick: [bench_kube.run(quick)]
+    if name == "health":
+        import bench_health
+
+        return lambda quick: [bench_health.run(quick)]
     if name == "agent":
         import bench_agent
 

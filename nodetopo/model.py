@@ -541,13 +541,26 @@ class DeviceAssignment:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimDevice:
+    """One device a DRA driver prepared for a container's ResourceClaim, as the kubelet lists it
+    (``driver``/``pool``/``device``: the claim's allocation result, not a GPU UUID)."""
+
+    driver: str  #: ``gpu.nvidia.com``, ``dra.net`` ...
+    pool: str
+    device: str  #: the device's name in the driver's ResourceSlice (``gpu-0``)
+    claim: str  #: ``namespace/name`` of the ResourceClaim
+    holder: PodRef
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class KubeletAllocation:
-    """What the kubelet's PodResources API answered: ``List`` (devices held by running containers) and
-    ``GetAllocatableResources`` (every device it may hand out, per resource; None when the kubelet does
-    not serve that call)."""
+    """What the kubelet's PodResources API answered: ``List`` (devices held by running containers:
+    device-plugin ``assignments`` and DRA ``claim_devices``) and ``GetAllocatableResources`` (every
+    device-plugin device it may hand out, per resource; None when the kubelet does not serve that call)."""
 
     assignments: tuple[DeviceAssignment, ...]
     allocatable: tuple[tuple[str, tuple[str, ...]], ...] | None = None  #: (resource, device ids), sorted
+    claim_devices: tuple[ClaimDevice, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,12 +23,14 @@ from nodetopo.kube.flags import add_kube_args
 log = logging.getLogger(__name__)
 
 ADMIT_DESCRIPTION = """\
-Check Pods and Jobs in a manifest against nodetopo's admission rules offline: the same rules and
-messages as the ValidatingAdmissionPolicies in deploy/admission/ (annotations parse; GPU, RDMA and
-multi-pod workloads declare their topology; the request can be met by some node). The cluster facts
-come from a NodeTopologySummary (--summary FILE, e.g. `kubectl get ntsum cluster -o yaml`), from
-NodeTopology objects (--nodetopologies FILE, e.g. `kubectl get ntopo -o yaml`, or `nodetopo discover
--o yaml` of one node), or else from the cluster (--kubeconfig, or in-cluster).
+Check Pods, Jobs, RayClusters, RayJobs and JobSets in a manifest against nodetopo's admission rules
+offline: the same rules and messages as the ValidatingAdmissionPolicies in deploy/admission/
+(annotations parse; GPU, RDMA and multi-pod workloads declare their topology; the request can be met
+by some node). A RayCluster (a RayJob's rayClusterSpec) is judged per group: its head and each worker
+group (replicas x numOfHosts pods); a JobSet per replicated job (replicas x the Job's parallelism).
+The cluster facts come from a NodeTopologySummary (--summary FILE, e.g. `kubectl get ntsum cluster
+-o yaml`), from NodeTopology objects (--nodetopologies FILE, e.g. `kubectl get ntopo -o yaml`, or
+`nodetopo discover -o yaml` of one node), or else from the cluster (--kubeconfig, or in-cluster).
 Exit 0: every object would be admitted; 3: some would be refused; 2: unusable input.
 """
 
@@ -47,7 +49,7 @@ def register(
 ) -> None:
     p = sub.add_parser(
         "admit",
-        help="check Pods/Jobs in a manifest against the admission rules, offline",
+        help="check Pods, Jobs, RayClusters, RayJobs, JobSets in a manifest against the admission rules",
         description=ADMIT_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -188,7 +190,11 @@ def cmd_admit(args: argparse.Namespace) -> int:
         print(f"nodetopo admit: {e}", file=sys.stderr)
         return 2
     if not results:
-        print("nodetopo admit: no Pod or Job (batch/v1) in the input", file=sys.stderr)
+        print(
+            "nodetopo admit: no Pod, Job (batch/v1), RayCluster, RayJob (ray.io) or JobSet (jobset.x-k8s.io) "
+            "in the input",
+            file=sys.stderr,
+        )
         return 2
     if summary is None:
         print(

@@ -1,24 +1,38 @@
 """The admission rules, offline: what the ValidatingAdmissionPolicies in ``deploy/admission/`` decide
-for a Pod or a Job, with the same messages, so ``nodetopo admit`` in CI says what the API server
-will say. ``tests/admit/cases.py`` drives both this module and the real API server through one table.
+for a Pod, a Job, a RayCluster, a RayJob or a JobSet, with the same messages, so ``nodetopo admit``
+in CI says what the API server will say. ``tests/admit/cases.py`` drives both this module and the
+real API server through one table.
+
+Every rule judges a *pod group* (``pod_groups``): one pod template and how many of its pods run at
+once. A Pod is a group of one, a Job one group of ``parallelism``; a RayCluster (a RayJob's
+``rayClusterSpec``) is its head group and one group per worker group (``replicas`` x
+``numOfHosts``), a JobSet one group per replicated job (``replicas`` x the Job's ``parallelism``).
+Pods and Jobs are judged by the two policies below; the other kinds by ``nodetopo-workload-*``,
+which apply the same rules to each group and prefix each message with the group it is about
+(``worker group "gpu": ...``), so a workload is refused at ``kubectl apply``, not pod by pod after
+its operator created them.
 
 Two policies, evaluated separately by the API server, and so here:
 
 ``nodetopo-annotations`` (no parameters; always on in an opted-in namespace)
     every ``nodetopo.io/`` annotation of the pod (of the Job's pod template) is known and its value
     matches its grammar (``GRAMMAR``; the extender's five plus ``topology``, ``topology-scope``,
-    ``gpus-per-pod``). All errors, in ``GRAMMAR`` order, then the unknown keys, joined by ``; ``.
+    ``gpus-per-pod`` and ``min-busbw``, the need ``nodetopo accept`` and ``nodetopo probe`` read).
+    All errors, in ``GRAMMAR`` order, then the unknown keys, joined by ``; ``.
 ``nodetopo-topology`` (parameters: the ``NodeTopologySummary``)
     only when the annotations parse. *Declaration* (thresholds in the summary's ``spec``): a pod
     with at least ``declareTopologyMinGPUs`` GPUs declares ``gpus-in-one-island``/``numa-aligned``
     "true" or ``topology: any``; a container requesting an RDMA device resource declares ``rdma``;
     ``gpus-per-pod``, when given, equals the pod's GPU request; a Job with ``parallelism`` ≥
     ``multiPodMinParallelism`` whose pods request GPUs declares ``gpus-per-pod`` and
-    ``topology-scope``. *Feasibility* (pods with GPUs, only while the summary is fresh: computed
+    ``topology-scope`` (a worker group or replicated job too, "the group runs ...").
+    *Feasibility* (pods with GPUs, only while the summary is fresh: computed
     less than ``staleAfterSeconds`` before the object's creation): one island ≤ the largest island,
     one NUMA node ≤ the largest single-NUMA group, ``rdma: required`` only if a node has a usable RDMA
     NIC (with the preferred link layer, when one is given), ``max-nic-distance`` no tighter than the
-    best class the cluster has. A fact the summary lacks is unknown and its check is skipped.
+    best class the cluster has; a gang (a group of several pods that declares ``topology-scope``)
+    takes no more GPUs at once than the cluster has. A fact the summary lacks is unknown and its
+    check is skipped.
 
 Each check refuses only what no single node can offer; combinations of needs are left to the
 scheduler extender, which sees each node whole.
@@ -38,6 +52,8 @@ from nodetopo.placement.request import (
     GPU_RESOURCE,
     LINK_LAYER,
     MAX_NIC_DISTANCE,
+    MIN_BUSBW,
+    MIN_BUSBW_GRAMMAR,
     NUMA_ALIGNED,
     ONE_ISLAND,
     RDMA,
@@ -68,16 +84,20 @@ GRAMMAR: dict[str, Grammar] = {
         f"a node label key: {PREFIX}nvlink.domain, nvlink.clique or fabric.tier-0 to fabric.tier-9",
     ),
     GPUS_PER_POD: Grammar("^[1-9][0-9]{0,2}$", "a whole number from 1 to 999"),
+    MIN_BUSBW: MIN_BUSBW_GRAMMAR,
 }
 _PRINTABLE = re.compile(r"[ -~]*")
 _KNOWN = ", ".join(key.removeprefix(PREFIX) for key in GRAMMAR)
 
 ANNOTATIONS_POLICY = "nodetopo-annotations"
 TOPOLOGY_POLICY = "nodetopo-topology"
+#: The same two rule sets for workloads whose pods come from several templates (``WORKLOADS``).
+WORKLOAD_ANNOTATIONS_POLICY = "nodetopo-workload-annotations"
+WORKLOAD_TOPOLOGY_POLICY = "nodetopo-workload-topology"
 
 
 class ManifestError(AnnotationError):
-    """An object ``nodetopo admit`` cannot check (not a Pod or Job, or not valid as one)."""
+    """An object ``nodetopo admit`` cannot check (not a kind it knows, or not valid as one)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -95,17 +115,119 @@ def is_job(obj: Mapping[str, Any]) -> bool:
     return str(obj.get("apiVersion", "")).startswith("batch/") and obj.get("kind") == "Job"
 
 
-def pod_template(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The Pod itself, or the Job's ``spec.template``."""
-    if is_job(obj):
-        return (obj.get("spec") or {}).get("template") or {}
+#: Workloads judged group by group: (API group, kind) -> the plural the policies match.
+WORKLOADS = {
+    ("ray.io", "RayCluster"): "rayclusters",
+    ("ray.io", "RayJob"): "rayjobs",
+    ("jobset.x-k8s.io", "JobSet"): "jobsets",
+}
+
+
+def workload_kind(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(API group, kind) of a RayCluster, RayJob or JobSet; None for anything else."""
+    key = (str(obj.get("apiVersion", "")).partition("/")[0], str(obj.get("kind", "")))
+    return key if key in WORKLOADS else None
+
+
+def is_checked(obj: Mapping[str, Any]) -> bool:
+    """A kind the policies judge: a Pod, a batch/v1 Job, a RayCluster, a RayJob or a JobSet."""
+    return obj.get("kind") == "Pod" or is_job(obj) or workload_kind(obj) is not None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PodGroup:
+    """Pods of one template that run at once: what each rule judges (a Pod is a group of one)."""
+
+    template: Mapping[str, Any]  #: the Pod, or a pod template (``metadata`` + ``spec``)
+    pods: int  #: how many run at once (a Job's parallelism, a worker group's replicas x hosts)
+    subject: str = ""  #: prefixed to every message: 'worker group "gpu"' ("" for a Pod or a Job)
+    runner: str = "Job"  #: what "runs N pods at once" in the gang messages
+
+
+def _count(value: Any, where: str, default: int = 1) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ManifestError(f"{where}: expected a whole number, got {value!r}")
+    return value
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _ray_groups(spec: Mapping[str, Any], where: str) -> list[PodGroup]:
+    """The head and every worker group of a RayCluster spec (a RayJob's ``rayClusterSpec``)."""
+    groups = []
+    head = _mapping(spec.get("headGroupSpec")).get("template")
+    if head is not None:
+        groups.append(PodGroup(template=_mapping(head), pods=1, subject="head group", runner="the group"))
+    for worker in spec.get("workerGroupSpecs") or []:
+        worker = _mapping(worker)
+        name = str(worker.get("groupName", ""))
+        at = f"{where}: worker group {name}"
+        pods = _count(worker.get("replicas"), f"{at}: replicas") * _count(
+            worker.get("numOfHosts"), f"{at}: numOfHosts"
+        )
+        groups.append(
+            PodGroup(
+                template=_mapping(worker.get("template")),
+                pods=pods,
+                subject=f'worker group "{name}"',
+                runner="the group",
+            )
+        )
+    return groups
+
+
+def pod_groups(obj: Mapping[str, Any]) -> list[PodGroup]:
+    """The pod templates of ``obj``, each with the number of its pods that run at once.
+
+    A Pod: itself, one. A Job: ``spec.template`` x ``parallelism``. A RayCluster: the head group's
+    template (one pod) and each worker group's x ``replicas`` x ``numOfHosts``; a RayJob: those of its
+    ``rayClusterSpec`` (none when it selects an existing cluster). A JobSet: each replicated job's pod
+    template x ``replicas`` x the Job's ``parallelism``.
+    """
+    spec = _mapping(obj.get("spec"))
+    where = describe(obj)
     if obj.get("kind") == "Pod":
-        return obj
-    raise ManifestError(f"{obj.get('kind')!s}: nodetopo admit checks Pods and Jobs (batch/v1)")
+        return [PodGroup(template=obj, pods=1)]
+    if is_job(obj):
+        return [
+            PodGroup(template=_mapping(spec.get("template")), pods=_count(spec.get("parallelism"), where))
+        ]
+    kind = workload_kind(obj)
+    if kind == ("ray.io", "RayCluster"):
+        return _ray_groups(spec, where)
+    if kind == ("ray.io", "RayJob"):
+        return _ray_groups(_mapping(spec.get("rayClusterSpec")), where)
+    if kind == ("jobset.x-k8s.io", "JobSet"):
+        groups = []
+        for job in spec.get("replicatedJobs") or []:
+            job = _mapping(job)
+            name = str(job.get("name", ""))
+            job_spec = _mapping(_mapping(job.get("template")).get("spec"))
+            at = f"{where}: replicated job {name}"
+            pods = _count(job.get("replicas"), f"{at}: replicas") * _count(
+                job_spec.get("parallelism"), f"{at}: parallelism"
+            )
+            groups.append(
+                PodGroup(
+                    template=_mapping(job_spec.get("template")),
+                    pods=pods,
+                    subject=f'replicated job "{name}"',
+                    runner="the group",
+                )
+            )
+        return groups
+    raise ManifestError(
+        f"{obj.get('kind')!s}: nodetopo admit checks Pods, Jobs (batch/v1), RayClusters, RayJobs "
+        "(ray.io) and JobSets (jobset.x-k8s.io)"
+    )
 
 
-def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
-    annotations = dict((pod_template(obj).get("metadata") or {}).get("annotations") or {})
+def annotations_of(group: PodGroup, obj: Mapping[str, Any]) -> dict[str, str]:
+    annotations = dict(_mapping(_mapping(group.template.get("metadata")).get("annotations")))
     for key, value in annotations.items():
         if not isinstance(value, str):  # YAML `true` or `8` unquoted: the API server refuses the object
             raise ManifestError(
@@ -197,11 +319,9 @@ def is_fresh(summary: Mapping[str, Any], created: datetime.datetime) -> bool:
     return (created - computed).total_seconds() < _thresholds(summary).stale_after_s
 
 
-def declaration_errors(obj: Mapping[str, Any], summary: Mapping[str, Any]) -> list[str]:
+def declaration_errors(group: PodGroup, ann: Mapping[str, str], summary: Mapping[str, Any]) -> list[str]:
     limits = _thresholds(summary)
-    template = pod_template(obj)
-    spec = template.get("spec") or {}
-    ann = annotations_of(obj)
+    spec = _mapping(group.template.get("spec"))
     gpus = gpu_request(spec)
     errors = []
     declared = (
@@ -231,26 +351,28 @@ def declaration_errors(obj: Mapping[str, Any], summary: Mapping[str, Any]) -> li
                 break
     if GPUS_PER_POD in ann and int(ann[GPUS_PER_POD]) != gpus:
         errors.append(f"{GPUS_PER_POD} says {ann[GPUS_PER_POD]} but the pod requests {gpus} {GPU_RESOURCE}")
-    parallelism = int((obj.get("spec") or {}).get("parallelism", 1)) if is_job(obj) else 1
-    if parallelism >= limits.multi_pod_min_parallelism and gpus > 0:
+    if group.pods >= limits.multi_pod_min_parallelism and gpus > 0:
         for key, example in ((GPUS_PER_POD, str(gpus)), (TOPOLOGY_SCOPE, f"{PREFIX}nvlink.domain")):
             if key not in ann:
                 errors.append(
-                    f"Job runs {parallelism} pods at once but its pod template does not declare {key} "
-                    f"(e.g. {example})"
+                    f"{group.runner} runs {group.pods} pods at once but its pod template does not "
+                    f"declare {key} (e.g. {example})"
                 )
     return errors
 
 
-def feasibility_errors(obj: Mapping[str, Any], summary: Mapping[str, Any]) -> list[str]:
+def feasibility_errors(
+    group: PodGroup, annotations: Mapping[str, str], summary: Mapping[str, Any]
+) -> list[str]:
     """What no node in the summary can offer. Unknown facts (missing fields) skip their check.
 
     A pod whose ``nodeSelector`` names a ``nodetopo.io/gpu.model`` is judged against the nodes whose
-    model labels as that value (``status.models``, a map keyed by the label value: one lookup).
+    model labels as that value (``status.models``, a map keyed by the label value: one lookup)
+    instead of the whole cluster. A gang (several pods at once that declare ``topology-scope``)
+    needs all its GPUs at once: no more than those nodes have.
     """
     status = summary.get("status") or {}
-    template = pod_template(obj)
-    spec = template.get("spec") or {}
+    spec = _mapping(group.template.get("spec"))
     gpus = gpu_request(spec)
     if gpus < 1:
         return []
@@ -268,7 +390,7 @@ def feasibility_errors(obj: Mapping[str, Any], summary: Mapping[str, Any]) -> li
         total, where = models[model], f"among {GPU_MODEL_LABEL}={model} nodes"
     if not isinstance(total, Mapping):
         return []
-    ann = {k: str(v).lower() for k, v in annotations_of(obj).items()}
+    ann = {k: str(v).lower() for k, v in annotations.items()}
     errors = []
     island = total.get("largestIsland")
     if ann.get(ONE_ISLAND) in ("true", "yes", "1") and gpus > 1 and isinstance(island, int) and gpus > island:
@@ -309,10 +431,20 @@ def feasibility_errors(obj: Mapping[str, Any], summary: Mapping[str, Any]) -> li
                 f"pod needs {kind} at {wanted.name} or closer but the best GPU-to-"
                 f"{'RDMA-NIC' if to_rdma else 'NIC'} class {where} is {best}"
             )
+    whole = total.get("gpus")
+    if group.pods > 1 and TOPOLOGY_SCOPE in ann and isinstance(whole, int) and group.pods * gpus > whole:
+        errors.append(
+            f"{group.runner} runs {group.pods} pods of {gpus} GPUs ({group.pods * gpus}) at once but "
+            f"there are {whole} whole GPUs {where}"
+        )
     return errors
 
 
 # --------------------------------------------------------------------------------------------
+
+
+def _prefixed(group: PodGroup, errors: list[str]) -> list[str]:
+    return [f"{group.subject}: {e}" for e in errors] if group.subject else errors
 
 
 def check(
@@ -322,19 +454,26 @@ def check(
 
     ``summary`` None is a missing summary: the topology policy does not run (it fails open).
     ``now`` is the creation time the staleness check compares with (default: the object's
-    ``creationTimestamp``, else the current time).
+    ``creationTimestamp``, else the current time). Each pod group (``pod_groups``) is judged by the
+    same rules; a workload's messages name the group they are about, in the groups' order.
     """
-    errors = annotation_errors(annotations_of(obj))
+    grouped = workload_kind(obj) is not None
+    groups = [(group, annotations_of(group, obj)) for group in pod_groups(obj)]
+    errors = [e for group, ann in groups for e in _prefixed(group, annotation_errors(ann))]
     if errors:
-        return [Denial(ANNOTATIONS_POLICY, "; ".join(errors))]
+        return [Denial(WORKLOAD_ANNOTATIONS_POLICY if grouped else ANNOTATIONS_POLICY, "; ".join(errors))]
     if summary is None:
         return []
     created = now or _timestamp((obj.get("metadata") or {}).get("creationTimestamp"))
     created = created or datetime.datetime.now(datetime.UTC)
-    errors = declaration_errors(obj, summary)
-    if is_fresh(summary, created):
-        errors += feasibility_errors(obj, summary)
-    return [Denial(TOPOLOGY_POLICY, "; ".join(errors))] if errors else []
+    fresh = is_fresh(summary, created)
+    for group, ann in groups:
+        found = declaration_errors(group, ann, summary)
+        if fresh:
+            found += feasibility_errors(group, ann, summary)
+        errors += _prefixed(group, found)
+    policy = WORKLOAD_TOPOLOGY_POLICY if grouped else TOPOLOGY_POLICY
+    return [Denial(policy, "; ".join(errors))] if errors else []
 
 
 def describe(obj: Mapping[str, Any]) -> str:
@@ -346,14 +485,14 @@ def describe(obj: Mapping[str, Any]) -> str:
 def check_documents(
     documents: Sequence[Any], summary: Mapping[str, Any] | None, *, now: datetime.datetime | None = None
 ) -> list[tuple[str, list[Denial]]]:
-    """(object, denials) for every Pod and Job in a manifest's documents (``List`` items included);
-    other kinds are not checked by the policies and are left out."""
+    """(object, denials) for every object of a kind the policies judge (``is_checked``) in a
+    manifest's documents (``List`` items included); other kinds are left out."""
     results = []
     for document in documents:
         if not isinstance(document, Mapping):
             continue
         items = document.get("items") if str(document.get("kind", "")).endswith("List") else [document]
         for obj in items or []:
-            if isinstance(obj, Mapping) and (obj.get("kind") == "Pod" or is_job(obj)):
+            if isinstance(obj, Mapping) and is_checked(obj):
                 results.append((describe(obj), check(obj, summary, now=now)))
     return results

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable
 from nodetopo.agent.bands import BandCache
 from nodetopo.agent.config import AgentConfig
 from nodetopo.agent.health import Health
-from nodetopo.agent.metrics import AgentStats
+from nodetopo.agent.metrics import AgentStats, edge_states
 from nodetopo.agent.publisher import AgentPublisher, failed_object
 from nodetopo.agent.staleness import StaleKeeper
 from nodetopo.agent.udev import EventSource, NoEvents
@@ -344,6 +344,7 @@ class Agent:
         topology = scan.topology
         self.stats.record_scan(trigger, scan.results, topology, self.keeper.stale_sources)
         self.stats.record_bands(self.bands.bands(topology))
+        self.stats.record_edges(edge_states(scan.edges, topology.health))
         self._topology = topology
         body = to_nodetopology(topology, self.config.node_name, self._allocation(topology)[0])
         labels = node_labels(body)

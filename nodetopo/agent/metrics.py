@@ -42,8 +42,9 @@ Metric names (all prefixed ``nodetopo_``):
 ``expected_nvlink_tx_bytes_per_second{...}``        gauge      what each GPU of an island sends
                                                                over NVLink meanwhile (the DCGM
                                                                counter the rules compare)
-``edge_degraded{node,edge,kind,reason}``            gauge      1 degraded, 0 healthy (absent
-                                                               until edge health observes one)
+``edge_degraded{node,edge,kind,reason}``            gauge      1 per edge the last scan read:
+                                                               1 degraded (as published), 0
+                                                               healthy; absent: not read
 ==================================================  =========  ==================================
 
 The join series (``gpu_info``, ``nic_info``) carry the facts of the latest topology as labels, so
@@ -54,7 +55,8 @@ series into a per-island or per-leaf one. The join keys use the DCGM exporter's 
 never a placeholder: a GPU without an NVLink peer has no ``island``, a node whose place in the
 network is unknown has no ``leaf``. Cardinality is one series per GPU and one per NIC (an 8-GPU,
 10-NIC node: 18); the bands add four per island (busbw and NVLink send, each lower and upper) and
-two per node (an 8-GPU node with one island: 6), the edges one per edge.
+two per node (an 8-GPU node with one island: 6), the edges one per edge read (the dgx-h100
+fixture: 53, one per PCIe link, GPU NVLink set and RDMA port).
 """
 
 from __future__ import annotations
@@ -74,7 +76,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import CollectorRegistry
 
 from nodetopo import __version__
-from nodetopo.model import ConditionReason, GpuAllocation, PciAddress, Topology
+from nodetopo.health.rules import EdgeReading
+from nodetopo.model import ConditionReason, GpuAllocation, HealthReport, PciAddress, Topology
 from nodetopo.resource.conditions import typed_conditions
 from nodetopo.resource.identity import PREFIX
 from nodetopo.sources.base import SourceResult
@@ -108,14 +111,35 @@ class ExpectedBand:
 class EdgeState:
     """The observed state of one edge of the node's graph, as edge health judges it.
 
-    ``edge``: the edge's id (its two graph node ids); ``kind``: ``nvlink``, ``nvswitch``, ``pcie``,
-    ``nic`` (NIC to its port) or ``port`` (port to the leaf switch); ``reason`` why it is degraded.
+    ``edge``: the edge's id (edge health's ``<device>/<kind>``: ``GPU3/pcie``, ``GPU1/nvlink``,
+    ``mlx5_2/port1``); ``kind``: ``pcie``, ``nvlink``, ``port`` or ``fabric`` (``nodetopo.model.EdgeKind``);
+    ``reason`` why it is degraded (the rules that fired, joined with ``+``).
     """
 
     edge: str
     kind: str
     degraded: bool
     reason: str | None = None
+
+
+def edge_states(edges: Sequence[EdgeReading], report: HealthReport) -> tuple[EdgeState, ...]:
+    """What ``edge_degraded`` shows after a scan: each edge ``report`` publishes degraded (1, with its
+    reasons), and each other edge the scan read (0): one series per edge read, sorted by edge. An edge
+    the scan read nothing of is neither healthy nor degraded, and a scan not judged (``report.judged``
+    False) knows neither: no series."""
+    if not report.judged:
+        return ()
+    degraded = {e.edge: e for e in report.degraded}
+    states = [
+        EdgeState(edge=e.edge, kind=e.kind.value, degraded=True, reason="+".join(e.reasons) or None)
+        for e in report.degraded
+    ]
+    states += [
+        EdgeState(edge=r.edge, kind=r.kind.value, degraded=False)
+        for r in edges
+        if r.known and r.edge not in degraded
+    ]
+    return tuple(sorted(states, key=lambda s: s.edge))
 
 
 def dcgm_bus_id(address: PciAddress) -> str:

@@ -3,23 +3,32 @@
 Where the nodes come from: NodeTopology objects in files (``-f``; one object, a ``List`` as
 ``kubectl get ntopo -o json`` prints, several YAML documents, ``-`` for stdin) or capture bundles
 (``--from-bundle DIR``, discovered on the spot). Which GPUs: ``--gpus NODE=0-3`` per node (without it,
-every GPU of every node; ``accept`` first tries the rank list of the result). Reading pods, Jobs or
-RayClusters from the API, and posting an Event on a pod, come with the shared API client.
+every GPU of every node; ``accept`` first tries the rank list of the result).
+
+``accept --pod NAMESPACE/NAME`` (repeatable: a gang's pods) reads where it ran from the API: the pod's
+node (``spec.nodeName``), that node's NodeTopology (unless ``-f`` gives it) and the GPUs the kubelet
+handed the pod as the NodeTopology publishes them (``heldBy``, the rule the probe uses); where the
+object does not say who holds its GPUs, ``--gpus NODE=LIST`` must. The pod's ``nodetopo.io/min-busbw``
+annotation is the need unless ``--min-busbw`` gives one. The verdict is posted as an Event on each pod
+(reason the verdict word; ``Normal`` for Passed, else ``Warning``).
 
 ``accept`` exit codes: 0 Passed, 3 HarnessError, 4 PlacedWrong, 5 ResourceNotReal (with several
-results, the highest); 1 an error, 2 bad usage or an unreadable input.
+results, the highest); 1 an error (the API server's refusal included), 2 bad usage or an unreadable
+input (a pod that does not exist or is not scheduled, GPUs that cannot be known without ``--gpus``).
+An Event that cannot be posted is said on stderr and leaves the exit code the verdict's.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from nodetopo.errors import BundleError, ParseError
+from nodetopo.errors import BundleError, NodetopoError, ParseError
 from nodetopo.expect import (
     COLLECTIVE_ALGORITHMS,
     Algorithm,
@@ -50,6 +59,7 @@ examples:
   nodetopo accept all_reduce.log -f nodes.json                  the ranks' hosts name the nodes
   nodetopo accept - -f nodes.json --gpus a=all --gpus b=all --min-busbw 400 < all_reduce.log
   nodetopo accept nvbandwidth.txt -f node-a.json -o json
+  nodetopo accept all_reduce.log --pod ml/trainer-0 --pod ml/trainer-1    where the pods ran; an Event on each
 
 exit: 0 Passed, 3 HarnessError, 4 PlacedWrong, 5 ResourceNotReal, 1 error, 2 usage
 """
@@ -96,7 +106,20 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("results", nargs="+", metavar="RESULT", help="an output file, or - for stdin")
-    _add_placement(p)
+    source = _add_placement(p)
+    source.add_argument(
+        "--pod",
+        action="append",
+        default=[],
+        metavar="NAMESPACE/NAME",
+        help="a pod the result ran in (repeat per pod of a gang): its node, its NodeTopology and its GPUs "
+        "(heldBy) are read from the API, its nodetopo.io/min-busbw is the need, and the verdict is posted "
+        "as an Event on it. Where the NodeTopology does not say who holds its GPUs, give --gpus NODE=LIST",
+    )
+    source.add_argument("--no-event", action="store_true", help="with --pod: post no Event")
+    from nodetopo.kube.flags import add_kube_args
+
+    add_kube_args(p)
     p.add_argument(
         "--collective",
         default=None,
@@ -108,9 +131,8 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
         type=_gbps,
         default=None,
         metavar="GBPS",
-        help="what the workload needs (the nodetopo.io/min-busbw annotation): below it a result that is what "
-        "the "
-        "placement gives is PlacedWrong",
+        help="what the workload needs (default: with --pod, the pods' nodetopo.io/min-busbw annotation): "
+        "below it a result that is what the placement gives is PlacedWrong",
     )
     p.add_argument(
         "-o",
@@ -144,7 +166,7 @@ def _ratio(text: str) -> float:
     return value
 
 
-def _add_placement(p: argparse.ArgumentParser) -> None:
+def _add_placement(p: argparse.ArgumentParser) -> Any:
     source = p.add_argument_group("where it runs")
     source.add_argument(
         "-f",
@@ -189,6 +211,7 @@ def _add_placement(p: argparse.ArgumentParser) -> None:
         metavar="RATIO",
         help="the fabric's oversubscription above each leaf (2 or 2:1; default 1, non-blocking)",
     )
+    return source
 
 
 # --------------------------------------------------------------------------------------------
@@ -214,7 +237,15 @@ def _read(path: str, stdin_used: list[bool]) -> str:
     return text
 
 
-def _topologies(args: argparse.Namespace, stdin_used: list[bool]) -> dict[str, Topology]:
+def _topologies(
+    args: argparse.Namespace,
+    stdin_used: list[bool],
+    objects: dict[str, Mapping[str, Any]] | None = None,
+    *,
+    required: bool = True,
+) -> dict[str, Topology]:
+    """The nodes of ``-f`` and ``--from-bundle``; ``objects`` (when given) gets the NodeTopology
+    objects of ``-f`` by name. ``required``: no node at all is an error."""
     import yaml
 
     from nodetopo.resource.body import topology_from_nodetopology
@@ -243,6 +274,8 @@ def _topologies(args: argparse.Namespace, stdin_used: list[bool]) -> dict[str, T
                     found[name] = topology_from_nodetopology(item)
                 except ResourceError as e:
                     raise BundleError(f"{path}: {e}") from None
+                if objects is not None:
+                    objects[name] = item
                 count += 1
         if not count:
             raise BundleError(f"{path}: no NodeTopology object in it")
@@ -251,7 +284,7 @@ def _topologies(args: argparse.Namespace, stdin_used: list[bool]) -> dict[str, T
         from nodetopo.topology.discover import bundle_context, scan
 
         found[bundle_node_name(directory)] = scan(bundle_context(directory)).topology
-    if not found:
+    if not found and required:
         raise BundleError(
             "no node: give NodeTopology objects (-f FILE) or capture bundles (--from-bundle DIR)"
         )
@@ -291,13 +324,18 @@ def _placements(
     args: argparse.Namespace,
     topologies: Mapping[str, Topology],
     inferred: Mapping[str, tuple[int, ...]] | None = None,
+    fixed: Mapping[str, tuple[int, ...] | None] | None = None,
 ) -> list[Placement]:
+    """The GPUs held per node: ``fixed`` (the pods' own, ``--pod``), else ``--gpus``, else
+    ``inferred`` (the rank list), else every GPU of every node."""
     gpus = _pairs(args.gpus, "--gpus")
     nics = _pairs(args.nics, "--nics")
     for node in (*gpus, *nics):
         if node not in topologies:
             raise BundleError(f"node {node}: no NodeTopology for it (known: {', '.join(sorted(topologies))})")
-    if gpus:
+    if fixed is not None:
+        chosen = dict(fixed)
+    elif gpus:
         chosen = {node: _indices(spec, f"--gpus {node}") for node, spec in gpus.items()}
     elif inferred:
         chosen = dict(inferred)
@@ -486,39 +524,150 @@ def cmd_accept(args: argparse.Namespace) -> int:
 
     stdin_used = [False]
     texts = [(path, _read(path, stdin_used)) for path in args.results]
-    topologies = _topologies(args, stdin_used)
-    judgements: list[tuple[Judgement, Expectation | None]] = []
-    for path, text in texts:
-        try:
-            output = parse_benchmark(text, path)
-        except ParseError as e:
-            judgements.append(
-                (Judgement(verdict=Verdict.HARNESS_ERROR, reason=f"unreadable: {e}", source=path), None)
-            )
-            continue
-        if isinstance(output, NvbOutput):
-            judgements.append((_accept_nvbandwidth(output, args, topologies), None))
-        else:
-            judgements.append(_accept_nccl(output, args, topologies))
-    verdict = worst([j for j, _ in judgements])
+    objects: dict[str, Mapping[str, Any]] = {}
+    topologies = _topologies(args, stdin_used, objects, required=not args.pod)
+    session = _session(args) if args.pod else None
+    try:
+        places = _pod_places(args, session, topologies, objects) if args.pod else []
+        fixed = None
+        need, need_from = args.min_busbw, "--min-busbw"
+        if places:
+            from nodetopo.delivery.pods import declared_need, merged
+
+            fixed = merged(places)
+            if need is None:
+                need, need_from = declared_need(places)
+        judgements: list[tuple[Judgement, Expectation | None]] = []
+        for path, text in texts:
+            try:
+                output = parse_benchmark(text, path)
+            except ParseError as e:
+                judgements.append(
+                    (Judgement(verdict=Verdict.HARNESS_ERROR, reason=f"unreadable: {e}", source=path), None)
+                )
+                continue
+            if isinstance(output, NvbOutput):
+                judgements.append((_accept_nvbandwidth(output, args, topologies, fixed), None))
+            else:
+                judgements.append(_accept_nccl(output, args, topologies, fixed, need, need_from))
+        verdict = worst([j for j, _ in judgements])
+        events = _post_events(args, session, places, verdict, [j for j, _ in judgements])
+    finally:
+        if session is not None:
+            session.close()
     if args.output == "json":
-        report = {
+        report: dict[str, Any] = {
             "apiVersion": API_VERSION,
             "kind": "AcceptanceReport",
             "verdict": str(verdict),
             "results": [_judgement_json(j, e) for j, e in judgements],
         }
+        if places:
+            report["pods"] = [
+                {
+                    "pod": p.ref,
+                    "node": p.node,
+                    "gpus": list(p.gpus) if p.gpus is not None else "all",
+                    "gpusFrom": p.gpus_from,
+                    "minBusbwGBps": p.min_busbw,
+                    "event": events[p.ref],
+                }
+                for p in places
+            ]
         sys.stdout.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     else:
         for j, _ in judgements:
             sys.stdout.write(_judgement_text(j))
+        for p in places:
+            where = f"{p.node} GPU(s) {_listed(p.gpus)} ({p.gpus_from})"
+            sys.stdout.write(strip_control(f"pod {p.ref}: {where}; Event {events[p.ref]}") + "\n")
+    for ref, said in events.items():
+        if not said.startswith("posted"):
+            print(f"nodetopo accept: the Event on pod {ref} was {strip_control(said)}", file=sys.stderr)
     from nodetopo.expect.verdict import EXIT_CODES
 
     return EXIT_CODES[verdict]
 
 
+def _listed(gpus: tuple[int, ...] | None) -> str:
+    return "all" if gpus is None else ",".join(map(str, gpus))
+
+
+def _session(args: argparse.Namespace) -> Any:
+    """The API session ``--pod`` reads and posts through (no credentials: an error, exit 1)."""
+    from nodetopo.kube.session import ApiSession
+    from nodetopo.kube.transport import connect
+
+    return ApiSession(connect(args.kubeconfig, context=args.kube_context), field_manager="nodetopo-accept")
+
+
+def _pod_places(
+    args: argparse.Namespace,
+    session: Any,
+    topologies: dict[str, Topology],
+    objects: dict[str, Mapping[str, Any]],
+) -> list[Any]:
+    """The pods' places (``nodetopo.delivery.pods``), their nodes' topologies added to ``topologies``."""
+    from nodetopo.delivery.pods import read_places
+    from nodetopo.resource.body import topology_from_nodetopology
+    from nodetopo.resource.published import ResourceError
+
+    given = {node: _indices(spec, f"--gpus {node}") for node, spec in _pairs(args.gpus, "--gpus").items()}
+    places = read_places(session, args.pod, objects, given, known=tuple(topologies))
+    for p in places:
+        if p.node not in topologies:
+            try:
+                topologies[p.node] = topology_from_nodetopology(objects[p.node])
+            except ResourceError as e:
+                raise BundleError(f"NodeTopology/{p.node}: {e}") from None
+    unused = sorted(set(given) - {p.node for p in places})
+    if unused:
+        raise BundleError(f"--gpus {unused[0]}: no --pod ran on that node")
+    return places
+
+
+def _event_line(judgements: Sequence[Any], verdict: Any) -> str:
+    """One line for the Event: the worst result's, with how many results there were."""
+    j = next(x for x in judgements if x.verdict == verdict)
+    line = f"{j.source}: {j.reason}"
+    if j.suspects:
+        line += "; suspect: " + "; ".join(_grouped(j.suspects)[:3])
+    if len(judgements) > 1:
+        line = f"{len(judgements)} results, the worst: {line}"
+    return line
+
+
+def _post_events(
+    args: argparse.Namespace, session: Any, places: Sequence[Any], verdict: Any, judgements: Sequence[Any]
+) -> dict[str, str]:
+    """Post the verdict on each pod; what happened, by pod."""
+    from nodetopo.delivery.pods import event
+    from nodetopo.kube.events import event_namespace
+
+    said: dict[str, str] = {}
+    if not places:
+        return said
+    line = _event_line(judgements, verdict)
+    for p in places:
+        if args.no_event:
+            said[p.ref] = "not posted (--no-event)"
+            continue
+        body = event(p, str(verdict), line)
+        try:
+            session.create_event(event_namespace(body["involvedObject"]), body)
+            said[p.ref] = f"posted ({body['type']} {verdict})"
+        except NodetopoError as e:
+            said[p.ref] = f"not posted: {e}"
+    return said
+
+
 def _accept_nccl(
-    output: Any, args: argparse.Namespace, topologies: Mapping[str, Topology]
+    output: Any,
+    args: argparse.Namespace,
+    topologies: Mapping[str, Topology],
+    fixed: Mapping[str, tuple[int, ...] | None] | None = None,
+    need: float | None = None,
+    need_from: str = "--min-busbw",
 ) -> tuple[Any, Expectation | None]:
     from nodetopo.expect.verdict import Judgement, Measurement, Verdict, judge, measure
 
@@ -542,10 +691,10 @@ def _accept_nccl(
         )
     inferred = (
         _inferred_gpus(output.ranks, topologies)
-        if not args.gpus and output.ranks and not output.ranks_elided
+        if fixed is None and not args.gpus and output.ranks and not output.ranks_elided
         else None
     )
-    placements = _placements(args, topologies, inferred)
+    placements = _placements(args, topologies, inferred, fixed)
     observed: tuple[ObservedLink, ...] = ()
     try:
         algos = _algorithms(args, collective, measured.nccl_algo)
@@ -566,17 +715,22 @@ def _accept_nccl(
             ),
             None,
         )
-    import dataclasses
-
+    if need is not None and need_from != "--min-busbw":
+        notes.append(f"the need, {need:g} GB/s: {need_from}")
     if notes:
         measured = dataclasses.replace(measured, notes=(*measured.notes, *notes))
-    return judge(output, measured, expected, min_busbw=args.min_busbw), expected
+    return judge(output, measured, expected, min_busbw=need), expected
 
 
-def _accept_nvbandwidth(output: Any, args: argparse.Namespace, topologies: Mapping[str, Topology]) -> Any:
+def _accept_nvbandwidth(
+    output: Any,
+    args: argparse.Namespace,
+    topologies: Mapping[str, Topology],
+    fixed: Mapping[str, tuple[int, ...] | None] | None = None,
+) -> Any:
     from nodetopo.expect.nvbandwidth import judge_nvbandwidth
 
-    placements = _placements(args, topologies)
+    placements = _placements(args, topologies, None, fixed)
     if len(placements) != 1:
         from nodetopo.expect.verdict import Judgement, Verdict
 

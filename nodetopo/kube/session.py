@@ -197,6 +197,11 @@ class ApiSession:
         action = f"apply {plural}/{namespace}/{name}"
         return self._must(self._call(action, "PATCH", path, apply=body, force=force))
 
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Pod, or None when it does not exist (404)."""
+        path = f"/api/v1/namespaces/{quote_segment(namespace)}/pods/{quote_segment(name)}"
+        return self._call(f"read Pod {namespace}/{name}", "GET", path, missing_ok=True)
+
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST a core/v1 Event (``nodetopo.kube.events.event_body``) in ``namespace``."""
         path = f"/api/v1/namespaces/{quote_segment(namespace)}/events"

@@ -9,6 +9,11 @@ Device ids are matched the way the NVIDIA device plugin names devices: a GPU's U
 (the replica suffix is dropped), or, with ``DEVICE_ID_STRATEGY=index``, the GPU's index (``3``) for
 ``nvidia.com/gpu``. A device id of an ``nvidia.com/`` resource that matches no GPU of the topology
 is named in ``message``: the node's published GPUs and the kubelet's devices disagree.
+
+GPUs handed out through DRA ResourceClaims are listed by the kubelet as a driver's device names
+(``gpu.nvidia.com``'s ``gpu-0``), which only that driver's ResourceSlice ties to a GPU; that join is
+not made here, so while the kubelet lists a device of a GPU DRA driver the holders are *unknown*
+(never "free": the GPU is held, by a claim this reader cannot place).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from nodetopo.model import GpuAllocation, KubeletAllocation, PodRef, ResourceCou
 NVIDIA_PREFIX = "nvidia.com/"
 #: at most this many unmatched ids are named in the message
 _NAMED = 5
+#: DRA drivers whose devices are GPUs (NVIDIA's GPU DRA driver)
+GPU_DRA_DRIVERS = frozenset({"gpu.nvidia.com"})
 
 
 def device_key(device_id: str) -> str:
@@ -39,6 +46,17 @@ def allocation_of(topology: Topology, answer: KubeletAllocation | str) -> GpuAll
 
 def gpu_allocation(topology: Topology, observed: KubeletAllocation) -> GpuAllocation:
     """Per GPU and MIG device of ``topology``, the containers the kubelet handed it to."""
+    claimed = [c for c in observed.claim_devices if c.driver in GPU_DRA_DRIVERS]
+    if claimed:
+        claims = sorted({c.claim for c in claimed})
+        shown = ", ".join(claims[:_NAMED]) + (
+            f" (+{len(claims) - _NAMED} more)" if len(claims) > _NAMED else ""
+        )
+        drivers = ", ".join(sorted({c.driver for c in claimed}))
+        return unknown_allocation(
+            f"the kubelet lists {len(claimed)} GPU device(s) of {drivers} allocated through ResourceClaims "
+            f"({shown}); which GPUs they are is in the driver's ResourceSlice, which is not read"
+        )
     by_uuid = {g.uuid: g.index for g in topology.gpus if g.uuid}
     by_index = {str(g.index): g.index for g in topology.gpus}
     migs = {m.uuid for m in topology.mig_devices}

@@ -15,9 +15,14 @@ Field numbers used::
 
     ListPodResourcesResponse   1: repeated PodResources
     PodResources               1: name, 2: namespace, 3: repeated ContainerResources
-    ContainerResources         1: name, 2: repeated ContainerDevices
+    ContainerResources         1: name, 2: repeated ContainerDevices, 5: repeated DynamicResource
     ContainerDevices           1: resource_name, 2: repeated device_ids
+    DynamicResource            2: claim_name, 3: claim_namespace, 4: repeated ClaimResource
+    ClaimResource              2: driver_name, 3: pool_name, 4: device_name
     AllocatableResourcesResponse 1: repeated ContainerDevices
+
+``DynamicResource`` (DRA: the devices of the container's ResourceClaims) is what a kubelet with
+``KubeletPodResourcesDynamicResources`` (on by default from 1.34) adds; an older kubelet sends none.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import time
 from collections.abc import Iterator
 
 from nodetopo.errors import NodetopoError, ParseError, excerpt
-from nodetopo.model import DeviceAssignment, KubeletAllocation, PodRef
+from nodetopo.model import ClaimDevice, DeviceAssignment, KubeletAllocation, PodRef
 
 NAME = "kubelet.podresources"
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -137,6 +142,64 @@ def _container_devices(data: bytes, where: str, room: int, what: str) -> tuple[s
     if not resource:
         raise ParseError(NAME, where, "ContainerDevices without a resource_name")
     return resource, tuple(ids)
+
+
+def _claim_devices(data: bytes, holder: PodRef, where: str) -> list[ClaimDevice]:
+    """One ``DynamicResource`` (a claim of the container) → its devices."""
+    name = namespace = ""
+    resources: list[bytes] = []
+    for number, value in _fields(data, where):
+        if number == 2:
+            name = _text(value, where, "claim_name")
+        elif number == 3:
+            namespace = _text(value, where, "claim_namespace")
+        elif number == 4:
+            resources.append(_message(value, where, "ClaimResource"))
+    out = []
+    for resource in resources:
+        driver = pool = device = ""
+        for number, value in _fields(resource, where):
+            if number == 2:
+                driver = _text(value, where, "driver_name")
+            elif number == 3:
+                pool = _text(value, where, "pool_name")
+            elif number == 4:
+                device = _text(value, where, "device_name")
+        if not driver or not device:
+            raise ParseError(
+                NAME, where, f"ClaimResource of claim {namespace}/{name} without a driver or device"
+            )
+        out.append(
+            ClaimDevice(driver=driver, pool=pool, device=device, claim=f"{namespace}/{name}", holder=holder)
+        )
+    return out
+
+
+def parse_list_claims(data: bytes, where: str = LIST_METHOD) -> tuple[ClaimDevice, ...]:
+    """``ListPodResourcesResponse`` → one ``ClaimDevice`` per (container, claim, device), sorted."""
+    out: list[ClaimDevice] = []
+    for number, pod_value in _fields(data, where):
+        if number != 1:
+            continue
+        name = namespace = ""
+        containers: list[bytes] = []
+        for field, value in _fields(_message(pod_value, where, "PodResources"), where):
+            if field == 1:
+                name = _text(value, where, "pod name")
+            elif field == 2:
+                namespace = _text(value, where, "pod namespace")
+            elif field == 3:
+                containers.append(_message(value, where, "ContainerResources"))
+        for container in containers:
+            fields = list(_fields(container, where))
+            container_name = next((_text(v, where, "container name") for f, v in fields if f == 1), "")
+            holder = PodRef(namespace=namespace, name=name, container=container_name)
+            for field, value in fields:
+                if field == 5:
+                    out += _claim_devices(_message(value, where, "DynamicResource"), holder, where)
+            if len(out) > MAX_ASSIGNMENTS:
+                raise ParseError(NAME, where, f"more than {MAX_ASSIGNMENTS} claim devices")
+    return tuple(sorted(out, key=lambda c: (c.driver, c.pool, c.device, c.claim, c.holder)))
 
 
 def parse_list_response(data: bytes, where: str = LIST_METHOD) -> tuple[DeviceAssignment, ...]:
@@ -321,7 +384,8 @@ def read_allocation(path: str = DEFAULT_SOCKET, *, timeout_s: float = 5.0) -> Ku
     Raises ``PodResourcesError`` or ``ParseError``; the caller turns either into "allocation unknown".
     """
     deadline = time.monotonic() + timeout_s
-    assignments = parse_list_response(call_unary(path, LIST_METHOD, timeout_s=timeout_s))
+    listed = call_unary(path, LIST_METHOD, timeout_s=timeout_s)
+    assignments, claim_devices = parse_list_response(listed), parse_list_claims(listed)
     left = max(0.1, deadline - time.monotonic())
     try:
         allocatable: tuple[tuple[str, tuple[str, ...]], ...] | None = parse_allocatable_response(
@@ -329,7 +393,7 @@ def read_allocation(path: str = DEFAULT_SOCKET, *, timeout_s: float = 5.0) -> Ku
         )
     except Unimplemented:
         allocatable = None
-    return KubeletAllocation(assignments=assignments, allocatable=allocatable)
+    return KubeletAllocation(assignments=assignments, allocatable=allocatable, claim_devices=claim_devices)
 
 
 def ask_kubelet(path: str = DEFAULT_SOCKET, *, timeout_s: float = 5.0) -> KubeletAllocation | str:

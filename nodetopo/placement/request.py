@@ -14,6 +14,11 @@ Annotations (all optional; a pod without any is only checked for GPU capacity):
 ``nodetopo.io/link-layer: InfiniBand|Ethernet``
     a preference, not a filter: nodes whose RDMA NICs near the pod's GPUs use this link layer score higher.
 
+``nodetopo.io/min-busbw: "400"`` (not read by the extender)
+    the all-reduce bus bandwidth in GB/s the workload needs: ``nodetopo accept --pod`` and ``nodetopo
+    probe`` judge a result below it that is what the placement gives as ``PlacedWrong``
+    (``parse_min_busbw``).
+
 Values are case-insensitive words with nothing around them: no spaces, no sign, no empty value, ASCII
 only (``GRAMMAR``; the admission policies in ``deploy/admission/`` use the same patterns and the same
 messages, ``value_error``). A malformed value is an ``AnnotationError``: the extender rejects every
@@ -43,6 +48,8 @@ LINK_LAYER = PREFIX + "link-layer"
 
 #: Every annotation the extender reads, in the order the README documents them.
 ANNOTATIONS = (ONE_ISLAND, MAX_NIC_DISTANCE, NUMA_ALIGNED, RDMA, LINK_LAYER)
+#: The bus bandwidth (GB/s) the workload needs: read by ``nodetopo accept --pod`` and ``nodetopo probe``.
+MIN_BUSBW = PREFIX + "min-busbw"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -64,6 +71,11 @@ GRAMMAR: dict[str, Grammar] = {
     RDMA: Grammar("(?i)^(required|true|optional|false)$", "required or optional"),
     LINK_LAYER: Grammar("(?i)^(InfiniBand|Ethernet)$", "InfiniBand or Ethernet"),
 }
+#: ``min-busbw``: a positive number of GB/s, at most 99999 with up to three decimals
+MIN_BUSBW_GRAMMAR = Grammar(
+    r"^([1-9][0-9]{0,4}(\.[0-9]{1,3})?|0\.([1-9][0-9]{0,2}|0[1-9][0-9]?|00[1-9]))$",
+    "a positive number of GB/s (400, 372.5)",
+)
 _PRINTABLE = re.compile(r"^[ -~]*$")
 _LONGEST_ECHO = 32
 
@@ -270,3 +282,14 @@ def parse_pod_request(pod: Any) -> PodRequest:
         rdma=_value(annotations, RDMA) in ("required", "true"),
         link_layer=link_layer,
     )
+
+
+def parse_min_busbw(annotations: Mapping[str, Any]) -> float | None:
+    """The ``nodetopo.io/min-busbw`` a pod's annotations declare, in GB/s; None when absent. A value
+    that is not a positive number of GB/s (``MIN_BUSBW_GRAMMAR``) is an ``AnnotationError``."""
+    if MIN_BUSBW not in annotations:
+        return None
+    value = annotations[MIN_BUSBW]
+    if not isinstance(value, str):
+        raise PodShapeError(f"annotation {MIN_BUSBW} must be a string, not {type(value).__name__}")
+    return float(check_value(MIN_BUSBW, value, MIN_BUSBW_GRAMMAR))

@@ -98,6 +98,8 @@ class Declared:
     request: PodRequest | None
     annotated: bool  #: at least one ``nodetopo.io/`` annotation was present
     error: str | None = None
+    #: GB/s of all-reduce bus bandwidth the pod needs (``nodetopo.io/min-busbw``), when it says
+    min_busbw: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -159,7 +161,9 @@ class Thresholds:
     min_hugepages_bytes: int = 0
     require_p2p: bool = False
     gpus: int | None = None  #: the GPU count the pod requested (``--gpus``), when known
-    min_busbw: float | None = None  #: GB/s busbw the workload needs (``--min-busbw``): below it, PlacedWrong
+    #: GB/s busbw the workload needs (``--min-busbw``, over the pod's ``nodetopo.io/min-busbw``): below
+    #: it, PlacedWrong
+    min_busbw: float | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -177,11 +181,13 @@ def check_declared(d: Declared) -> Check:
             Attribution.UNDECLARED,
         )
     assert d.request is not None
-    return passed("declared", f"declared: {_describe(d.request)}")
+    return passed("declared", f"declared: {_describe(d.request, d.min_busbw)}")
 
 
-def _describe(r: PodRequest) -> str:
+def _describe(r: PodRequest, min_busbw: float | None = None) -> str:
     parts = []
+    if min_busbw is not None:
+        parts.append(f"min-busbw={min_busbw:g} GB/s")
     if r.one_island:
         parts.append("gpus-in-one-island")
     if r.max_nic_distance is not None:
@@ -558,9 +564,17 @@ def run_checks(
         check_hugepages(seen, t),
         check_cpuset(declared, seen, promised),
         check_mems(declared, seen, promised),
-        check_collective(seen, promised, t),
+        check_collective(seen, promised, needed(declared, t)),
     ]
     return checks
+
+
+def needed(declared: Declared, t: Thresholds) -> Thresholds:
+    """``t`` with the bus bandwidth the pod declares (``nodetopo.io/min-busbw``) as its need, unless
+    ``--min-busbw`` says one."""
+    if t.min_busbw is not None or declared.min_busbw is None:
+        return t
+    return dataclasses.replace(t, min_busbw=declared.min_busbw)
 
 
 def placement(seen: Seen, promised: Promised | None, node: str | None) -> dict[str, Any]:

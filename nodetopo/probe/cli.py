@@ -47,7 +47,8 @@ checks (each pass, fail, warn or skip, with its reason):
   collective          all_reduce_perf (nccl-tests), only when in the image: its bus bandwidth at the
                       largest size against the bandwidth model's band for the container's GPUs on
                       this NodeTopology, in nodetopo accept's words (Passed, ResourceNotReal with
-                      the suspect link, PlacedWrong below --min-busbw, HarnessError a warning)
+                      the suspect link, PlacedWrong below --min-busbw or the pod's
+                      nodetopo.io/min-busbw annotation, HarnessError a warning)
 attribution of a failure: PlacedWrong (constraint not expressed or not honoured), ResourceNotReal
 (the NodeTopology promised something the container cannot use), Undeclared (no or bad declaration);
 of a warning also HarnessError (the collective's output cannot be a bandwidth result).
@@ -161,7 +162,8 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
         default=None,
         metavar="GBPS",
         help="the all_reduce bus bandwidth the workload needs: a collective result below it that is what "
-        "the placement gives is PlacedWrong (default: none; below the model's band is ResourceNotReal)",
+        "the placement gives is PlacedWrong (default: the pod's nodetopo.io/min-busbw annotation, else "
+        "none; below the model's band is ResourceNotReal)",
     )
     p.add_argument("--warn-only", action="store_true", help="report failures but exit 0")
     p.add_argument(

@@ -25,7 +25,14 @@ from nodetopo.host import (
     read_regular_file,
 )
 from nodetopo.model import parse_cpulist
-from nodetopo.placement.request import ANNOTATIONS, AnnotationError, PodRequest, parse_pod_request
+from nodetopo.placement.request import (
+    ANNOTATIONS,
+    MIN_BUSBW,
+    AnnotationError,
+    PodRequest,
+    parse_min_busbw,
+    parse_pod_request,
+)
 from nodetopo.probe.checks import Declared, IbDevice, IbPort, NvmlPair, NvmlView
 from nodetopo.probe.collective import CollectiveRun, parse_collective
 from nodetopo.resource.identity import PREFIX
@@ -92,14 +99,16 @@ def parse_annotations_file(text: str, *, source: str) -> dict[str, str]:
 
 
 def declared_from_annotations(annotations: Mapping[str, str]) -> Declared:
-    """The ``Declared`` of a pod's annotations, through the extender's own grammar."""
+    """The ``Declared`` of a pod's annotations, through the extender's own grammar, and the bus
+    bandwidth it needs (``nodetopo.io/min-busbw``)."""
     ours = {k: v for k, v in annotations.items() if k.startswith(PREFIX)}
-    annotated = any(k in ours for k in ANNOTATIONS)
+    annotated = any(k in ours for k in (*ANNOTATIONS, MIN_BUSBW))
     try:
         request = parse_pod_request({"metadata": {"annotations": ours}})
+        min_busbw = parse_min_busbw(ours)
     except AnnotationError as e:
         return Declared(None, annotated, f"annotation: {e}")
-    return Declared(request, annotated)
+    return Declared(request, annotated, min_busbw=min_busbw)
 
 
 def read_declared(annotations_file: str | None, flags: Mapping[str, str]) -> Declared:

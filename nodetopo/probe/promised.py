@@ -13,6 +13,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from nodetopo.model import LinkClass, Topology
+from nodetopo.resource.published import PublishedStatus
 from nodetopo.resource.reader import read_nodetopology
 
 #: What the probe reads of a NodeTopology (``nodetopo.resource.reader`` sections).
@@ -53,12 +54,19 @@ class Promised:
     leaf: str | None = None  #: the node's tier-0 group (leaf switch, local block), when known
     #: the object itself, for ``topology``
     body: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
+    #: the object's status as read, for ``held_by``
+    status: PublishedStatus | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def held_by(self, namespace: str, name: str) -> tuple[PromisedGpu, ...] | None:
-        """The GPUs the kubelet handed the pod ``namespace/name`` (None: who holds what is unknown)."""
-        if not self.allocation_known or any(g.held_by is None for g in self.gpus):
+        """The GPUs the kubelet handed the pod ``namespace/name`` (None: who holds what is unknown),
+        by the published object's own rule (``PublishedStatus.held_by``)."""
+        if self.status is None:
             return None
-        return tuple(g for g in self.gpus if (namespace, name) in (g.held_by or ()))
+        held = self.status.held_by(namespace, name)
+        if held is None:
+            return None
+        indices = {g.gpu.index for g in held}
+        return tuple(g for g in self.gpus if g.index in indices)
 
     def topology(self) -> tuple[Topology | None, str]:
         """The object as the bandwidth model reads it (``topology_from_nodetopology``), or None and
@@ -118,4 +126,5 @@ def parse_nodetopology(obj: Any) -> Promised:
         allocation_why=(allocation.message or "") if allocation is not None else "",
         leaf=next((tier.id for tier in status.network.tiers if tier.level == 0 and tier.id), None),
         body=obj,
+        status=status,
     )

@@ -147,6 +147,25 @@ class PublishedStatus:
         """The first condition of type ``kind`` (``Ready``, ``Consistent``, ...)."""
         return next((c for c in self.conditions if c.type == kind), None)
 
+    @property
+    def allocation_known(self) -> bool:
+        """The node's agent asked its kubelet who holds each GPU (``allocation.state`` Known) and every
+        GPU's ``heldBy`` was read."""
+        return (
+            self.allocation is not None
+            and self.allocation.state == "Known"
+            and all(g.held_by is not None for g in self.gpus)
+        )
+
+    def held_by(self, namespace: str, name: str) -> tuple[PublishedGpu, ...] | None:
+        """The GPUs the kubelet handed the pod ``namespace/name`` (``heldBy``), in the object's order;
+        None when who holds what is unknown (``allocation_known``). Empty: the pod holds none, or not yet."""
+        if not self.allocation_known:
+            return None
+        return tuple(
+            g for g in self.gpus if any((h.namespace, h.name) == (namespace, name) for h in g.held_by or ())
+        )
+
 
 #: what a consumer reads where an object has no status yet
 NO_STATUS = PublishedStatus()

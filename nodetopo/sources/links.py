@@ -40,7 +40,7 @@ from nodetopo.model import (
     SourceStatus,
 )
 from nodetopo.sources import _sysfs
-from nodetopo.sources.base import SourceResult, guarded
+from nodetopo.sources.base import Context, SourceResult, guarded
 from nodetopo.sources.commands import Command
 
 NAME = "sysfs.links"
@@ -184,56 +184,173 @@ class _Reader:
             return None
 
     def texts(self, directory: str, fd: int | None, names: Sequence[str]) -> list[str | None]:
-        texts, problems = _sysfs.read_attributes_at(self.root, fd, directory, names)
+        return self.kept(*_sysfs.read_attributes_at(self.root, fd, directory, names))
+
+    def kept(self, texts: list[str | None], problems: Sequence[_sysfs.Unreadable]) -> list[str | None]:
+        """``texts``, with ``problems`` (their read's) kept as conditions."""
         for problem in problems:
             if not problem.no_value:  # EINVAL from a link that is down: no value now
                 self.conditions.append(_sysfs.unavailable(NAME, str(problem)))
         return texts
 
 
+#: vendor and class codes (``class >> 8``) of the functions ``sysfs.pci`` reads the link attributes of
+#: in its own pass: NVIDIA GPUs and NVSwitches, network functions, PCI bridges (the ports on the way)
+_NVIDIA = 0x10DE
+_NVIDIA_CLASSES = frozenset({0x0300, 0x0302, 0x0680})
+_BRIDGE = 0x0604
+_NETWORK = 0x02
+
+
+class PcieTexts:
+    """The link attribute texts ``sysfs.pci`` read this scan, by function, while it had each function's
+    directory open: ``read_pcie_links`` takes them instead of opening the directory again. One per
+    scan context (``Context.cache``); what the PCI source did not read (a function of another class, a
+    directory it could not open as a link) this source reads itself.
+
+    Filled by one PCI read (``begin``, then ``offer`` per function) and emptied by the next link read
+    (``take``, then ``done``): texts are never kept from one scan to the next.
+    """
+
+    def __init__(self) -> None:
+        self._texts: dict[PciAddress, tuple[list[str | None], list[_sysfs.Unreadable]]] = {}
+
+    def begin(self) -> None:
+        self._texts = {}
+
+    def offer(
+        self,
+        root: HostRoot,
+        address: PciAddress,
+        dir_fd: int,
+        directory: str,
+        class_text: str | None,
+        vendor_text: str | None,
+    ) -> None:
+        """Read the link attributes of ``address`` through its open directory when its class is one
+        whose links may be judged (an NVIDIA GPU or NVSwitch, a network function, a bridge)."""
+        try:
+            code = int((class_text or "").strip(), 16) >> 8
+            vendor = int((vendor_text or "").strip(), 16)
+        except ValueError:
+            return  # garbage: the PCI source says so; this source reads the function itself if needed
+        if not (code == _BRIDGE or code >> 8 == _NETWORK or (vendor == _NVIDIA and code in _NVIDIA_CLASSES)):
+            return
+        self._texts[address] = _sysfs.read_attributes_at(root, dir_fd, directory, PCI_ATTRIBUTES)
+
+    def take(self, address: PciAddress) -> tuple[list[str | None], list[_sysfs.Unreadable]] | None:
+        return self._texts.pop(address, None)
+
+    def done(self) -> None:
+        self._texts = {}
+
+
 def read_pcie_links(
-    root: HostRoot, addresses: Iterable[PciAddress]
+    root: HostRoot,
+    addresses: Iterable[PciAddress],
+    memo: LinkMemo | None = None,
+    read: PcieTexts | None = None,
 ) -> tuple[tuple[PcieLinkReading, ...], tuple[Condition, ...]]:
     """The link attributes and AER totals of each of ``addresses`` (``bus/pci/devices/<address>``).
 
     A function without any of the attributes (a capture that left them out, a kernel before 4.19
-    for AER) reads as unknown values, without a condition.
+    for AER) reads as unknown values, without a condition. Every attribute is read every time;
+    ``memo``: the readings of the last read through it, given back for a function whose texts
+    all equal what was read for it then (an unchanged node parses nothing; without one nothing is
+    reused or kept).
     """
+    if memo is None:
+        memo = LinkMemo()
     reader = _Reader(root)
     base = os.fspath(root.sys(PCI_DEVICES_DIR))
     readings: list[PcieLinkReading] = []
-    for address in addresses:
-        entry = f"{base}/{address}"
-        opened = root.open_link_directory(entry)
-        fd: int | None = None
-        if opened is not None:
-            fd, directory = opened
-        else:
-            directory = entry
-            if not os.path.isdir(entry):
+    try:
+        for address in addresses:
+            entry = f"{base}/{address}"
+            early = read.take(address) if read is not None else None
+            if early is not None:
+                texts = reader.kept(*early)
+            else:
+                opened = root.open_link_directory(entry)
+                fd: int | None = None
+                if opened is not None:
+                    fd, directory = opened
+                else:
+                    directory = entry
+                    if not os.path.isdir(entry):
+                        continue
+                try:
+                    texts = reader.texts(directory, fd, PCI_ATTRIBUTES)
+                finally:
+                    if fd is not None:
+                        os.close(fd)
+            if not any(t is not None for t in texts):
                 continue
-        try:
-            texts = reader.texts(directory, fd, PCI_ATTRIBUTES)
-        finally:
-            if fd is not None:
-                os.close(fd)
-        if not any(t is not None for t in texts):
-            continue
-        path = f"{entry}/"
-        speed, width, max_speed, max_width, cor, nonfatal, fatal = texts
-        readings.append(
-            PcieLinkReading(
-                address=address,
-                current_gts=reader.parsed(speed, parse_link_speed, path + "current_link_speed"),
-                current_width=reader.parsed(width, parse_link_width, path + "current_link_width"),
-                max_gts=reader.parsed(max_speed, parse_link_speed, path + "max_link_speed"),
-                max_width=reader.parsed(max_width, parse_link_width, path + "max_link_width"),
-                aer_correctable=reader.parsed(cor, _aer("aer_dev_correctable"), path + "aer_dev_correctable"),
-                aer_nonfatal=reader.parsed(nonfatal, _aer("aer_dev_nonfatal"), path + "aer_dev_nonfatal"),
-                aer_fatal=reader.parsed(fatal, _aer("aer_dev_fatal"), path + "aer_dev_fatal"),
-            )
-        )
+            key = (entry, address, *texts)
+            parsed = memo.last.get(key)
+            if parsed is None:
+                parsed = _parse_pcie(root, entry, address, texts)
+            memo.keep(key, parsed)
+            readings.append(parsed[0])
+            reader.conditions.extend(parsed[1])
+    finally:
+        memo.done()
+        if read is not None:
+            read.done()
     return tuple(readings), tuple(reader.conditions)
+
+
+def _parse_pcie(
+    root: HostRoot, entry: str, address: PciAddress, texts: Sequence[str | None]
+) -> tuple[PcieLinkReading, tuple[Condition, ...]]:
+    """One function's reading from its attribute texts (``PCI_ATTRIBUTES`` order), with the
+    conditions of text that does not parse: a pure function of its arguments."""
+    reader = _Reader(root)
+    path = f"{entry}/"
+    speed, width, max_speed, max_width, cor, nonfatal, fatal = texts
+    reading = PcieLinkReading(
+        address=address,
+        current_gts=reader.parsed(speed, parse_link_speed, path + "current_link_speed"),
+        current_width=reader.parsed(width, parse_link_width, path + "current_link_width"),
+        max_gts=reader.parsed(max_speed, parse_link_speed, path + "max_link_speed"),
+        max_width=reader.parsed(max_width, parse_link_width, path + "max_link_width"),
+        aer_correctable=reader.parsed(cor, _aer("aer_dev_correctable"), path + "aer_dev_correctable"),
+        aer_nonfatal=reader.parsed(nonfatal, _aer("aer_dev_nonfatal"), path + "aer_dev_nonfatal"),
+        aer_fatal=reader.parsed(fatal, _aer("aer_dev_fatal"), path + "aer_dev_fatal"),
+    )
+    return reading, tuple(reader.conditions)
+
+
+#: a function whose attribute texts are longer than this in all is parsed every read (real ones:
+#: ~600 bytes, most of it the three AER tables)
+_MEMO_TEXT_LIMIT = 8 * 1024
+#: the most text kept from one read for all its functions
+_MEMO_TEXTS = 4 << 20
+
+
+class LinkMemo:
+    """The PCIe readings parsed in the last read (``last``) and in this one, by everything read for
+    them (the function's path and its attribute texts). One per scan context (``Context.cache``).
+
+    Only the last read's readings are kept: an unchanged node finds each of its functions there, and
+    what is held is one read's worth of small values, bounded in size. A counter that rose is new
+    text, parsed afresh.
+    """
+
+    def __init__(self) -> None:
+        self.last: dict[tuple[object, ...], tuple[PcieLinkReading, tuple[Condition, ...]]] = {}
+        self._now: dict[tuple[object, ...], tuple[PcieLinkReading, tuple[Condition, ...]]] = {}
+        self._size = 0
+
+    def keep(self, key: tuple[object, ...], parsed: tuple[PcieLinkReading, tuple[Condition, ...]]) -> None:
+        size = sum(len(part) for part in key if isinstance(part, str))
+        if size <= _MEMO_TEXT_LIMIT and self._size + size <= _MEMO_TEXTS:
+            self._now[key] = parsed
+            self._size += size
+
+    def done(self) -> None:
+        """End of a read: its readings become ``last``."""
+        self.last, self._now, self._size = self._now, {}, 0
 
 
 def _aer(name: str) -> Callable[[str, str], int]:
@@ -286,10 +403,12 @@ def read_port_counters(
     return tuple(readings), tuple(reader.conditions)
 
 
-def read_links(root: HostRoot, facts: Facts) -> Facts:
+def read_links(
+    root: HostRoot, facts: Facts, memo: LinkMemo | None = None, read: PcieTexts | None = None
+) -> Facts:
     """The readings of every link of the devices in ``facts`` (``Facts.health``), with this source's
-    status and conditions."""
-    pcie, pcie_conditions = read_pcie_links(root, link_functions(facts.pci_devices))
+    status and conditions (``memo``, ``read``: see ``read_pcie_links``)."""
+    pcie, pcie_conditions = read_pcie_links(root, link_functions(facts.pci_devices), memo, read)
     ports, port_conditions = read_port_counters(root, facts.rdma_devices)
     conditions = pcie_conditions + port_conditions
     message = f"{len(pcie)} PCIe function(s), {len(ports)} RDMA port(s)"
@@ -302,6 +421,9 @@ def read_links(root: HostRoot, facts: Facts) -> Facts:
     )
 
 
-def collect(root: HostRoot, facts: Facts) -> SourceResult:
-    """``read_links`` behind the source boundary (a failure is this source's condition)."""
-    return guarded(NAME, lambda: read_links(root, facts))
+def collect(ctx: Context, facts: Facts) -> SourceResult:
+    """``read_links`` under ``ctx.root`` behind the source boundary (a failure is this source's
+    condition), reusing the readings of the context's last read where no text changed."""
+    return guarded(
+        NAME, lambda: read_links(ctx.root, facts, ctx.cache.state(LinkMemo), ctx.cache.state(PcieTexts))
+    )

@@ -50,7 +50,7 @@ from nodetopo.model import (
     SourceStatus,
     format_cpulist,
 )
-from nodetopo.sources import _sysfs
+from nodetopo.sources import _sysfs, links
 from nodetopo.sources.base import Context, SourceResult, failed, guarded
 from nodetopo.sources.commands import Command
 from nodetopo.sources.numa import parse_cpulist_text
@@ -165,16 +165,20 @@ def parse_device_location(parts: Sequence[str]) -> tuple[str | None, tuple[PciAd
 
 
 def read_pci_devices(
-    root: HostRoot, memo: _Memo | None = None
+    root: HostRoot, memo: _Memo | None = None, link_texts: links.PcieTexts | None = None
 ) -> tuple[tuple[PciDevice, ...], tuple[Condition, ...]]:
     """Every PCI function under ``root``, sorted by address, plus per-device problems as conditions.
 
     Returns no devices and one ``Unavailable`` condition when ``bus/pci/devices`` is absent.
     ``memo``: the devices of the last read through it, reused where everything read for them is
-    equal (the source passes its context's; without one nothing is reused or kept).
+    equal (the source passes its context's; without one nothing is reused or kept). ``link_texts``:
+    where the link attributes of the functions whose links may be judged are kept for ``sysfs.links``,
+    read through the directory opened here (``links.PcieTexts``; the source passes its context's).
     """
     if memo is None:
         memo = _Memo()
+    if link_texts is not None:
+        link_texts.begin()
     base = root.sys(DEVICES_DIR)
     if not base.is_dir():
         return (), (_sysfs.unavailable(NAME, f"{root.relative(base)}: missing: no PCI bus in sysfs"),)
@@ -186,7 +190,9 @@ def read_pci_devices(
     cpu_sets = _sysfs.CpuSets(NAME)
     try:
         for name in _sysfs.list_directory(base, root=root):
-            device = _read_device(root, root_real, base_dir, host_base, name, conditions, cpu_sets, memo)
+            device = _read_device(
+                root, root_real, base_dir, host_base, name, conditions, cpu_sets, memo, link_texts
+            )
             if device is not None:
                 devices.append(device)
     finally:
@@ -204,6 +210,7 @@ def _read_device(
     conditions: list[Condition],
     cpu_sets: _sysfs.CpuSets,
     memo: _Memo,
+    link_texts: links.PcieTexts | None = None,
 ) -> PciDevice | None:
     # Strings, not Path objects: pathlib costs more than the reads (10 attributes per function).
     entry_dir = f"{base_dir}/{name}"
@@ -253,6 +260,9 @@ def _read_device(
                 for attribute, text in zip(ATTRIBUTES[:3], texts, strict=False)
             )
         driver = _driver(dir_fd, real_dir)
+        if link_texts is not None and opened is not None and dir_fd is not None:
+            # the directory sysfs.links would open again (resolved the same way: a sysfs-style link)
+            link_texts.offer(root, address, dir_fd, real_dir, texts[0], texts[1])
     finally:
         if dir_fd is not None:
             os.close(dir_fd)
@@ -447,8 +457,8 @@ def _driver(dir_fd: int | None, real_dir: str) -> str | None:
     return os.path.basename(target.rstrip("/")) or None
 
 
-def _collect(root: HostRoot, memo: _Memo) -> Facts:
-    devices, conditions = read_pci_devices(root, memo)
+def _collect(root: HostRoot, memo: _Memo, link_texts: links.PcieTexts | None = None) -> Facts:
+    devices, conditions = read_pci_devices(root, memo, link_texts)
     if not devices and conditions:
         facts = failed(NAME, conditions[0].reason, "; ".join(c.message for c in conditions[:3]))
         return Facts(sources=facts.sources, conditions=conditions)
@@ -463,4 +473,4 @@ def _collect(root: HostRoot, memo: _Memo) -> Facts:
 def collect(ctx: Context) -> SourceResult:
     """The PCI source: ``read_pci_devices(ctx.root)`` behind the source boundary, reusing the
     devices of the context's last read where nothing read for them changed."""
-    return guarded(NAME, lambda: _collect(ctx.root, ctx.cache.state(_Memo)))
+    return guarded(NAME, lambda: _collect(ctx.root, ctx.cache.state(_Memo), ctx.cache.state(links.PcieTexts)))

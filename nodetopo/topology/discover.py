@@ -65,7 +65,7 @@ def collect(ctx: Context, selected: Sequence[Source] | None = None) -> tuple[Fac
         results.append(result)
         facts = facts.merge(result.facts)
     if selected is None or any(s.NAME in ("sysfs.pci", "sysfs.rdma") for s in selected):
-        result = links.collect(ctx.root, facts)
+        result = links.collect(ctx, facts)
         results.append(result)
         facts = facts.merge(result.facts)
     return facts, tuple(results)
@@ -81,7 +81,8 @@ def judged(ctx: Context, facts: Facts, judge: Judge, now: float) -> tuple[Topolo
     """The topology of ``facts`` with its links judged by ``judge`` at ``now`` (wall-clock seconds)."""
     topology_facts = dataclasses.replace(facts, health=NO_READINGS)
     plain = ctx.cache.last(derive_topology)(topology_facts)
-    edges = edge_readings(facts, plain, judge.policy)
+    # pure: an unchanged node's edges are the last scan's (the tracker judges them again: its rates move)
+    edges = ctx.cache.last(edge_readings)(facts, plain, judge.policy)
     report = judge.judge(edges, now)
     topology = ctx.cache.last(derive_healthy)(topology_facts, report.degraded) if report.degraded else plain
     return ctx.cache.last(with_health)(topology, report), edges

@@ -26,10 +26,12 @@ from typing import Any
 
 from nodetopo.admission.rules import ANNOTATIONS_POLICY as ANN
 from nodetopo.admission.rules import TOPOLOGY_POLICY as TOPO
+from nodetopo.admission.rules import WORKLOAD_ANNOTATIONS_POLICY as WANN
+from nodetopo.admission.rules import WORKLOAD_TOPOLOGY_POLICY as WTOPO
 
 KNOWN = (
     "known: gpus-in-one-island, max-nic-distance, numa-aligned, rdma, link-layer, topology, "
-    "topology-scope, gpus-per-pod"
+    "topology-scope, gpus-per-pod, min-busbw"
 )
 NO_TOPOLOGY = (
     "pod requests {n} GPUs (at least 2) but declares no topology: set nodetopo.io/gpus-in-one-island "
@@ -52,10 +54,15 @@ class Case:
     node_selector: dict[str, str] = dataclasses.field(default_factory=dict)
     job_parallelism: int | None = None  #: a batch/v1 Job with this parallelism instead of a Pod
     summary: str = "mixed"
+    #: RayCluster / RayJob (the pod is worker group "gpu"'s template, ``replicas`` x ``hosts``, beside
+    #: a CPU head) or JobSet (replicated job "workers", ``replicas`` x ``job_parallelism``)
+    workload: str | None = None
+    replicas: int = 1
+    hosts: int | None = None  #: a worker group's numOfHosts
 
     @property
     def kind(self) -> str:
-        return "Job" if self.job_parallelism is not None else "Pod"
+        return self.workload or ("Job" if self.job_parallelism is not None else "Pod")
 
 
 def _case(id: str, annotations: dict[str, str], expected: tuple[str, str] | None, **kw: Any) -> Case:
@@ -79,6 +86,20 @@ def deny_topo(id: str, annotations: dict[str, str], message: str, **kw: Any) -> 
     return _case(id, annotations, (TOPO, message), **kw)
 
 
+def workload(kind: str, case: Case, *, replicas: int = 1, **kw: Any) -> Case:
+    """``case`` as the pod template of a RayCluster's or RayJob's worker group "gpu" or a JobSet's
+    replicated job "workers" (``kind``), ``replicas`` of them: the same denial, on the workload
+    policy, each message prefixed with the group."""
+    expected = case.expected
+    if expected is not None:
+        subject = 'replicated job "workers"' if kind == "JobSet" else 'worker group "gpu"'
+        policy = {ANN: WANN, TOPO: WTOPO}[expected[0]]
+        expected = (policy, "; ".join(f"{subject}: {m}" for m in expected[1].split("; ")))
+    return dataclasses.replace(
+        case, id=f"{kind.lower()}-{case.id}", workload=kind, replicas=replicas, expected=expected, **kw
+    )
+
+
 def on(summary: str, *cases: Case) -> tuple[Case, ...]:
     """``cases`` judged against the summary named ``summary``."""
     return tuple(dataclasses.replace(case, summary=summary) for case in cases)
@@ -98,6 +119,7 @@ CASES: tuple[Case, ...] = (
             "nodetopo.io/link-layer": "infiniband",
             "nodetopo.io/topology": "ANY",
             "nodetopo.io/gpus-per-pod": "2",
+            "nodetopo.io/min-busbw": "372.5",
             **SCOPE,
         },
         gpus=2,
@@ -128,6 +150,16 @@ CASES: tuple[Case, ...] = (
         "huge-number",
         {"nodetopo.io/gpus-per-pod": "99999999999999999999"},
         'nodetopo.io/gpus-per-pod: expected a whole number from 1 to 999, got "99999999999999999999"',
+    ),
+    deny_ann(
+        "min-busbw-with-unit",
+        {"nodetopo.io/min-busbw": "400GB/s"},
+        'nodetopo.io/min-busbw: expected a positive number of GB/s (400, 372.5), got "400GB/s"',
+    ),
+    deny_ann(
+        "min-busbw-zero",
+        {"nodetopo.io/min-busbw": "0.0"},
+        'nodetopo.io/min-busbw: expected a positive number of GB/s (400, 372.5), got "0.0"',
     ),
     deny_ann(
         "zero",
@@ -239,7 +271,7 @@ CASES: tuple[Case, ...] = (
         job_parallelism=4,
     ),
     admit(
-        "job-gang-declared", {**ISLAND, "nodetopo.io/gpus-per-pod": "8", **SCOPE}, gpus=8, job_parallelism=4
+        "job-gang-declared", {**ISLAND, "nodetopo.io/gpus-per-pod": "8", **SCOPE}, gpus=8, job_parallelism=2
     ),
     admit("job-sequential", ISLAND, gpus=8, job_parallelism=1),
     admit("job-cpu-gang", gpus=0, job_parallelism=8),
@@ -254,7 +286,8 @@ CASES: tuple[Case, ...] = (
     deny_topo(
         "job-island-16-too-big",
         {**ISLAND, "nodetopo.io/gpus-per-pod": "16", **SCOPE},
-        "pod needs 16 GPUs in one NVLink island but the largest island in the cluster has 8",
+        "pod needs 16 GPUs in one NVLink island but the largest island in the cluster has 8; "
+        "Job runs 2 pods of 16 GPUs (32) at once but there are 22 whole GPUs in the cluster",
         gpus=16,
         job_parallelism=2,
     ),
@@ -264,6 +297,13 @@ CASES: tuple[Case, ...] = (
         "pod needs 16 GPUs in one NVLink island but the largest island in the cluster has 8",
         gpus=8,
         inits=((8, True),),
+    ),
+    deny_topo(
+        "job-gang-more-gpus-than-the-cluster",
+        {**ISLAND, "nodetopo.io/gpus-per-pod": "8", **SCOPE},
+        "Job runs 4 pods of 8 GPUs (32) at once but there are 22 whole GPUs in the cluster",
+        gpus=8,
+        job_parallelism=4,
     ),
     admit("numa-6-fits", {"nodetopo.io/numa-aligned": "true"}, gpus=6),
     deny_topo(
@@ -422,6 +462,115 @@ CASES: tuple[Case, ...] = (
         summary="partial",
         node_selector={"nodetopo.io/gpu.model": "NVIDIA-H100-80GB-HBM3"},
     ),
+    # ---- RayCluster / RayJob worker groups and JobSet replicated jobs: each group as a pod template
+    # with a count, at kubectl apply of the workload (nodetopo-workload-*) ----------------------
+    *(
+        workload(kind, case, replicas=replicas)
+        for kind in ("RayCluster", "RayJob", "JobSet")
+        for case, replicas in (
+            (admit("gang-fits", {**ISLAND, "nodetopo.io/gpus-per-pod": "8", **SCOPE}, gpus=8), 2),
+            (admit("cpu-workers", gpus=0), 8),
+            (
+                deny_topo(
+                    "island-8-plus-an-8-gpu-sidecar-too-big",
+                    ISLAND,
+                    "pod needs 16 GPUs in one NVLink island but the largest island in the cluster has 8",
+                    gpus=8,
+                    inits=((8, True),),
+                ),
+                1,
+            ),
+            (
+                deny_topo(
+                    "island-16-too-big",
+                    ISLAND,
+                    "pod needs 16 GPUs in one NVLink island but the largest island in the cluster has 8",
+                    gpus=16,
+                ),
+                1,
+            ),
+            (
+                deny_topo(
+                    "rdma-device-undeclared",
+                    {},
+                    'container "main" requests rdma/hca_shared_devices_a but the pod does not declare '
+                    "nodetopo.io/rdma",
+                    resources={"rdma/hca_shared_devices_a": "1"},
+                ),
+                1,
+            ),
+            (
+                deny_topo(
+                    "gang-more-gpus-than-the-cluster",
+                    {**ISLAND, "nodetopo.io/gpus-per-pod": "8", **SCOPE},
+                    "the group runs 4 pods of 8 GPUs (32) at once but there are 22 whole GPUs in the cluster",
+                    gpus=8,
+                ),
+                4,
+            ),
+            (
+                deny_topo(
+                    "gang-undeclared",
+                    ISLAND,
+                    "the group runs 3 pods at once but its pod template does not declare "
+                    "nodetopo.io/gpus-per-pod (e.g. 2); the group runs 3 pods at once but its pod template "
+                    "does not declare nodetopo.io/topology-scope (e.g. nodetopo.io/nvlink.domain)",
+                    gpus=2,
+                ),
+                3,
+            ),
+            (
+                deny_ann(
+                    "bad-annotation",
+                    {"nodetopo.io/topology": "none"},
+                    'nodetopo.io/topology: expected any, got "none"',
+                ),
+                1,
+            ),
+        )
+    ),
+    workload(  # numOfHosts: 2 replicas of 2 hosts are 4 pods
+        "RayCluster",
+        deny_topo(
+            "hosts-gang-more-gpus-than-the-cluster",
+            {**ISLAND, "nodetopo.io/gpus-per-pod": "8", **SCOPE},
+            "the group runs 4 pods of 8 GPUs (32) at once but there are 22 whole GPUs in the cluster",
+            gpus=8,
+        ),
+        replicas=2,
+        hosts=2,
+    ),
+    workload(  # a JobSet's replicated job: replicas x the Job's parallelism
+        "JobSet",
+        deny_topo(
+            "parallel-gang-more-gpus-than-the-cluster",
+            {**ISLAND, "nodetopo.io/gpus-per-pod": "8", **SCOPE},
+            "the group runs 4 pods of 8 GPUs (32) at once but there are 22 whole GPUs in the cluster",
+            gpus=8,
+            job_parallelism=2,
+        ),
+        replicas=2,
+    ),
+    workload(  # a worker group that selects a GPU model: judged against that model's nodes
+        "RayCluster",
+        deny_topo(
+            "gang-more-gpus-than-the-model",
+            {**ISLAND, "nodetopo.io/gpus-per-pod": "8", **SCOPE},
+            "the group runs 2 pods of 8 GPUs (16) at once but there are 8 whole GPUs among "
+            "nodetopo.io/gpu.model=Tesla-V100-SXM2-32GB nodes",
+            gpus=8,
+            node_selector={"nodetopo.io/gpu.model": "Tesla-V100-SXM2-32GB"},
+        ),
+        replicas=2,
+    ),
+    *on(
+        "stale",
+        workload(
+            "RayJob",
+            admit("stale-gang-admitted", {**ISLAND, "nodetopo.io/gpus-per-pod": "8", **SCOPE}, gpus=8),
+            replicas=4,
+        ),
+    ),
     *on(
         "missing",
         admit("missing-island-16-admitted", ISLAND, gpus=16),
@@ -448,8 +597,88 @@ SUMMARY_NAMES = (
 )
 
 
+#: Workloads as people write them (numbers unquoted where the CRDs allow it, several worker groups, a
+#: CPU head, a RayJob attached to an existing cluster), for ``nodetopo admit`` and the API server.
+USER_WORKLOADS = """\
+apiVersion: ray.io/v1
+kind: RayCluster
+metadata: {name: train, namespace: team}
+spec:
+  headGroupSpec:
+    rayStartParams: {}
+    template:
+      spec:
+        containers: [{name: ray-head, image: rayproject/ray:2.52.0}]
+  workerGroupSpecs:
+    - groupName: small
+      replicas: 2
+      rayStartParams: {}
+      template:
+        metadata:
+          annotations:
+            nodetopo.io/gpus-in-one-island: "true"
+            nodetopo.io/gpus-per-pod: "4"
+            nodetopo.io/topology-scope: nodetopo.io/fabric.tier-0
+        spec:
+          containers:
+            - name: ray-worker
+              image: rayproject/ray:2.52.0
+              resources: {limits: {nvidia.com/gpu: 4}}
+    - groupName: rdma
+      replicas: 1
+      rayStartParams: {}
+      template:
+        spec:
+          containers:
+            - name: ray-worker
+              image: rayproject/ray:2.52.0
+              resources: {limits: {nvidia.com/gpu: 1, rdma/hca_shared_devices_a: 1}}
+    - groupName: big
+      replicas: 3
+      numOfHosts: 2
+      rayStartParams: {}
+      template:
+        metadata:
+          annotations:
+            nodetopo.io/gpus-in-one-island: "true"
+            nodetopo.io/gpus-per-pod: "8"
+            nodetopo.io/topology-scope: nodetopo.io/nvlink.domain
+        spec:
+          containers:
+            - name: ray-worker
+              image: rayproject/ray:2.52.0
+              resources: {limits: {nvidia.com/gpu: 8}}
+---
+apiVersion: ray.io/v1
+kind: RayJob
+metadata: {name: attach, namespace: team}
+spec:
+  entrypoint: python train.py
+  clusterSelector: {ray.io/cluster: train}
+---
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata: {name: sweep, namespace: team}
+spec:
+  replicatedJobs:
+    - name: workers
+      replicas: 2
+      template:
+        spec:
+          parallelism: 2
+          completions: 2
+          template:
+            metadata:
+              annotations: {nodetopo.io/numa-aligned: " true"}
+            spec:
+              restartPolicy: Never
+              containers:
+                - {name: main, image: registry.invalid/train:1, resources: {limits: {nvidia.com/gpu: 2}}}
+"""
+
+
 def manifest(case: Case, name: str, namespace: str) -> dict[str, Any]:
-    """The Pod or Job of ``case``."""
+    """The Pod, Job, RayCluster, RayJob or JobSet of ``case``."""
     limits = dict(case.resources)
     if case.gpus:
         limits["nvidia.com/gpu"] = str(case.gpus)
@@ -470,6 +699,8 @@ def manifest(case: Case, name: str, namespace: str) -> dict[str, Any]:
             init["restartPolicy"] = "Always"
         spec.setdefault("initContainers", []).append(init)
     meta: dict[str, Any] = {"annotations": dict(case.annotations)} if case.annotations else {}
+    if case.workload is not None:
+        return _workload(case, name, namespace, {"metadata": meta, "spec": spec})
     if case.job_parallelism is None:
         return {
             "apiVersion": "v1",
@@ -486,6 +717,45 @@ def manifest(case: Case, name: str, namespace: str) -> dict[str, Any]:
             "completions": case.job_parallelism,
             "template": {"metadata": meta, "spec": spec},
         },
+    }
+
+
+def _workload(case: Case, name: str, namespace: str, template: dict[str, Any]) -> dict[str, Any]:
+    meta = {"name": name, "namespace": namespace}
+    if case.workload == "JobSet":
+        parallelism = case.job_parallelism or 1
+        job = {"parallelism": parallelism, "completions": parallelism, "template": template}
+        return {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": meta,
+            "spec": {
+                "replicatedJobs": [{"name": "workers", "replicas": case.replicas, "template": {"spec": job}}]
+            },
+        }
+    template["spec"]["restartPolicy"] = "Always"  # KubeRay's pods restart; the rules do not read it
+    head = {"containers": [{"name": "ray-head", "image": "registry.invalid/ray:1"}]}
+    worker: dict[str, Any] = {
+        "groupName": "gpu",
+        "replicas": case.replicas,
+        "minReplicas": 0,
+        "maxReplicas": case.replicas,
+        "rayStartParams": {},
+        "template": template,
+    }
+    if case.hosts is not None:
+        worker["numOfHosts"] = case.hosts
+    cluster = {
+        "headGroupSpec": {"rayStartParams": {}, "template": {"spec": head}},
+        "workerGroupSpecs": [worker],
+    }
+    if case.workload == "RayCluster":
+        return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": meta, "spec": cluster}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": meta,
+        "spec": {"entrypoint": "python -c 'print(1)'", "rayClusterSpec": cluster},
     }
 
 

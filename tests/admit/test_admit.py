@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from admit.cases import CASES, SUMMARY_NAMES, Case, manifest, summary, topology_of
+from admit.cases import CASES, SUMMARY_NAMES, USER_WORKLOADS, Case, manifest, summary, topology_of
 from nodetopo.admission.controller import SummaryState, SummaryWriter
 from nodetopo.admission.rules import GRAMMAR, Denial, check
 from nodetopo.admission.summary import NO_NIC, Thresholds, node_facts, summarize, summarize_objects
@@ -23,6 +23,7 @@ from nodetopo.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 POLICIES = REPO / "deploy" / "admission" / "policies.yaml"
+WORKLOAD_POLICIES = REPO / "deploy" / "admission" / "workload-policies.yaml"
 NOW = datetime.datetime(2026, 6, 1, 12, 0, tzinfo=datetime.UTC)
 
 
@@ -37,13 +38,19 @@ def test_the_table_covers_every_summary_and_both_outcomes() -> None:
     seen = Counter((c.summary, c.expected is None) for c in CASES)
     for name in SUMMARY_NAMES:
         assert seen[(name, True)] >= 1, f"no admitted case with summary {name}"
-    assert {c.expected[0] for c in CASES if c.expected} == {"nodetopo-annotations", "nodetopo-topology"}
+    assert {c.expected[0] for c in CASES if c.expected} == {
+        "nodetopo-annotations",
+        "nodetopo-topology",
+        "nodetopo-workload-annotations",
+        "nodetopo-workload-topology",
+    }
     assert len({c.id for c in CASES}) == len(CASES)
 
 
 def test_policies_carry_the_same_grammar() -> None:
-    """Both policies list exactly GRAMMAR (key, RE2 pattern, expected text), in GRAMMAR's order."""
-    docs = [d for d in yaml.safe_load_all(POLICIES.read_text()) if d]
+    """Every policy lists exactly GRAMMAR (key, RE2 pattern, expected text), in GRAMMAR's order."""
+    docs = [d for path in (POLICIES, WORKLOAD_POLICIES) for d in yaml.safe_load_all(path.read_text()) if d]
+    assert len(docs) == 4
     expected = [[key, g.pattern, g.expected] for key, g in GRAMMAR.items()]
     for doc in docs:
         variables = {v["name"]: v["expression"] for v in doc["spec"]["variables"]}
@@ -247,6 +254,57 @@ def test_admit_command(tmp_path: Path, capsys: pytest.CaptureFixture[str], cli_l
     }
 
 
+def test_admit_command_on_workloads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cli_logging: Any
+) -> None:
+    """A RayCluster as a user writes it (three worker groups beside a CPU head), a RayJob that attaches
+    to an existing cluster (nothing to judge: it creates no pods) and a JobSet: each group judged as a
+    pod template with its count, the messages naming the group."""
+    summary_file = _write(tmp_path / "summary.yaml", [summary("mixed", datetime.datetime.now(datetime.UTC))])
+    manifests = tmp_path / "ray.yaml"
+    manifests.write_text(USER_WORKLOADS)
+    assert main(["admit", str(manifests), "--summary", str(summary_file)]) == 3
+    assert capsys.readouterr().out.splitlines() == [
+        "RayCluster/team/train: refused by nodetopo-workload-topology: "
+        'worker group "rdma": container "ray-worker" requests rdma/hca_shared_devices_a but the pod does not '
+        "declare nodetopo.io/rdma; "
+        'worker group "big": the group runs 6 pods of 8 GPUs (48) at once but there are 22 whole GPUs in '
+        "the cluster",
+        "RayJob/team/attach: admitted",
+        "JobSet/team/sweep: refused by nodetopo-workload-annotations: "
+        'replicated job "workers": nodetopo.io/numa-aligned: expected true or false, got " true" '
+        "(spaces are not allowed)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("edit", "complaint"),
+    [
+        (
+            ("replicas: 2", "replicas: two"),
+            "RayCluster/team/train: worker group small: replicas: expected a whole",
+        ),
+        (
+            ("numOfHosts: 2", "numOfHosts: -2"),
+            "worker group big: numOfHosts: expected a whole number, got -2",
+        ),
+        (("parallelism: 2", "parallelism: 1.5"), "replicated job workers: parallelism: expected a whole"),
+    ],
+)
+def test_admit_bad_group_counts_exit_2(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    cli_logging: Any,
+    edit: tuple[str, str],
+    complaint: str,
+) -> None:
+    summary_file = _write(tmp_path / "summary.yaml", [summary("mixed", NOW)])
+    manifests = tmp_path / "ray.yaml"
+    manifests.write_text(USER_WORKLOADS.replace(*edit, 1))
+    assert main(["admit", str(manifests), "--summary", str(summary_file)]) == 2
+    assert complaint in capsys.readouterr().err
+
+
 def test_admit_from_nodetopology_objects(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], cli_logging: Any
 ) -> None:
@@ -265,7 +323,7 @@ def test_admit_bad_input_exits_2(
         tmp_path / "svc.yaml", [{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}]
     )
     assert main(["admit", str(service), "--summary", str(summary_file)]) == 2
-    assert "no Pod or Job" in capsys.readouterr().err
+    assert "no Pod, Job (batch/v1), RayCluster, RayJob (ray.io) or JobSet" in capsys.readouterr().err
     broken = tmp_path / "broken.yaml"
     broken.write_text("kind: Pod\n  metadata: [\n")
     assert main(["admit", str(broken), "--summary", str(summary_file)]) == 2

@@ -25,15 +25,17 @@ from typing import Any
 
 import pytest
 import yaml
-from admit.cases import CASES, Case, manifest, summary, topology_of
+from admit.cases import CASES, USER_WORKLOADS, Case, manifest, summary, topology_of
 
 from nodetopo.admission.controller import FIELD_MANAGER
+from nodetopo.admission.rules import check
 from nodetopo.admission.summary import NAME, PLURAL
 from nodetopo.kube.session import ApiSession
 from nodetopo.kube.transport import connect
 from nodetopo.resource.identity import GROUP, VERSION
 
 from .cluster import REPO, LocalCluster
+from .workload_crds import install_workload_crds
 
 pytestmark = pytest.mark.k8s
 
@@ -47,10 +49,20 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
+#: Where each kind of the table is created (RayCluster, RayJob and JobSet from their CRDs).
+PLURALS = {"Job": "jobs", "RayCluster": "rayclusters", "RayJob": "rayjobs", "JobSet": "jobsets"}
+POLICIES = (
+    "nodetopo-annotations",
+    "nodetopo-topology",
+    "nodetopo-workload-annotations",
+    "nodetopo-workload-topology",
+)
+
+
 def _path(obj: dict[str, Any], namespace: str) -> str:
-    if obj["kind"] == "Job":
-        return f"/apis/batch/v1/namespaces/{namespace}/jobs"
-    return f"/api/v1/namespaces/{namespace}/pods"
+    if obj["kind"] == "Pod":
+        return f"/api/v1/namespaces/{namespace}/pods"
+    return f"/apis/{obj['apiVersion']}/namespaces/{namespace}/{PLURALS[obj['kind']]}"
 
 
 def _denied(policy: str, mode: str, message: str) -> str:
@@ -62,6 +74,7 @@ class Admission:
 
     def __init__(self, cluster: LocalCluster, tmp: Path) -> None:
         self.cluster = cluster
+        install_workload_crds(cluster)  # before the policies: they match rayclusters, rayjobs, jobsets
         cluster.kubectl("apply", "-f", str(REPO / "deploy" / "namespace.yaml"))
         cluster.kubectl("apply", "-k", str(REPO / "deploy" / "admission"))
         self.namespaces = {mode: f"adm-{mode}-{RUN}" for mode in ("deny", "warn", "off")}
@@ -127,7 +140,7 @@ class Admission:
         if status == 201:
             return None
         message = str(answer.get("message", answer)) if isinstance(answer, dict) else str(answer)
-        for policy in ("nodetopo-annotations", "nodetopo-topology"):
+        for policy in POLICIES:
             marker = f"ValidatingAdmissionPolicy '{policy}' with binding '{policy}-deny' denied request: "
             if marker in message:
                 return policy, message.split(marker, 1)[1]
@@ -165,11 +178,36 @@ def test_case_on_the_api_server(admission: Admission, case: Case) -> None:
     assert admission.verdict(obj, admission.namespaces["deny"]) == case.expected
 
 
+@pytest.mark.parametrize("index", range(3), ids=["raycluster", "rayjob-attached", "jobset"])
+def test_workloads_as_users_write_them(admission: Admission, index: int) -> None:
+    """The API server gives a RayCluster of three worker groups (GPU counts as numbers, as the CRD
+    allows), a RayJob attached to an existing cluster and a JobSet exactly the verdict of
+    ``nodetopo admit``, which refuses the first and the last."""
+    admission.set_summary("mixed")
+    obj = list(yaml.safe_load_all(USER_WORKLOADS))[index]
+    obj["metadata"]["name"] += f"-{uuid.uuid4().hex[:6]}"
+    offline = check(obj, summary("mixed", _now()))
+    expected = (offline[0].policy, offline[0].message) if offline else None
+    assert (expected is None) == (index == 1)
+    admission.settled(obj, expected)
+    assert admission.verdict(obj, admission.namespaces["deny"]) == expected
+
+
 def _kubectl_create(cluster: LocalCluster, obj: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     return cluster.kubectl("create", "-f", "-", input=yaml.safe_dump(obj), check=False)
 
 
-@pytest.mark.parametrize("case_id", ["island-16-too-big", "several-errors", "job-gang-undeclared"])
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        "island-16-too-big",
+        "several-errors",
+        "job-gang-undeclared",
+        "raycluster-rdma-device-undeclared",  # the seed case: a worker group that needs RDMA, undeclared
+        "rayjob-gang-more-gpus-than-the-cluster",
+        "jobset-bad-annotation",
+    ],
+)
 def test_warn_mode_admits_with_a_warning(admission: Admission, cluster: LocalCluster, case_id: str) -> None:
     case = next(c for c in CASES if c.id == case_id)
     assert case.expected is not None

@@ -28,10 +28,11 @@ from nodetopo.kubelet.podresources import (
     call_unary,
     grpc_frame,
     parse_allocatable_response,
+    parse_list_claims,
     parse_list_response,
     read_allocation,
 )
-from nodetopo.model import DeviceAssignment, KubeletAllocation, PodRef
+from nodetopo.model import ClaimDevice, DeviceAssignment, KubeletAllocation, PodRef
 from nodetopo.resource.body import to_nodetopology
 from nodetopo.topology.discover import bundle_context, scan
 
@@ -81,6 +82,17 @@ def list_response(*pods: bytes) -> bytes:
     return b"".join(field(1, p) for p in pods)
 
 
+def claim(name: str, namespace: str, *devices: tuple[str, str, str], cdi: str = "") -> bytes:
+    """A DynamicResource (ContainerResources field 5): the claim and its (driver, pool, device)s."""
+    body = field(2, name) + field(3, namespace)
+    for driver, pool, device in devices:
+        resource = field(2, driver) + field(3, pool) + field(4, device)
+        if cdi:
+            resource = field(1, field(1, cdi)) + resource  # CDIDevice{name}: not read
+        body += field(4, resource)
+    return field(5, body)
+
+
 # ---- parsers -------------------------------------------------------------------------------
 
 
@@ -125,6 +137,40 @@ def test_unknown_fields_are_skipped_as_protobuf_requires() -> None:
         + extra
     )
     assert [a.device_id for a in parse_list_response(data)] == ["GPU-a"]
+
+
+def test_claims_are_listed_per_container_and_device_and_apart_from_device_plugin_devices() -> None:
+    # as the 1.34 kubelet answered on the real node (tests/node/test_dra_node.py): a claim-based
+    # container has no device-plugin devices, one DynamicResource per claim
+    data = list_response(
+        pod(
+            "train-0",
+            "ml",
+            field(1, "main")
+            + claim(
+                "train-0-gpus-x7",
+                "ml",
+                ("gpu.nvidia.com", "node-a", "gpu-1"),
+                ("gpu.nvidia.com", "node-a", "gpu-0"),
+                cdi="k8s.gpu.nvidia.com/claim=uid-gpu-0",
+            )
+            + claim("train-0-nic", "ml", ("dra.net", "node-a", "ibp69s0")),
+            container("sidecar", devices("nvidia.com/gpu", "GPU-a")),
+        ),
+    )
+    main = PodRef(namespace="ml", name="train-0", container="main")
+    assert parse_list_claims(data) == (
+        ClaimDevice(driver="dra.net", pool="node-a", device="ibp69s0", claim="ml/train-0-nic", holder=main),
+        ClaimDevice(
+            driver="gpu.nvidia.com", pool="node-a", device="gpu-0", claim="ml/train-0-gpus-x7", holder=main
+        ),
+        ClaimDevice(
+            driver="gpu.nvidia.com", pool="node-a", device="gpu-1", claim="ml/train-0-gpus-x7", holder=main
+        ),
+    )
+    assert [a.device_id for a in parse_list_response(data)] == ["GPU-a"]
+    with pytest.raises(ParseError, match="claim ml/c without a driver or device"):
+        parse_list_claims(list_response(pod("p", "ml", field(1, "main") + claim("c", "ml", ("", "p", "d")))))
 
 
 def test_allocatable_response_groups_ids_by_resource() -> None:
@@ -225,6 +271,29 @@ def test_gpu_allocation_joins_uuids_replicas_and_indices(h100: object) -> None:
     counts = {r.name: (r.allocatable, r.allocated) for r in got.resources}
     assert counts == {"example.com/fpga": (2, 1), "nvidia.com/gpu": (8, 5)}
     assert device_key("GPU-x::12") == "GPU-x"
+
+
+def test_gpus_held_through_dra_claims_make_the_holders_unknown_never_free(h100: object) -> None:
+    from nodetopo.model import Topology
+
+    assert isinstance(h100, Topology)
+    a = PodRef(namespace="ml", name="a", container="main")
+    plugin = DeviceAssignment(resource="nvidia.com/gpu", device_id=str(h100.gpus[0].uuid), holder=a)
+
+    def nic(device: str) -> ClaimDevice:
+        return ClaimDevice(driver="dra.net", pool="n", device=device, claim="ml/nic", holder=a)
+
+    # a NIC driver's claims say nothing about GPUs: the device-plugin holders stand
+    with_nic = gpu_allocation(h100, KubeletAllocation(assignments=(plugin,), claim_devices=(nic("ib0"),)))
+    assert with_nic.known and with_nic.gpu_holders == ((0, (a,)),)
+    # a GPU driver's device names (gpu-3) are not GPU UUIDs: which GPU is held is not known here
+    gpu = ClaimDevice(driver="gpu.nvidia.com", pool="n", device="gpu-3", claim="ml/a-gpus", holder=a)
+    got = gpu_allocation(h100, KubeletAllocation(assignments=(plugin,), claim_devices=(gpu, nic("ib0"))))
+    assert not got.known and got.gpu_holders == ()
+    assert "1 GPU device(s) of gpu.nvidia.com allocated through ResourceClaims (ml/a-gpus)" in got.message
+    status = to_nodetopology(h100, "n", got)["status"]
+    assert status["allocation"]["state"] == "Unknown"
+    assert all("heldBy" not in g for g in status["gpus"])
 
 
 def test_the_resource_says_held_free_and_unknown_apart(h100: object) -> None:
@@ -345,6 +414,7 @@ def test_read_allocation_asks_list_then_allocatable(grpc_server: Callable[[Handl
     assert asked == [LIST_METHOD, ALLOCATABLE_METHOD]
     assert got.allocatable == (("nvidia.com/gpu", ("GPU-a", "GPU-b")),)
     assert [a.device_id for a in got.assignments] == ["GPU-a"]
+    assert got.claim_devices == ()
 
 
 def test_a_kubelet_without_get_allocatable_still_gives_the_holders(

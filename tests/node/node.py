@@ -2,9 +2,11 @@
 
 ``LocalNode`` starts, all under one work directory:
 
-* containerd (Debian's package) with its own root, state, socket and config (CRI plugin: the
-  sandbox image is a pause binary built here from ``tests/cluster/pause``, ``restrict_oom_score_adj``,
-  no AppArmor, no hugetlb, stream server on 127.0.0.1, runc's state under the work directory);
+* containerd and its runc shim built from the Go module pinned by ``tests/node/containerd`` (Debian
+  12's containerd 1.6 predates CDI, through which DRA drivers hand containers their devices), with
+  its own root, state, socket and config (CRI plugin: the sandbox image is a pause binary built here
+  from ``tests/cluster/pause``, ``restrict_oom_score_adj``, no AppArmor, no hugetlb, stream server on
+  127.0.0.1, runc's state under the work directory, CDI specs read from ``cdi_dir``); Debian's runc;
 * a CNI bridge (``BRIDGE``, ``SUBNET``) with host-local IPAM whose state is in the work directory;
 * a TCP forwarder on the bridge's gateway address to the API server on 127.0.0.1 (pods have no
   kube-proxy; they reach the API at ``api_host:api_port``);
@@ -14,7 +16,9 @@
 * and on the cluster: kube-controller-manager with every controller and kube-scheduler.
 
 On request (``start_device_plugin``): the test device plugin of ``tests/node/deviceplugin`` registered
-with this kubelet, advertising given device IDs (a fixture bundle's GPU UUIDs) as ``nvidia.com/gpu``.
+with this kubelet, advertising given device IDs (a fixture bundle's GPU UUIDs) as ``nvidia.com/gpu``;
+(``start_dra_driver``): the test DRA driver of ``tests/node/dradriver`` registered with this kubelet,
+publishing a ResourceSlice of given devices and preparing claims through CDI specs in ``cdi_dir``.
 
 Every process runs in its own process group and is stopped by its PID. ``stop()`` also removes
 what kubelet and containerd leave outside the work directory: mounts, network namespaces, the
@@ -56,8 +60,12 @@ from kube.cluster import ClusterError, LocalCluster, free_port, issue_certificat
 REPO = Path(__file__).resolve().parents[2]
 PAUSE_SOURCE = REPO / "tests" / "cluster"
 DEVICE_PLUGIN_BUILD = REPO / "tests" / "node" / "deviceplugin" / "build.sh"
+DRA_DRIVER_BUILD = REPO / "tests" / "node" / "dradriver" / "build.sh"
+CONTAINERD_BUILD = REPO / "tests" / "node" / "containerd" / "build.sh"
 #: The kubelet's device-plugin directory: fixed by the kubelet, whatever its --root-dir.
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+#: The kubelet's device manager checkpoint (devices registered and handed out), in that fixed directory.
+DEVICE_CHECKPOINT = DEVICE_PLUGIN_DIR / "kubelet_internal_checkpoint"
 CNI_BIN = Path("/usr/lib/cni")
 BRIDGE = "ntopo0"
 SUBNET_PREFIX = "10.88.77"
@@ -133,12 +141,11 @@ def missing_prerequisites() -> list[str]:
     if os.geteuid() != 0:
         missing.append("root (kubelet and containerd manage mounts, cgroups and network namespaces)")
     for tool, package in [
-        ("containerd", "containerd"),
         ("ctr", "containerd"),
         ("runc", "runc"),
         ("mmdebstrap", "mmdebstrap"),
         ("ip", "iproute2"),
-        ("go", "Go (builds the pause binary)"),
+        ("go", "Go (builds containerd and the pause binary)"),
     ]:
         if shutil.which(tool) is None:
             missing.append(f"{tool} (install {package})")
@@ -164,7 +171,13 @@ def missing_prerequisites() -> list[str]:
 
 #: The programs a node runs that outlive a test run killed before its teardown (SIGKILL, OOM, a CI
 #: job cancelled): each started with a path under the run's pytest base temp on its command line.
-NODE_PROGRAMS = ("kubelet", "containerd", "containerd-shim-runc-v2", "deviceplugin", "draplugin")
+NODE_PROGRAMS = (
+    "kubelet",
+    "containerd",
+    "containerd-shim-runc-v2",
+    "nodetopo-test-deviceplugin",
+    "nodetopo-test-dradriver",
+)
 
 
 def reclaim_after_a_dead_run(
@@ -259,6 +272,35 @@ def _run(argv: list[str], *, timeout: float = 120, check: bool = True) -> subpro
     return done
 
 
+def _build_tool(script: Path) -> Path:
+    """Run a cached Go build script (it prints its bin directory last) and return that directory."""
+    try:
+        done = subprocess.run([str(script)], capture_output=True, text=True, timeout=1800, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise NodeError(f"{script}: {e}") from e
+    if done.returncode != 0:
+        raise NodeError(f"{script} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def _published_order(names: list[str], inventory: dict[str, Any], order: str) -> list[str]:
+    """The order the test DRA driver publishes ``names`` in (its ``--order``; see its package doc)."""
+    if order == "as-given":
+        return list(names)
+    if order == "reversed":
+        return list(reversed(names))
+    if order != "across-groups":
+        raise NodeError(f"unknown DRA driver order {order!r}")
+    groups = [list(g) for g in inventory.get("groups", [])]
+    grouped = {n for g in groups for n in g}
+    groups += [[n] for n in names if n not in grouped]
+    groups.sort(key=len, reverse=True)  # stable, as the driver's sort.SliceStable
+    out: list[str] = []
+    for rank in range(max((len(g) for g in groups), default=0)):
+        out += [g[rank] for g in groups if rank < len(g)]
+    return out
+
+
 def _terminate(popen: subprocess.Popen[bytes], *, grace: float = 10.0) -> None:
     if popen.poll() is not None:
         return
@@ -287,6 +329,7 @@ class LocalNode:
         self._sysctls: dict[Path, str | None] = {}
         self.timings: dict[str, float] = {}
         self.kubelet_port = 0
+        self.containerd_bin: Path | None = None
 
     # ---- paths ------------------------------------------------------------------------------
 
@@ -297,6 +340,16 @@ class LocalNode:
     @property
     def kubelet_root(self) -> Path:
         return self.workdir / "kubelet"
+
+    @property
+    def cdi_dir(self) -> Path:
+        """Where containerd reads CDI specs (the test DRA driver writes them here)."""
+        return self.workdir / "cdi"
+
+    @property
+    def plugins_registry(self) -> Path:
+        """The kubelet's plugin registration directory (``<root-dir>/plugins_registry``)."""
+        return self.kubelet_root / "plugins_registry"
 
     @property
     def pod_logs(self) -> Path:
@@ -322,8 +375,13 @@ class LocalNode:
             raise NodeError("this machine cannot host the test node; missing: " + "; ".join(missing))
         atexit.register(self.stop)
         self._remember_outside_state()
+        # A run that was killed leaves its checkpoint behind: the next kubelet would restore that run's
+        # nvidia.com/gpu (capacity, with no plugin serving it). One node per machine (the machine lock),
+        # so any checkpoint here is a dead node's.
+        DEVICE_CHECKPOINT.unlink(missing_ok=True)
         try:
             self._timed("controllers", self._start_controllers)
+            self._timed("containerd build", self._build_containerd)
             self._timed("pause image", self._build_pause)
             self._timed("containerd", lambda: self.start_containerd(timeout=timeout))
             self._timed("pause import", lambda: self.import_image(self.workdir / "pause.oci.tar"))
@@ -361,6 +419,12 @@ class LocalNode:
     def _start_controllers(self) -> None:
         self.cluster.start_controller_manager(controllers="*")
         self.cluster.start_scheduler()
+
+    # ---- builds -----------------------------------------------------------------------------
+
+    def _build_containerd(self) -> None:
+        """containerd and containerd-shim-runc-v2 (one directory), built once and cached."""
+        self.containerd_bin = _build_tool(CONTAINERD_BUILD)
 
     # ---- images -----------------------------------------------------------------------------
 
@@ -409,7 +473,7 @@ class LocalNode:
 
     # ---- containerd -------------------------------------------------------------------------
 
-    def _spawn(self, name: str, argv: list[str]) -> _Process:
+    def _spawn(self, name: str, argv: list[str], *, env: dict[str, str] | None = None) -> _Process:
         log = self.log(name)
         with log.open("ab") as handle:
             popen = subprocess.Popen(
@@ -419,6 +483,7 @@ class LocalNode:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 cwd=self.workdir,
+                env=env,
             )
         process = _Process(name=name, popen=popen, log=log)
         self._processes[name] = process
@@ -458,6 +523,8 @@ class LocalNode:
                         },
                     },
                     "cni": {"bin_dir": str(CNI_BIN), "conf_dir": str(self.workdir / "cni")},
+                    "enable_cdi": True,
+                    "cdi_spec_dirs": [str(self.cdi_dir)],
                     "registry": {"config_path": ""},
                 },
             },
@@ -468,7 +535,17 @@ class LocalNode:
         config = self.workdir / "containerd.toml"
         config.write_text(_toml(self.containerd_config()))
         self._write_cni()
-        process = self._spawn("containerd", ["containerd", "--config", str(config), "--log-level", "info"])
+        self.cdi_dir.mkdir(exist_ok=True)
+        if self.containerd_bin is None:
+            self._build_containerd()
+        assert self.containerd_bin is not None
+        # The shim is looked up on PATH first: this build's, not a packaged one.
+        env = {**os.environ, "PATH": f"{self.containerd_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+        process = self._spawn(
+            "containerd",
+            [str(self.containerd_bin / "containerd"), "--config", str(config), "--log-level", "info"],
+            env=env,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if process.popen.poll() is not None:
@@ -503,15 +580,7 @@ class LocalNode:
         the kubelet chose (a broken plugin).
         Its log is ``log("deviceplugin")``."""
         self.stop_device_plugin()
-        try:
-            done = subprocess.run(
-                [str(DEVICE_PLUGIN_BUILD)], capture_output=True, text=True, timeout=600, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise NodeError(f"{DEVICE_PLUGIN_BUILD}: {e}") from e
-        if done.returncode != 0:
-            raise NodeError(f"{DEVICE_PLUGIN_BUILD} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-        binary = Path(done.stdout.strip().splitlines()[-1]) / "nodetopo-test-deviceplugin"
+        binary = _build_tool(DEVICE_PLUGIN_BUILD) / "nodetopo-test-deviceplugin"
         config = self.workdir / "deviceplugin.json"
         config.write_text(json.dumps({"devices": devices, "islands": islands}))
         log = self.log("deviceplugin")
@@ -548,6 +617,70 @@ class LocalNode:
     def stop_device_plugin(self) -> None:
         if "deviceplugin" in self._processes:
             _terminate(self._processes.pop("deviceplugin").popen)
+
+    # ---- DRA drivers ------------------------------------------------------------------------
+
+    def start_dra_driver(
+        self,
+        inventory: dict[str, Any],
+        *,
+        order: str = "as-given",
+        misreport: bool = False,
+        timeout: float = 90.0,
+    ) -> dict[str, Any]:
+        """(Re)start the test DRA driver (tests/node/dradriver, built by its cached build.sh) for
+        ``inventory`` (its config: ``driver``, ``devices``, ``groups``), registered with this kubelet
+        and publishing the devices in ``order`` (``as-given``, ``across-groups``: the test switch,
+        ``reversed``); ``misreport``: containers get the next device's edits. Waits until the Node's
+        ResourceSlice of that driver lists every device in that order and returns it.
+        Its log is ``log("dradriver-<driver>")``."""
+        driver = str(inventory["driver"])
+        self.stop_dra_driver(driver)
+        binary = _build_tool(DRA_DRIVER_BUILD) / "nodetopo-test-dradriver"
+        config = self.workdir / f"dradriver-{driver}.json"
+        config.write_text(json.dumps(inventory, indent=1))
+        plugin_dir = self.workdir / "dra" / driver
+        argv = [
+            str(binary),
+            f"--config={config}",
+            f"--kubeconfig={self.cluster.kubeconfig}",
+            f"--node-name={self.name}",
+            f"--registrar-dir={self.plugins_registry}",
+            f"--plugin-dir={plugin_dir}",
+            f"--cdi-dir={self.cdi_dir}",
+            f"--order={order}",
+        ]
+        argv += ["--misreport-devices"] if misreport else []
+        process = self._spawn(f"dradriver-{driver}", argv)
+        expected = _published_order(
+            [str(d["device"]["name"]) for d in inventory["devices"]], inventory, order
+        )
+        deadline = time.monotonic() + timeout
+        last = "no ResourceSlice"
+        while time.monotonic() < deadline:
+            if process.popen.poll() is not None:
+                raise self._fail(f"dradriver-{driver}", f"exited with {process.popen.returncode}")
+            for item in self.resource_slices(driver):
+                names = [d["name"] for d in item["spec"].get("devices", [])]
+                if names == expected:
+                    return item
+                last = f"ResourceSlice {item['metadata']['name']} lists {names}, expected {expected}"
+            time.sleep(0.5)
+        raise self._fail(f"dradriver-{driver}", f"not published after {timeout:.0f}s ({last})")
+
+    def stop_dra_driver(self, driver: str) -> None:
+        name = f"dradriver-{driver}"
+        if name in self._processes:
+            _terminate(self._processes.pop(name).popen)
+
+    def resource_slices(self, driver: str) -> list[dict[str, Any]]:
+        """This node's ResourceSlices of ``driver`` (resource.k8s.io/v1)."""
+        status, body = self.cluster.request(
+            "GET", f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3D{self.name}"
+        )
+        if status != 200:
+            raise NodeError(f"listing ResourceSlices: {status} {body}")
+        return [i for i in body.get("items", []) if i["spec"]["driver"] == driver]
 
     # ---- network ----------------------------------------------------------------------------
 

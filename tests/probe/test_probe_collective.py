@@ -172,3 +172,39 @@ def test_no_band_to_compare_with_is_a_skip_with_the_figure() -> None:
     assert c.status is Status.SKIP and "NodeTopology/n1 does not list GPU(s) 9" in c.reason
     c = check_collective(_seen(ids, text), promised, Thresholds())
     assert (c.status, c.attribution) == (Status.FAIL, Attribution.RESOURCE_NOT_REAL)
+
+
+@pytest.mark.corpus
+def test_the_pods_declared_need_is_its_min_busbw_annotation(tmp_path: Path, corpus: Path) -> None:
+    """The pod's ``nodetopo.io/min-busbw`` (the downward API's annotations file, or ``--annotation``) is
+    the need the collective is judged by; ``--min-busbw`` says one over it."""
+    log = corpus / "perf/oci-gb300-nvl72-1host-4gpu.txt"
+    tray = gb300_tray("oci-gb300.0")
+    code, report, check, term = probe(tmp_path, tray, 4, log, "--annotation", "nodetopo.io/min-busbw=900")
+    assert (check["status"], check["attribution"]) == ("fail", "PlacedWrong"), check
+    assert "the workload needs 900 GB/s" in check["reason"] and code == 1
+    declared = next(c for c in report["checks"] if c["name"] == "declared")
+    assert "min-busbw=900 GB/s" in declared["reason"], declared
+    assert term.startswith("PlacedWrong: collective: 685.27 GB/s busbw at 16 GiB"), term
+    annotations = tmp_path / "annotations"
+    annotations.write_text('nodetopo.io/min-busbw="900"\n')
+    code, _, check, _ = probe(tmp_path, tray, 4, log, "--annotations-file", str(annotations))
+    assert (check["status"], check["attribution"]) == ("fail", "PlacedWrong") and code == 1
+    code, _, check, _ = probe(
+        tmp_path, tray, 4, log, "--annotations-file", str(annotations), "--min-busbw", "600"
+    )
+    assert check["status"] == "pass" and "Passed: 685.27 GB/s" in check["reason"] and code == 0
+    code, _, check, _ = probe(tmp_path, tray, 4, log, "--annotation", "nodetopo.io/min-busbw=600")
+    assert check["status"] == "pass" and code == 0
+
+
+def test_a_min_busbw_that_is_no_number_is_a_bad_declaration() -> None:
+    from tests.probe.test_checks import declared
+
+    bad = declared(min_busbw="400GB/s")
+    assert bad.request is None and bad.error is not None
+    assert (
+        'nodetopo.io/min-busbw: expected a positive number of GB/s (400, 372.5), got "400GB/s"' in bad.error
+    )
+    only = declared(min_busbw="372.5")
+    assert only.annotated and only.min_busbw == 372.5 and only.error is None

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from nodetopo.errors import ParseError
-from nodetopo.host import HostRoot
+from nodetopo.host import HostRoot, ReplayRunner
 from nodetopo.model import PciAddress, RdmaDevice, RdmaPort
-from nodetopo.sources import links, nvidia_smi, nvml
+from nodetopo.sources import links, nvidia_smi, nvml, pci
+from nodetopo.sources.base import Context
 from nodetopo.sources.nvml.source import read_nvml_with_health
 from tests.sysfs_trees import GPUD_INFINIBAND, gpud_infiniband_root
 
@@ -121,6 +122,88 @@ def test_garbage_is_a_parse_error_of_the_file(tmp_path: Path) -> None:
     assert reading.current_width is None
     assert condition.source == "sysfs.links" and condition.reason.value == "ParseError"
     assert "sys/bus/pci/devices/0000:01:00.0/current_link_width" in condition.message
+
+
+def test_a_rescan_reads_every_file_and_parses_only_what_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through one memo (the scan context's), an unchanged function's reading is given back as parsed
+    at the last read (no AER table parsed again); a counter that rose is new text, parsed afresh; a
+    file that does not parse is its condition at every read, not only the first."""
+    real = tmp_path / "sys/devices/pci0000:00/0000:01:00.0"
+    _write(real / "max_link_width", "16\n")
+    _write(real / "current_link_width", "lots\n")
+    _write(real / "aer_dev_correctable", AER_CORRECTABLE)
+    devices = tmp_path / "sys/bus/pci/devices"
+    devices.mkdir(parents=True)
+    os.symlink("../../../devices/pci0000:00/0000:01:00.0", devices / "0000:01:00.0")
+    root, addresses = HostRoot(tmp_path), [PciAddress.parse("0000:01:00.0")]
+    parsed: list[str] = []
+    parse_aer_total = links.parse_aer_total
+
+    def counting(text: str, path: str, total: str) -> int:
+        parsed.append(path)
+        return parse_aer_total(text, path, total)
+
+    monkeypatch.setattr(links, "parse_aer_total", counting)
+    memo = links.LinkMemo()
+    (first,), first_conditions = links.read_pcie_links(root, addresses, memo)
+    (again,), again_conditions = links.read_pcie_links(root, addresses, memo)
+    assert again is first and len(parsed) == 1
+    assert again_conditions == first_conditions and len(first_conditions) == 1
+    _write(real / "aer_dev_correctable", AER_CORRECTABLE.replace("TOTAL_ERR_COR 4", "TOTAL_ERR_COR 9"))
+    (rose,), _ = links.read_pcie_links(root, addresses, memo)
+    assert (first.aer_correctable, rose.aer_correctable, len(parsed)) == (4, 9, 2)
+    (fresh,), _ = links.read_pcie_links(root, addresses)  # without a memo nothing is kept
+    assert fresh == rose and fresh is not rose
+
+
+def test_the_pci_pass_reads_the_links_once_and_they_are_not_kept_past_the_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sysfs.pci`` reads a GPU's and its port's link attributes through the directory it has open;
+    ``sysfs.links`` takes those texts (opening no directory again) and reads the rest itself (the
+    audio function is not offered). The texts belong to one scan: a link read without a PCI read
+    before it reads the files again."""
+    port = tmp_path / "sys/devices/pci0000:00/0000:00:01.0"
+    gpu = port / "0000:01:00.0"
+    audio = port / "0000:01:00.1"
+    for directory, cls, vendor in (
+        (port, "0x060400", "0x8086"),
+        (gpu, "0x030200", "0x10de"),
+        (audio, "0x040300", "0x10de"),
+    ):
+        _write(directory / "class", cls + "\n")
+        _write(directory / "vendor", vendor + "\n")
+        _write(directory / "device", "0x2330\n")
+        _write(directory / "max_link_width", "16\n")
+        _write(directory / "current_link_width", "16\n")
+    devices = tmp_path / "sys/bus/pci/devices"
+    devices.mkdir(parents=True)
+    for address, target in (
+        ("0000:00:01.0", "pci0000:00/0000:00:01.0"),
+        ("0000:01:00.0", "pci0000:00/0000:00:01.0/0000:01:00.0"),
+        ("0000:01:00.1", "pci0000:00/0000:00:01.0/0000:01:00.1"),
+    ):
+        os.symlink(f"../../../devices/{target}", devices / address)
+    ctx = Context(root=HostRoot(tmp_path), runner=ReplayRunner({}))
+    facts = pci.collect(ctx).facts
+    opened: list[str] = []
+    open_link_directory = HostRoot.open_link_directory
+
+    def counting(self: HostRoot, link: str) -> tuple[int, str] | None:
+        opened.append(link.rsplit("/", 1)[-1])
+        return open_link_directory(self, link)
+
+    monkeypatch.setattr(HostRoot, "open_link_directory", counting)
+    addresses = [d.address for d in facts.pci_devices]
+    shared, _ = links.read_pcie_links(ctx.root, addresses, read=ctx.cache.state(links.PcieTexts))
+    assert opened == ["0000:01:00.1"]  # the audio function only: the PCI pass offered the other two
+    assert shared == links.read_pcie_links(ctx.root, addresses)[0]
+    _write(gpu / "current_link_width", "8\n")
+    opened.clear()
+    again, _ = links.read_pcie_links(ctx.root, addresses, read=ctx.cache.state(links.PcieTexts))
+    assert len(opened) == 3 and [r.current_width for r in again] == [16, 8, 16]
 
 
 @pytest.mark.corpus

@@ -1,0 +1,64 @@
+"""The CRDs of the workloads admission judges as a whole: RayCluster and RayJob from the KubeRay module
+(``kuberay.apply_crds``, the version tests/cluster-kuberay builds), JobSet from its own module at the
+version Kueue's module requires (tests/cluster-kueue/go.mod), fetched with ``go mod download`` into the
+Go module cache like them: nothing of either is committed here, and no operator runs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .cluster import LocalCluster
+from .kuberay import KubeRayError, apply_crds
+from .kueue import MODULE_DIR as KUEUE_MODULE_DIR
+
+JOBSET = "sigs.k8s.io/jobset"
+
+
+def jobset_version() -> str:
+    for line in (KUEUE_MODULE_DIR / "go.mod").read_text().splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0] == JOBSET:
+            return words[1]
+    raise AssertionError(f"tests/cluster-kueue/go.mod does not require {JOBSET}")
+
+
+def jobset_crd() -> Path:
+    if shutil.which("go") is None:
+        pytest.fail("Go is needed to download the JobSet module (its CRD)", pytrace=False)
+    version = jobset_version()
+    done = subprocess.run(
+        ["go", "mod", "download", "-json", f"{JOBSET}@{version}"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        cwd=KUEUE_MODULE_DIR,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"go mod download {JOBSET}@{version} failed: {done.stdout[-500:]} {done.stderr[-500:]}")
+    return Path(json.loads(done.stdout)["Dir"]) / "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
+
+
+def install_workload_crds(cluster: LocalCluster) -> None:
+    """RayCluster, RayJob (and RayService) and JobSet served by ``cluster``, Established."""
+    try:
+        apply_crds(cluster)
+    except KubeRayError as e:
+        pytest.fail(str(e), pytrace=False)
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(jobset_crd()))
+    deadline = time.monotonic() + 60
+    while True:
+        done = cluster.kubectl("get", "crd", "jobsets.jobset.x-k8s.io", "-o", "json", check=False)
+        conditions = json.loads(done.stdout).get("status", {}).get("conditions") or [] if done.stdout else []
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"CRD jobsets.jobset.x-k8s.io not Established after 60s: {done.stdout[-500:]}")
+        time.sleep(0.5)

@@ -120,6 +120,42 @@ def build_state(nodes: int, statuses: list[dict[str, Any]]) -> tuple[Any, list[s
     return state, names
 
 
+def read_cost(statuses: list[dict[str, Any]], rounds: int, reps: int) -> dict[str, float]:
+    """Microseconds of CPU (this thread's) per object: the extender's ``compact_topology``, the
+    summary controller's ``compact`` and, as the peer, ``json.loads`` of the same object's JSON
+    (what the reflector pays for it anyway). The three alternate, round after round, each its
+    best round (a shared machine's load only ever adds)."""
+    from nodetopo.admission.controller import SummaryState
+    from nodetopo.extender.cache import ClusterState
+
+    texts = [
+        json.dumps(
+            {
+                "apiVersion": "nodetopo.io/v1alpha1",
+                "kind": "NodeTopology",
+                "metadata": {"name": f"gpu-node-{i:05d}", "resourceVersion": str(i)},
+                "status": status,
+            }
+        )
+        for i, status in enumerate(statuses)
+    ]
+    objects = [json.loads(text) for text in texts]
+    ways = {
+        "compact_topology": lambda i: ClusterState.compact_topology(objects[i]),
+        "summary": lambda i: SummaryState.compact(objects[i]),
+        "json.loads": lambda i: json.loads(texts[i]),
+    }
+    best = dict.fromkeys(ways, float("inf"))
+    for _ in range(rounds):
+        for way, fn in ways.items():
+            start = time.thread_time()
+            for i in range(reps):
+                fn(i % len(objects))
+            best[way] = min(best[way], (time.thread_time() - start) / reps * 1e6)
+    best["bytes"] = sum(map(len, texts)) / len(texts)
+    return best
+
+
 def request_body(names: list[str], which: int) -> dict[str, Any]:
     annotations, gpus = PODS[which % len(PODS)]
     return {"Pod": pod(10_000_000 + which, annotations, gpus), "NodeNames": names}
@@ -277,6 +313,23 @@ def run(quick: bool) -> Section:
                     "–",
                 )
             )
+    cost = read_cost(fixture_statuses(), rounds=3 if quick else 7, reps=500 if quick else 2000)
+    peer = cost["json.loads"]
+    section.rows.append(
+        Row(
+            "reading a NodeTopology for placement (`compact_topology`), CPU per object ÷ `json.loads` of it",
+            f"{cost['compact_topology']:.0f} µs = {cost['compact_topology'] / peer:.2f}×",
+        )
+    )
+    section.tables.append(
+        table(
+            ["per object (fixture machines' objects in turn)", "CPU µs", "÷ json.loads"],
+            [[way, f"{cost[way]:.1f}", f"{cost[way] / peer:.2f}×"] for way in ("compact_topology", "summary")]
+            + [["json.loads of its JSON (peer)", f"{peer:.1f}", "1.00×"]],
+            title=f"Reading the objects (mean object {cost['bytes']:,.0f} B of JSON; "
+            "CPU of the reading thread, best round)",
+        )
+    )
     section.tables.append(
         table(
             [
@@ -326,11 +379,19 @@ def run(quick: bool) -> Section:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--serve", type=int, required=True, metavar="NODES")
+    parser.add_argument("--serve", type=int, metavar="NODES")
+    parser.add_argument(
+        "--read-cost", action="store_true", help="only print the per-object read cost (JSON) and exit"
+    )
     parser.add_argument("--candidates", type=int, default=0)
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--null", action="store_true")
     args = parser.parse_args()
+    if args.read_cost:
+        print(json.dumps(read_cost(fixture_statuses(), rounds=7, reps=2000)))
+        return
+    if args.serve is None:
+        parser.error("--serve NODES or --read-cost")
     serve(args.serve, args.candidates or args.serve, args.calls, args.null)
 
 

@@ -15,10 +15,13 @@ Two layers:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import enum
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
+from typing import Any
 
 # --------------------------------------------------------------------------------------------
 # Small value types
@@ -116,7 +119,7 @@ class NumaNode:
     """
 
     id: int
-    cpus: frozenset[int]
+    cpus: AbstractSet[int]  #: a frozenset from sysfs; a ``CpuSet`` read from a published object
     memory_bytes: int | None = None
     distances: tuple[tuple[int, int], ...] = ()
 
@@ -655,9 +658,9 @@ class Gpu:
     address: PciAddress | None
     pcie_root: str | None
     numa_node: int | None  #: the NUMA node when the affinity is exactly one node
-    numa_affinity: frozenset[int] | None
+    numa_affinity: AbstractSet[int] | None  #: frozenset from a scan, ``CpuSet`` from a published object
     gpu_numa_node: int | None  #: the GPU memory's own NUMA node (GH200/GB200)
-    cpu_affinity: frozenset[int] | None
+    cpu_affinity: AbstractSet[int] | None
     island: int | None
     nearest_nics: tuple[str, ...]
     nic_distance: LinkClass | None
@@ -865,17 +868,13 @@ def _quote(text: str, limit: int = 40) -> str:
     return repr(text) if len(text) <= limit else f"{text[:limit]!r}… ({len(text)} chars)"
 
 
-def parse_cpulist(text: str) -> frozenset[int]:
-    """Parse a kernel cpulist (``0-3,8-11``, ``0,5-11``, empty) into a set of ids.
-
-    Tolerates surrounding whitespace and a trailing NUL byte (seen in real sysfs captures).
-    Raises ``ValueError`` on anything else, including an id above ``MAX_CPU_ID`` (so a 13-byte
-    ``0-4000000000`` costs nothing); parsers turn that into a ``ParseError``.
-    """
+def _cpulist_ranges(text: str) -> list[tuple[int, int]]:
+    """The (first, last) ranges a kernel cpulist names, in the order written (the grammar of
+    ``parse_cpulist``; raises its ``ValueError``)."""
     text = text.replace("\x00", "").strip()
     if not text:
-        return frozenset()
-    ids: set[int] = set()
+        return []
+    ranges = []
     for part in text.split(","):
         match = _CPULIST_ELEMENT.fullmatch(part.strip())
         if match is None:
@@ -886,6 +885,20 @@ def parse_cpulist(text: str) -> frozenset[int]:
             raise ValueError(f"bad range {_quote(part.strip())} in cpulist {_quote(text)}")
         if hi > MAX_CPU_ID:
             raise ValueError(f"id {hi} above {MAX_CPU_ID} in cpulist {_quote(text)}")
+        ranges.append((lo, hi))
+    return ranges
+
+
+def parse_cpulist(text: str) -> frozenset[int]:
+    """Parse a kernel cpulist (``0-3,8-11``, ``0,5-11``, empty) into a set of ids.
+
+    Tolerates surrounding whitespace and a trailing NUL byte (seen in real sysfs captures).
+    Raises ``ValueError`` on anything else, including an id above ``MAX_CPU_ID`` (so a 13-byte
+    ``0-4000000000`` costs nothing); parsers turn that into a ``ParseError``. A list read from a
+    published object is a ``CpuSet`` instead (``CpuSet.parse``): its ranges, never expanded.
+    """
+    ids: set[int] = set()
+    for lo, hi in _cpulist_ranges(text):
         if lo == hi:
             ids.add(lo)
         else:
@@ -893,8 +906,145 @@ def parse_cpulist(text: str) -> frozenset[int]:
     return frozenset(ids)
 
 
+def _merged(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Sorted, disjoint, non-adjacent ranges covering the same ids."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            if hi > out[-1][1]:
+                out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+class CpuSet(AbstractSet[int]):
+    """An immutable set of CPU (or NUMA node) ids kept as its ranges: ``0-65535`` is one pair.
+
+    What the NodeTopology reader gives for a published CPU list: an object may say ``0-65535``
+    for each of 1,024 GPUs, and a set of ids would make each of those 65,536 entries; this one
+    costs the ranges written, which the CRD bounds by the list's length. It is a set: ``in``,
+    ``len``, iteration, ``&``, ``|``, ``-``, ``<=`` and ``isdisjoint`` work with any set of ids (range
+    arithmetic between two ``CpuSet``), and it equals and hashes like the frozenset of its ids.
+    """
+
+    __slots__ = ("_hashed", "_len", "_starts", "ranges")
+
+    def __init__(self, ranges: Iterable[tuple[int, int]] = ()) -> None:
+        self.ranges: tuple[tuple[int, int], ...] = _merged(ranges)
+        self._starts = [lo for lo, _ in self.ranges]
+        self._len = sum(hi - lo + 1 for lo, hi in self.ranges)
+        self._hashed: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> CpuSet:
+        """A kernel cpulist as ranges (``parse_cpulist``'s grammar and errors)."""
+        return cls(_cpulist_ranges(text))
+
+    @classmethod
+    def of(cls, ids: Iterable[int]) -> CpuSet:
+        if isinstance(ids, CpuSet):
+            return ids
+        return cls((i, i) for i in ids)
+
+    @classmethod
+    def _from_iterable(cls, it: Iterable[Any]) -> CpuSet:  # type: ignore[override]
+        return cls.of(it)  # the mixins' other operations (``^``) build a set of ids
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[int]:
+        for lo, hi in self.ranges:
+            yield from range(lo, hi + 1)
+
+    def __contains__(self, value: object) -> bool:
+        if not isinstance(value, int):
+            return False
+        i = bisect.bisect_right(self._starts, value) - 1
+        return i >= 0 and value <= self.ranges[i][1]
+
+    def __and__(self, other: AbstractSet[Any]) -> CpuSet:
+        theirs = CpuSet.of(other).ranges
+        out, i, j = [], 0, 0
+        mine = self.ranges
+        while i < len(mine) and j < len(theirs):
+            lo, hi = max(mine[i][0], theirs[j][0]), min(mine[i][1], theirs[j][1])
+            if lo <= hi:
+                out.append((lo, hi))
+            if mine[i][1] < theirs[j][1]:
+                i += 1
+            else:
+                j += 1
+        return CpuSet(out)
+
+    __rand__ = __and__
+
+    def __or__(self, other: AbstractSet[Any]) -> CpuSet:
+        return CpuSet(self.ranges + CpuSet.of(other).ranges)
+
+    __ror__ = __or__
+
+    def union(self, *others: Iterable[int]) -> CpuSet:
+        return CpuSet(self.ranges + tuple(r for o in others for r in CpuSet.of(o).ranges))
+
+    def __sub__(self, other: AbstractSet[Any]) -> CpuSet:
+        out = []
+        theirs = CpuSet.of(other).ranges
+        for lo, hi in self.ranges:
+            for olo, ohi in theirs:
+                if ohi < lo or olo > hi:
+                    continue
+                if olo > lo:
+                    out.append((lo, olo - 1))
+                lo = ohi + 1
+                if lo > hi:
+                    break
+            if lo <= hi:
+                out.append((lo, hi))
+        return CpuSet(out)
+
+    def __rsub__(self, other: AbstractSet[Any]) -> CpuSet:
+        return CpuSet.of(other) - self
+
+    def __le__(self, other: AbstractSet[Any]) -> bool:
+        return len(self - other) == 0
+
+    def __ge__(self, other: AbstractSet[Any]) -> bool:
+        return len(CpuSet.of(other) - self) == 0
+
+    def __lt__(self, other: AbstractSet[Any]) -> bool:
+        return len(self) < len(other) and self <= other
+
+    def __gt__(self, other: AbstractSet[Any]) -> bool:
+        return len(self) > len(other) and self >= other
+
+    def isdisjoint(self, other: Iterable[Any]) -> bool:
+        return not (self & CpuSet.of(other))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CpuSet):
+            return self.ranges == other.ranges
+        if isinstance(other, AbstractSet):
+            return len(self) == len(other) and all(isinstance(i, int) for i in other) and self <= other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hashed is None:
+            self._hashed = AbstractSet._hash(self)  # the frozenset's hash: equal sets hash alike
+        return self._hashed
+
+    def __str__(self) -> str:
+        return ",".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges)
+
+    def __repr__(self) -> str:
+        return f"CpuSet.parse({str(self)!r})"
+
+
 def format_cpulist(ids: Iterable[int]) -> str:
     """The inverse of ``parse_cpulist``: ``{0,1,2,3,8}`` -> ``0-3,8``."""
+    if isinstance(ids, CpuSet):
+        return str(ids)
     ordered = sorted(set(ids))
     parts: list[str] = []
     start = prev = None

@@ -27,6 +27,7 @@ BOUNDS = (
     ("maxLength", "length ≤ {}"),
     ("minItems", "items ≥ {}"),
     ("maxItems", "items ≤ {}"),
+    ("maxProperties", "keys ≤ {}"),
 )
 
 
@@ -38,6 +39,8 @@ def _type(schema: dict[str, Any]) -> str:
     kind = str(schema.get("type", "any"))
     if kind == "array":
         return f"[]{_type(schema.get('items', {}))}"
+    if isinstance(schema.get("additionalProperties"), dict):
+        return f"map[string]{_type(schema['additionalProperties'])}"
     if "format" in schema:
         kind += f" ({schema['format']})"
     return kind
@@ -75,6 +78,9 @@ def _rows(schema: dict[str, Any], path: str) -> list[str]:
             item = item.get("items")
         if isinstance(item, dict) and item.get("properties"):
             rows += _rows(item, here + "[]")
+        value = sub.get("additionalProperties")
+        if isinstance(value, dict) and value.get("properties"):
+            rows += _rows(value, here + "{}")
     return rows
 
 
@@ -86,7 +92,7 @@ def render() -> str:
         "",
         "Every field of the two custom resources, as the API server validates them. The descriptions are",
         "the ones `kubectl explain` prints (`kubectl explain nodetopology.status.gpus`). A list of objects",
-        "is written `field[]`; its items' fields follow it.",
+        "is written `field[]`, a map of objects `field{}`; its items' (values') fields follow it.",
     ]
     for name in CRDS:
         crd = yaml.safe_load((ROOT / "crds" / name).read_text(encoding="utf-8"))

@@ -349,8 +349,7 @@ def test_an_unpack_killed_with_sigterm_removes_its_directory(
     import nodetopo.bundle
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    # whatever handler was there before (another test's library may have set one) is put back
-    before = signal.getsignal(signal.SIGTERM)
+    before = signal.getsignal(signal.SIGTERM)  # SIG_DFL, or a handler an earlier test left (ray.init)
 
     def killed(archive: Path, dest: Path) -> None:
         (dest / "b").mkdir()
@@ -365,7 +364,7 @@ def test_an_unpack_killed_with_sigterm_removes_its_directory(
         bundle_dir(archive)
     assert exited.value.code == 128 + signal.SIGTERM
     assert [p.name for p in tmp_path.iterdir()] == ["k.tar.gz"]
-    assert signal.getsignal(signal.SIGTERM) is before
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler it found, restored
 
 
 def test_a_later_unpack_removes_what_a_killed_one_left(

@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
+from nodetopo.model import format_cpulist
 from nodetopo.resource.body import to_nodetopology
 from nodetopo.resource.labels import to_labels
+from nodetopo.resource.reader import read_nodetopology
 from nodetopo.topology.discover import bundle_context, scan
 
 BUNDLES = sorted(p for p in (Path(__file__).parent / "fixtures" / "bundles").glob("*") if p.is_dir())
@@ -25,7 +27,15 @@ NIC_KEYS = ("nearestNICs", "nicDistance")
 
 def _discover(bundle: Path) -> tuple[dict[str, Any], dict[str, str]]:
     topology = scan(bundle_context(bundle)).topology
-    return to_nodetopology(topology, bundle.name)["status"], to_labels(topology)
+    body = to_nodetopology(topology, bundle.name)
+    # numaAffinity and cpuAffinity are left out where they repeat numaNode and status.numaNodes:
+    # the expectations name every GPU's, so the ones left out are taken as the reader gives them back
+    read = {g.gpu.index: g.gpu for g in read_nodetopology(body).facts.gpus}
+    for gpu in body["status"]["gpus"]:
+        for key, cpus in (("numaAffinity", "numa_affinity"), ("cpuAffinity", "cpu_affinity")):
+            if key not in gpu:
+                gpu[key] = format_cpulist(getattr(read[gpu["index"]], cpus))
+    return body["status"], to_labels(topology)
 
 
 def _subset(actual: dict[str, Any], expected: dict[str, Any], what: str) -> None:

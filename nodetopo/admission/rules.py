@@ -72,7 +72,7 @@ from nodetopo.resource.identity import PREFIX
 TOPOLOGY = PREFIX + "topology"
 TOPOLOGY_SCOPE = PREFIX + "topology-scope"
 GPUS_PER_POD = PREFIX + "gpus-per-pod"
-#: The node label a pod selects a GPU model with (``nodeSelector``); its value is ``models[].label``.
+#: The node label a pod selects a GPU model with (``nodeSelector``); its value keys ``status.models``.
 GPU_MODEL_LABEL = PREFIX + "gpu.model"
 
 #: Every pod annotation under nodetopo.io/, in the order errors are reported.
@@ -366,10 +366,10 @@ def feasibility_errors(
 ) -> list[str]:
     """What no node in the summary can offer. Unknown facts (missing fields) skip their check.
 
-    A pod whose ``nodeSelector`` names a ``nodetopo.io/gpu.model`` is judged against that model's
-    nodes (``status.models[]``, matched on its label value) instead of the whole cluster. A gang
-    (several pods at once that declare ``topology-scope``) needs all its GPUs at once: no more than
-    those nodes have.
+    A pod whose ``nodeSelector`` names a ``nodetopo.io/gpu.model`` is judged against the nodes whose
+    model labels as that value (``status.models``, a map keyed by the label value: one lookup)
+    instead of the whole cluster. A gang (several pods at once that declare ``topology-scope``)
+    needs all its GPUs at once: no more than those nodes have.
     """
     status = summary.get("status") or {}
     spec = _mapping(group.template.get("spec"))
@@ -381,12 +381,13 @@ def feasibility_errors(
     where = "in the cluster"
     if model:
         models = status.get("models")
-        if not isinstance(models, list):
+        if not isinstance(models, Mapping):
             return []
-        offers = [m for m in models if isinstance(m, Mapping) and m.get("label") == model]
-        if not offers:
+        if model not in models:
+            if status.get("modelsOmitted"):  # not every label is listed: absent is not "none"
+                return []
             return [f"pod selects {GPU_MODEL_LABEL}={model} but no node in the cluster has that GPU model"]
-        total, where = offers[0], f"among {GPU_MODEL_LABEL}={model} nodes"
+        total, where = models[model], f"among {GPU_MODEL_LABEL}={model} nodes"
     if not isinstance(total, Mapping):
         return []
     ann = {k: str(v).lower() for k, v in annotations.items()}

@@ -1,10 +1,16 @@
-"""The cluster summary: what the NodeTopology objects offer, per GPU model and in total.
+"""The cluster summary: what the NodeTopology objects offer, per GPU model label and in total.
 
 Pure functions. ``node_facts`` reduces one NodeTopology ``status`` to the few facts admission needs
 (through placement's own ``NodeShape``, so "the largest island" means what the extender will
 place into: whole GPUs, MIG-enabled ones left out); ``summarize`` folds a multiset of those facts
 into the ``NodeTopologySummary`` body. Identical machines have equal facts, so the controller keeps
 a count per distinct ``NodeFacts`` and a summary costs O(distinct shapes), not O(nodes).
+
+The summary holds what the admission policies read: ``total`` and ``models``, a map keyed by the
+value of the ``nodetopo.io/gpu.model`` label (what a pod's ``nodeSelector`` names, so the policy's
+lookup is one map index whatever the number of models). Every node whose model labels as that value
+is in its entry, merged: two model texts that label alike (``!NVIDIA H100 80GB HBM3`` and
+``NVIDIA H100 80GB HBM3``) are the same nodes to a selector, so one node cannot stand for the label.
 
 Not-Ready NodeTopology objects (a source failed and the agent kept its last good facts, or sources
 disagree) are *included*: their facts were observed and the extender places on them too; they are
@@ -34,9 +40,11 @@ NAME = "cluster"
 UNKNOWN_MODEL = "unknown"
 #: In ``rdmaLinkLayers``: some usable RDMA NIC's link layer is not reported (``topo -m`` names NICs only).
 UNKNOWN_LAYER = "Unknown"
-#: The CRD's bounds: the most common shapes and the first models (by name) are kept beyond these.
-MAX_SHAPES = 4096
+#: The CRD's bounds: past ``MAX_MODELS`` labels, those with the most nodes are kept (then by name) and
+#: ``modelsOmitted`` says how many are not (the policies then do not refuse a label for being absent).
 MAX_MODELS = 1024
+#: model texts listed per label (``names``), the most common first
+MAX_MODEL_NAMES = 8
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -63,7 +71,6 @@ class NodeFacts:
 
     model: str
     gpus: int  #: whole GPUs (not MIG-enabled)
-    islands: str  #: the NodeTopology's ``1x8`` / ``4x2`` text ("" without NVLink)
     largest_island: int  #: most whole GPUs sharing one NVLink island (0: no island)
     largest_numa_group: int  #: most whole GPUs on one NUMA node (0: no GPU with a known node)
     best_nic: LinkClass | None  #: best GPU→NIC class over the whole GPUs
@@ -73,7 +80,7 @@ class NodeFacts:
     ready: bool
 
 
-#: What the summary reads of a NodeTopology: what placement reads, and the summary's model and islands.
+#: What the summary reads of a NodeTopology: what placement reads, and the summary's model.
 SECTIONS = PLACEMENT | {"summary"}
 
 
@@ -101,7 +108,6 @@ def facts_of(read: Published) -> NodeFacts:
     return NodeFacts(
         model=str(summary.gpu_model or UNKNOWN_MODEL),
         gpus=len(whole),
-        islands=str(summary.islands or ""),
         largest_island=max(islands.values(), default=0),
         largest_numa_group=max(numa.values(), default=0),
         best_nic=min((g.nic for g in whole if g.nic is not None), default=None),
@@ -144,12 +150,9 @@ def summarize(
     ``observed`` is the number of NodeTopology objects seen (with or without a status yet).
     """
     counted = {f: n for f, n in facts.items() if n > 0}
-    by_model: dict[str, dict[NodeFacts, int]] = defaultdict(dict)
-    shapes: Counter[tuple[str, int, str, tuple[str, ...], str]] = Counter()
+    by_label: dict[str, dict[NodeFacts, int]] = defaultdict(dict)
     for f, n in counted.items():
-        by_model[f.model][f] = n
-        best = f.best_rdma_nic if f.rdma else f.best_nic
-        shapes[(f.model, f.gpus, f.islands, f.rdma_layers, best.name if best else "")] += n
+        by_label[label_value(f.model)][f] = n
     status: dict[str, Any] = {
         "computedAt": computed_at,
         "observedNodeTopologies": observed,
@@ -157,25 +160,10 @@ def summarize(
     }
     if counted:  # no NodeTopology with facts yet: nothing is known, so no "total" (checks skip)
         status["total"] = _offer(counted)
-        status["models"] = [
-            {"model": model, "label": label_value(model), **_offer(group)}
-            for model, group in sorted(by_model.items())
-        ][:MAX_MODELS]
-    status |= {
-        "shapes": [
-            {
-                "model": model,
-                "gpus": gpus,
-                "islands": islands,
-                "rdmaLinkLayers": list(layers),
-                "bestNICDistance": distance or NO_NIC,
-                "nodes": n,
-            }
-            for (model, gpus, islands, layers, distance), n in sorted(
-                shapes.items(), key=lambda item: (-item[1], item[0])
-            )[:MAX_SHAPES]
-        ],
-    }
+        kept = sorted(by_label.items(), key=lambda item: (-sum(item[1].values()), item[0]))
+        status["models"] = {label: _model(group) for label, group in sorted(kept[:MAX_MODELS])}
+        if len(kept) > MAX_MODELS:
+            status["modelsOmitted"] = len(kept) - MAX_MODELS
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -183,6 +171,15 @@ def summarize(
         "spec": thresholds.to_spec(),
         "status": status,
     }
+
+
+def _model(group: Mapping[NodeFacts, int]) -> dict[str, Any]:
+    """One ``models`` entry: what the nodes of one label value offer, and their model texts."""
+    names: Counter[str] = Counter()
+    for f, n in group.items():
+        names[f.model] += n
+    ordered = sorted(names.items(), key=lambda kv: (-kv[1], kv[0]))
+    return {"names": [name for name, _ in ordered[:MAX_MODEL_NAMES]], **_offer(group)}
 
 
 def summarize_objects(

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from nodetopo.kube.reflector import Handlers, Reflector, list_function
+from nodetopo.placement.fit import CACHE as FIT_CACHE
 from nodetopo.placement.fit import SECTIONS as PLACEMENT
 from nodetopo.placement.fit import (
     Holders,
@@ -66,13 +67,17 @@ class ClusterState:
         self._shapes: dict[str, NodeShape] = {}
         #: node → who holds its GPUs, where its NodeTopology knows (the kubelet's PodResources)
         self._holders: dict[str, Holders] = {}
+        #: one instance per distinct shape, and how many nodes have it: a shape no node has is dropped,
+        #: with its allocations and its memo in the fit's cache (a node changing its shape on every
+        #: update must not grow the extender)
         self._interned: dict[NodeShape, NodeShape] = {}
+        self._refs: dict[NodeShape, int] = {}
         self._pods: dict[str, BoundPod] = {}
         self._node_pods: dict[str, dict[str, BoundPod]] = {}
         #: node → its current allocation (shape + free GPUs); dropped whenever the node changes
         self._allocations: dict[str, Allocation] = {}
-        #: interned allocations: identical machines in identical states share one object
-        self._allocation_pool: dict[tuple[NodeShape, frozenset[int]], Allocation] = {}
+        #: interned allocations, per shape: identical machines in identical states share one object
+        self._allocation_pool: dict[NodeShape, dict[frozenset[int], Allocation]] = {}
         self._versions: dict[str, int] = {}  #: bumped on every change to a node's shape or pods
         self._clock = 0
         self._base = 0  #: the version of nodes not changed since the last replace
@@ -109,10 +114,30 @@ class ClusterState:
         self._versions[node] = self._clock
         self._allocations.pop(node, None)
 
+    def _hold(self, shape: NodeShape) -> NodeShape:
+        """The interned instance of ``shape``, counted once more (call under the lock)."""
+        held = self._interned.setdefault(shape, shape)
+        self._refs[held] = self._refs.get(held, 0) + 1
+        return held
+
+    def _release(self, shape: NodeShape) -> None:
+        """One node fewer has ``shape``; the last one drops it everywhere (call under the lock)."""
+        left = self._refs.get(shape, 0) - 1
+        if left > 0:
+            self._refs[shape] = left
+            return
+        self._refs.pop(shape, None)
+        self._interned.pop(shape, None)
+        self._allocation_pool.pop(shape, None)
+        FIT_CACHE.forget(shape)
+
     def upsert_topology(self, obj: Mapping[str, Any]) -> None:
         name, shape, holders = self.compact_topology(obj)  # the object's cost is paid here, outside the lock
         with self._lock:
-            self._shapes[name] = self._interned.setdefault(shape, shape)
+            old = self._shapes.get(name)
+            self._shapes[name] = self._hold(shape)
+            if old is not None:
+                self._release(old)
             if holders is None:
                 self._holders.pop(name, None)
             else:
@@ -122,7 +147,9 @@ class ClusterState:
     def delete_topology(self, obj: Mapping[str, Any]) -> None:
         name = str(obj["metadata"]["name"])
         with self._lock:
-            self._shapes.pop(name, None)
+            old = self._shapes.pop(name, None)
+            if old is not None:
+                self._release(old)
             self._holders.pop(name, None)
             self._touch(name)
 
@@ -141,8 +168,11 @@ class ClusterState:
         """Replace every NodeTopology (full objects, or ``compact_topology`` triples)."""
         triples = [item if isinstance(item, tuple) else self.compact_topology(item) for item in items]
         with self._lock:
-            self._interned = {}
-            self._shapes = {name: self._interned.setdefault(shape, shape) for name, shape, _ in triples}
+            gone = set(self._interned)
+            self._interned, self._refs = {}, {}
+            self._shapes = {name: self._hold(shape) for name, shape, _ in triples}
+            for shape in gone - set(self._interned):
+                FIT_CACHE.forget(shape)
             self._holders = {name: holders for name, _, holders in triples if holders is not None}
             self._allocations.clear()
             self._allocation_pool.clear()
@@ -263,12 +293,14 @@ class ClusterState:
         return list(map(memo.__getitem__, allocations))
 
     def _intern(self, allocation: Allocation) -> Allocation:
-        key = (allocation.shape, allocation.free)
+        shape = allocation.shape
         with self._lock:
-            pool = self._allocation_pool
-            if len(pool) > 2 * len(self._shapes) + 1024:  # shapes come and go: forget old ones
+            if self._interned.get(shape) is not shape:  # dropped meanwhile: not worth keeping
+                return allocation
+            pool = self._allocation_pool.setdefault(shape, {})
+            if len(pool) > 2 * self._refs.get(shape, 0) + 64:  # allocations come and go: forget old ones
                 pool.clear()
-            return pool.setdefault(key, allocation)
+            return pool.setdefault(allocation.free, allocation)
 
 
 def start_reflectors(

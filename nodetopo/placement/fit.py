@@ -39,9 +39,10 @@ anywhere, else 0.
 from __future__ import annotations
 
 import dataclasses
-import functools
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
+import sys
+import threading
+from collections import OrderedDict, defaultdict
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from nodetopo.model import LinkClass
@@ -143,19 +144,28 @@ def shape_of(read: Published) -> NodeShape:
     slots: dict[int, GpuSlot] = {}
     for published in status.gpus:
         gpu = published.gpu
-        # a NIC whose path from this GPU crosses a degraded edge (status.health) is not one to count
-        distances = [(cls, name) for name, cls in published.nics if name not in published.degraded_nics]
-        best = min((c for c, _ in distances), default=gpu.nic_distance)
-        rdma = [(c, name) for c, name in distances if name in usable_rdma]
-        best_rdma = min((c for c, _ in rdma), default=None)
-        layers = sorted({str(usable_rdma[name]) for c, name in rdma if c == best_rdma and usable_rdma[name]})
+        nics = published.nics  # nearest first
+        if published.degraded_nics:
+            # a NIC whose path from this GPU crosses a degraded edge (status.health) is not one to count
+            nics = tuple(pair for pair in nics if pair[0] not in published.degraded_nics)
+        best_rdma: LinkClass | None = None
+        layers: set[str] = set()
+        for name, cls in nics:
+            if name in usable_rdma:
+                if best_rdma is None:
+                    best_rdma = cls
+                elif cls != best_rdma:
+                    break
+                layer = usable_rdma[name]
+                if layer:
+                    layers.add(str(layer))
         slots[gpu.index] = GpuSlot(
             index=gpu.index,
             island=gpu.island,
             numa=gpu.numa_node,
-            nic=best,
+            nic=nics[0][1] if nics else gpu.nic_distance,
             rdma_nic=best_rdma,
-            rdma_layers=tuple(layers),
+            rdma_layers=tuple(sorted(layers)),
             whole=gpu.mig_enabled is not True,
         )
     ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions)
@@ -278,13 +288,100 @@ def score(shape: NodeShape, free: frozenset[int], pick: Sequence[int], request: 
     return max(0, min(MAX_SCORE, fit + nic + link))
 
 
-@functools.lru_cache(maxsize=65536)
+class FitCache:
+    """The memo of ``evaluate`` and ``free_after``, one bucket per ``NodeShape``, bounded in bytes.
+
+    Identical machines share a shape, so a cluster of a few hardware types costs a few evaluations
+    per pod, not one per node. What the memo holds is bounded by an estimate of its bytes (the
+    shape, each free set, each answer), not by a count of entries: a shape of 1,024 GPUs costs
+    hundreds of times one of 8, and a node that publishes a new shape on every update (a broken or
+    compromised agent) must not grow the extender. Past ``max_bytes`` the least recently used
+    shapes' buckets go; ``forget`` drops a shape at once (the extender's cache calls it when no node
+    has the shape any more). Lookups are lock-free dict reads; adding and evicting take a lock.
+    """
+
+    def __init__(self, max_bytes: int = 16 * 2**20) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._lock = threading.Lock()
+        self._buckets: OrderedDict[NodeShape, _Bucket] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def bucket(self, shape: NodeShape) -> _Bucket:
+        found = self._buckets.get(shape)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._buckets.get(shape)
+            if found is None:
+                found = self._buckets[shape] = _Bucket(_shape_bytes(shape))
+                self.bytes += found.bytes
+            return found
+
+    def add(self, shape: NodeShape, bucket: _Bucket, key: Hashable, value: Any, cost: int) -> None:
+        with self._lock:
+            if self._buckets.get(shape) is not bucket:  # forgotten or evicted meanwhile: keep nothing
+                return
+            if key not in bucket.entries:
+                bucket.entries[key] = value
+                bucket.bytes += cost
+                self.bytes += cost
+            self._buckets.move_to_end(shape)
+            while self.bytes > self.max_bytes and self._buckets:
+                _, evicted = self._buckets.popitem(last=False)
+                self.bytes -= evicted.bytes
+
+    def forget(self, shape: NodeShape) -> None:
+        with self._lock:
+            bucket = self._buckets.pop(shape, None)
+            if bucket is not None:
+                self.bytes -= bucket.bytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._buckets.clear()
+            self.bytes = 0
+
+
+class _Bucket:
+    """One shape's memo: (free, request) → ``Verdict`` and (bound, free) → free set."""
+
+    __slots__ = ("bytes", "entries")
+
+    def __init__(self, shape_bytes: int) -> None:
+        self.entries: dict[Hashable, Any] = {}
+        self.bytes = shape_bytes
+
+
+_ENTRY = 200  #: a dict slot, the key tuple and the answer record, beside the sets they hold
+
+
+def _shape_bytes(shape: NodeShape) -> int:
+    """An estimate of a shape's bytes: its slots (an object and a few fields each), its index dict."""
+    return 600 + 200 * len(shape.gpus) + sys.getsizeof(shape.whole_gpus)
+
+
+#: The one memo of this process (the extender's); ``forget``/``clear`` it, never replace it.
+CACHE = FitCache()
+
+
 def evaluate(shape: NodeShape, free: frozenset[int], request: PodRequest) -> Verdict:
     """Filter and score in one: does ``request`` fit ``shape`` given the ``free`` GPUs, and how well.
 
-    Memoized: identical machines share a ``NodeShape``, so a cluster of a few hardware types costs a
-    few evaluations per pod, not one per node.
+    Memoized per shape in ``CACHE`` (bounded in bytes).
     """
+    bucket = CACHE.bucket(shape)
+    key = ("verdict", free, request)
+    verdict: Verdict | None = bucket.entries.get(key)
+    if verdict is None:
+        verdict = _evaluate(shape, free, request)
+        CACHE.add(shape, bucket, key, verdict, _ENTRY + sys.getsizeof(free) + 8 * len(verdict.gpus))
+    return verdict
+
+
+def _evaluate(shape: NodeShape, free: frozenset[int], request: PodRequest) -> Verdict:
     if request.gpus <= 0:
         return Verdict(fits=True, score=0)
     if shape.invalid:  # like a node without a NodeTopology: only constrained pods are refused
@@ -301,13 +398,25 @@ def evaluate(shape: NodeShape, free: frozenset[int], request: PodRequest) -> Ver
     return Verdict(fits=True, score=score(shape, free, now, request), gpus=now)
 
 
-@functools.lru_cache(maxsize=65536)
 def free_after(
     shape: NodeShape, bound: tuple[PodRequest, ...], free: frozenset[int] | None = None
 ) -> frozenset[int]:
     """The GPUs left free once the pods ``bound`` to the node (oldest first) are placed among ``free``
-    (default: all the node's whole GPUs)."""
+    (default: all the node's whole GPUs). Memoized per shape in ``CACHE``."""
     free = shape.whole_gpus if free is None else free
+    if not bound:
+        return free
+    bucket = CACHE.bucket(shape)
+    key = ("free", bound, free)
+    left: frozenset[int] | None = bucket.entries.get(key)
+    if left is None:
+        left = _free_after(shape, bound, free)
+        cost = _ENTRY + sys.getsizeof(free) + sys.getsizeof(left) + 64 * len(bound)
+        CACHE.add(shape, bucket, key, left, cost)
+    return left
+
+
+def _free_after(shape: NodeShape, bound: tuple[PodRequest, ...], free: frozenset[int]) -> frozenset[int]:
     for request in bound:
         if request.gpus <= 0 or not free:
             continue

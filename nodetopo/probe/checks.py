@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nodetopo.errors import clip
-from nodetopo.model import format_cpulist
+from nodetopo.model import CpuSet, format_cpulist
 from nodetopo.placement.request import MAX_NIC_DISTANCE, RDMA, PodRequest
 from nodetopo.probe.collective import CollectiveRun, judge_collective
 from nodetopo.probe.promised import Promised, PromisedGpu, PromisedNic
@@ -462,7 +462,7 @@ def check_cpuset(declared: Declared, seen: Seen, promised: Promised | None) -> C
         return skipped(name, "no GPU of the container is in the NodeTopology")
     if any(g.numa_cpus is None for g in found):
         return skipped(name, "NodeTopology does not say the NUMA CPUs of every GPU")
-    local: frozenset[int] = frozenset().union(*(g.numa_cpus or frozenset() for g in found))
+    local = CpuSet().union(*(g.numa_cpus or () for g in found))  # ranges: a published list is never expanded
     aligned = declared.request is not None and declared.request.numa_aligned
     cpus = f"cpuset {format_cpulist(seen.cpus)} ({seen.cpus_from})"
     if not seen.cpus & local:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from nodetopo.model import LinkClass, Topology
@@ -16,7 +17,7 @@ from nodetopo.resource.published import PublishedStatus
 from nodetopo.resource.reader import read_nodetopology
 
 #: What the probe reads of a NodeTopology (``nodetopo.resource.reader`` sections).
-SECTIONS = frozenset({"gpus", "nics", "allocation", "affinity", "network"})
+SECTIONS = frozenset({"gpus", "nics", "allocation", "affinity", "details", "network"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -25,7 +26,7 @@ class PromisedGpu:
     uuid: str | None
     island: int | None
     numa_node: int | None
-    numa_cpus: frozenset[int] | None  #: the CPUs of the GPU's NUMA node (else its CPU affinity)
+    numa_cpus: AbstractSet[int] | None  #: the CPUs of the GPU's NUMA node (else its CPU affinity)
     nics: tuple[tuple[str, LinkClass], ...]  #: (NIC name, distance)
     #: (namespace, pod) of each holder, from ``heldBy``; None when the NodeTopology does not know
     held_by: tuple[tuple[str, str], ...] | None = None

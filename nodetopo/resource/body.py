@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from nodetopo import __version__
@@ -18,11 +19,11 @@ from nodetopo.model import (
     Condition,
     ConditionReason,
     EdgeHealth,
+    EdgeKind,
     Gpu,
     GpuAllocation,
     GpuLink,
     GpuNicDistance,
-    HealthReport,
     LinkClass,
     LinkState,
     Nic,
@@ -68,7 +69,7 @@ def to_nodetopology(
         "nodeName": node_name,
         "agentVersion": __version__,
         "summary": summary(topology),
-        "gpus": [_gpu(g, topology) for g in topology.gpus],
+        "gpus": _gpus(topology),
         "nics": [_nic(n) for n in topology.nics],
         "nvlinkIslands": [
             {
@@ -107,7 +108,7 @@ def to_nodetopology(
             else None
         ),
         "network": network(topology),
-        **_health(topology.health),
+        **_health(topology),
         "sources": [_source(s) for s in unique_sources(topology.sources)],
         "conditions": conditions(topology),
     }
@@ -172,15 +173,20 @@ def _allocation(allocation: GpuAllocation, status: dict[str, Any]) -> dict[str, 
     }
 
 
-def _health(report: HealthReport) -> dict[str, Any]:
+def _health(topology: Topology) -> dict[str, Any]:
     """``{"health": ...}``: the edges judged, the degraded ones, the counter baseline; nothing when the
     links were not judged. Compact on a healthy node: a count, an empty list, the baseline's non-zero
     counters only."""
+    report = topology.health
     if not report.judged:
         return {}
+    placed: dict[tuple[str, int | str], str] = {
+        ("gpu", g.index): str(g.address) for g in topology.gpus if g.address is not None
+    }
+    placed.update({("nic", n.name): str(n.address) for n in topology.nics if n.address is not None})
     health: dict[str, Any] = {
         "checked": report.checked,
-        "degraded": [edge_json(e) for e in report.degraded[:MAX_EDGES]],
+        "degraded": [edge_json(e, placed) for e in report.degraded[:MAX_EDGES]],
     }
     if report.baseline is not None:
         health["baseline"] = {
@@ -202,14 +208,26 @@ def _state(state: LinkState) -> dict[str, Any]:
     return {key: value for key, value in pairs if value is not None}
 
 
-def edge_json(e: EdgeHealth) -> dict[str, Any]:
-    """One degraded edge as ``status.health.degraded[]`` holds it (absent keys: not known)."""
-    out: dict[str, Any] = {"edge": _bounded(e.edge), "kind": e.kind.value, "device": _bounded(e.device)}
+def edge_json(e: EdgeHealth, placed: Mapping[tuple[str, int | str], str] | None = None) -> dict[str, Any]:
+    """One degraded edge as ``status.health.degraded[]`` holds it (absent keys: not known, or said
+    once elsewhere). Each fact once: ``device`` is left out when it is the edge's own (``GPU3`` of
+    ``GPU3/pcie``), ``gpu`` when the device is ``GPU<gpu>``, a port's ``nic`` when it is the device,
+    ``port`` when the edge is ``<device>/port<port>``, ``pciBusID`` when it is the ``pciBusID`` the
+    edge's GPU (else its NIC) has in ``status.gpus`` (``status.nics``; ``placed``: by ``("gpu", index)``
+    and ``("nic", name)``). The reader gives each back."""
+    device = e.edge.partition("/")[0]
+    out: dict[str, Any] = {"edge": _bounded(e.edge), "kind": e.kind.value}
+    if e.device != device:
+        out["device"] = _bounded(e.device)
+    address = str(e.address) if e.address is not None else None
+    owner = ("gpu", e.gpu) if e.gpu is not None else ("nic", e.nic) if e.nic is not None else None
+    if address is not None and owner is not None and (placed or {}).get(owner) == address:
+        address = None
     optional = (
-        ("gpu", e.gpu),
-        ("nic", e.nic),
-        ("pciBusID", str(e.address) if e.address is not None else None),
-        ("port", e.port),
+        ("gpu", e.gpu if e.device != f"GPU{e.gpu}" else None),
+        ("nic", e.nic if not (e.kind is EdgeKind.PORT and e.nic == e.device) else None),
+        ("pciBusID", address),
+        ("port", e.port if e.edge != f"{e.device}/port{e.port}" else None),
         ("peer", _bounded(e.peer)),
     )
     out.update({key: value for key, value in optional if value is not None})
@@ -306,12 +324,47 @@ def summary(topology: Topology) -> dict[str, Any]:
     }
 
 
-def _cpulist(ids: frozenset[int] | None) -> str | None:
+def _cpulist(ids: AbstractSet[int] | None) -> str | None:
     return format_cpulist(ids) if ids is not None else None
 
 
-def _gpu(g: Gpu, topology: Topology) -> dict[str, Any]:
-    return {
+def _gpus(topology: Topology) -> list[dict[str, Any]]:
+    """``status.gpus``: each fact once. ``nicDistances`` is the GPU's row of the GPU×NIC matrix, one
+    class per entry of ``status.nics`` in that order (null: not known); ``numaAffinity`` is left out
+    when it is exactly ``numaNode``, ``cpuAffinity`` when it is exactly the CPUs of those NUMA nodes
+    (the reader gives them back: written out, the two repeated ``numaNodes`` on every GPU).
+    ``degradedNICs`` names, in ``status.nics`` order, the NICs whose path from the GPU crosses a
+    degraded edge (``status.health``): their class says where they are, not a path to count on. It is
+    written only when there is one (absent: none degraded, or the links not judged)."""
+    column = {n.name: i for i, n in enumerate(topology.nics)}
+    rows: dict[int, list[str | None]] = {g.index: [None] * len(column) for g in topology.gpus}
+    degraded: dict[int, list[str]] = {g.index: [] for g in topology.gpus}
+    for d in topology.gpu_nic_distances:
+        row, at = rows.get(d.gpu), column.get(d.nic)
+        if row is not None and at is not None:
+            row[at] = d.distance.name
+            if not d.healthy:
+                degraded[d.gpu].append(d.nic)
+    numa_cpus = {n.id: n.cpus for n in topology.numa_nodes}
+    return [
+        _gpu(g, rows[g.index], sorted(degraded[g.index], key=column.__getitem__), numa_cpus)
+        for g in topology.gpus
+    ]
+
+
+def implied_cpus(
+    numa: AbstractSet[int] | None, numa_cpus: Mapping[int, AbstractSet[int]]
+) -> frozenset[int] | None:
+    """The CPUs of the NUMA nodes ``numa`` (None: not every one of them is known)."""
+    if not numa or any(n not in numa_cpus for n in numa):
+        return None
+    return frozenset().union(*(numa_cpus[n] for n in numa))
+
+
+def _gpu(
+    g: Gpu, nic_row: list[str | None], degraded: list[str], numa_cpus: Mapping[int, AbstractSet[int]]
+) -> dict[str, Any]:
+    out = {
         "index": g.index,
         "uuid": g.uuid,
         "model": g.model,
@@ -325,13 +378,15 @@ def _gpu(g: Gpu, topology: Topology) -> dict[str, Any]:
         "island": g.island,
         "nearestNICs": list(g.nearest_nics),
         "nicDistance": g.nic_distance.name if g.nic_distance is not None else None,
-        "nics": [
-            {"name": d.nic, "distance": d.distance.name, **({} if d.healthy else {"degraded": True})}
-            for d in topology.gpu_nic_distances
-            if d.gpu == g.index
-        ],
+        "nicDistances": nic_row,
+        **({"degradedNICs": degraded} if degraded else {}),
         "migEnabled": g.mig_enabled,
     }
+    if g.numa_affinity is not None and g.numa_node is not None and g.numa_affinity == {g.numa_node}:
+        del out["numaAffinity"]
+    if g.cpu_affinity is not None and g.cpu_affinity == implied_cpus(g.numa_affinity, numa_cpus):
+        del out["cpuAffinity"]
+    return out
 
 
 def _nic(n: Nic) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The conditions policy of the NodeTopology: which reasons make it not Ready, and the conditions a
-``Topology`` publishes (Ready, Consistent, one per source).
+``Topology`` publishes (Ready, Consistent, one per source that is not ok or has something to say).
 
 Conditions carry no ``lastTransitionTime`` here: the publisher adds it (keeping the previous time
 when a condition's status did not change), so that discovery output is deterministic.
@@ -77,7 +77,9 @@ def degraded_condition(topology: Topology) -> dict[str, Any] | None:
 
 def conditions(topology: Topology) -> list[dict[str, Any]]:
     """Kubernetes-style conditions: Ready, Consistent, Degraded (when the links were judged), and one
-    per source."""
+    per source that is not ok or that reported a condition (its reason, its message, and with the
+    publisher's ``lastTransitionTime`` since when). A source that is simply ok is said once, in
+    ``status.sources``: a True condition per source repeated it."""
     by_source: dict[str, list[Condition]] = {}
     for c in topology.conditions:
         by_source.setdefault(c.source, []).append(c)
@@ -110,10 +112,10 @@ def conditions(topology: Topology) -> list[dict[str, Any]]:
         result.append(degraded)
         types.add("Degraded")
     for s in unique_sources(topology.sources):
-        if condition_type(s.name) in types:  # list-map key: two source names must not share a type
+        mine = by_source.get(s.name, [])
+        if (s.ok and not mine) or condition_type(s.name) in types:  # two names must not share a type
             continue
         types.add(condition_type(s.name))
-        mine = by_source.get(s.name, [])
         result.append(
             {
                 "type": condition_type(s.name),

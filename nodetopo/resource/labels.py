@@ -99,7 +99,7 @@ def node_labels(body: Mapping[str, Any]) -> dict[str, str]:
 
 
 #: What the labels read of a NodeTopology (``nodetopo.resource.reader`` sections).
-SECTIONS = frozenset({"gpus", "nics", "nvlinkIslands", "numaNodes", "fabric", "network"})
+SECTIONS = frozenset({"gpus", "nics", "nvlinkIslands", "numaNodes", "fabric", "network", "details"})
 
 
 def labels_of(status: PublishedStatus, gpus: Collection[int] | None = None) -> dict[str, str]:

@@ -14,10 +14,16 @@ import enum
 from nodetopo import model
 
 #: The sections of a status, in the order they are read (``gpuLinks`` and the rest as the schema
-#: names them). ``allocation`` is ``status.allocation`` with every GPU's ``heldBy``. Two are parts of
-#: others, read only when asked for, because parsing them is most of what a read costs and
-#: placement needs neither: ``addresses``, the GPUs' and NICs' ``pciBusID``; ``affinity``, the GPUs'
-#: ``numaAffinity`` and ``cpuAffinity`` CPU lists. Unread, they are None.
+#: names them). ``allocation`` is ``status.allocation`` with every GPU's ``heldBy``. Three are parts
+#: of others, read only when asked for, because parsing them is most of what a read costs and
+#: placement needs none of them: ``addresses``, the GPUs' and NICs' ``pciBusID``; ``affinity``, the
+#: GPUs' ``numaAffinity`` and ``cpuAffinity`` CPU lists; ``details``, what identifies and describes a
+#: device beyond where it sits (a GPU's ``uuid``, ``model``, ``pcieRoot``, ``gpuNumaNode``,
+#: ``memoryBytes``, ``nearestNICs``; a NIC's ``netdev``, ``pcieRoot``, ``numaNode``, ``rateGbps``).
+#: Unread, they are None (``nearestNICs``: empty). Placement reads a GPU's index, island, NUMA node,
+#: MIG mode, NIC classes and the NICs behind a degraded edge, a NIC's name, RDMA, state and link
+#: layer, the Ready condition and the holders: the placement read of an object costs a third of the
+#: whole one.
 SECTIONS = (
     "gpus",
     "nics",
@@ -35,6 +41,7 @@ SECTIONS = (
     "health",
     "addresses",
     "affinity",
+    "details",
 )
 ALL = frozenset(SECTIONS)
 
@@ -78,8 +85,9 @@ class PublishedGpu:
     """One entry of ``status.gpus``: the GPU, its NICs by class, and who holds it."""
 
     gpu: model.Gpu
-    nics: tuple[tuple[str, model.LinkClass], ...] = ()  #: ``nics[]`` (name, distance), in the object's order
-    #: the NICs of ``nics`` whose path from this GPU crosses a degraded edge (``nics[].degraded``)
+    #: (NIC name, class) for every NIC whose class the object says, nearest first (then by name)
+    nics: tuple[tuple[str, model.LinkClass], ...] = ()
+    #: the NICs of ``nics`` whose path from this GPU crosses a degraded edge (``degradedNICs``)
     degraded_nics: frozenset[str] = frozenset()
     #: ``heldBy``; None when not said (no allocation read, an agent that does not ask) or unreadable
     held_by: tuple[model.PodRef, ...] | None = None

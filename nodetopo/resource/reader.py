@@ -41,11 +41,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from nodetopo.model import (
     CounterBaseline,
     CounterRate,
+    CpuSet,
     EdgeHealth,
     EdgeKind,
     FabricInfo,
@@ -65,7 +66,6 @@ from nodetopo.model import (
     PreferredGpuSets,
     SourceStatus,
     SwitchPort,
-    parse_cpulist,
 )
 from nodetopo.resource.limits import (
     MAX_CONDITIONS,
@@ -154,6 +154,7 @@ def _fields(**kinds: Kind) -> Fields:
 
 _GPU = _fields(uuid=STR, model=STR, pcieRoot=STR, gpuNumaNode=INT, migEnabled=BOOL, memoryBytes=INT)
 _NIC = _fields(netdev=STR, pcieRoot=STR, numaNode=INT, linkLayer=STR, state=STR, rateGbps=NUMBER, rdma=BOOL)
+_NIC_PLACED = _fields(linkLayer=STR, state=STR, rdma=BOOL)
 _CONDITION = _fields(status=STR, reason=STR, message=STR, lastTransitionTime=STR)
 _SUMMARY = _fields(gpuCount=INT, gpuModel=STR, islands=STR)
 _ALLOCATION = _fields(state=STR, message=STR)
@@ -162,6 +163,9 @@ _NEIGHBOUR = _fields(port=INT, state=STR, switchID=STR, switchName=STR, switchPo
 _EDGE = _fields(gpu=INT, nic=STR, port=INT, peer=STR, since=STR)
 _KINDS_OF_EDGE: dict[str, EdgeKind] = {k.value: k for k in EdgeKind}
 _CLASSES: dict[str, LinkClass] = dict(LinkClass.__members__)
+_GPU_DEVICE = re.compile(r"GPU(\d{1,9})")  #: an edge's device that is a GPU, by index
+_TEXT = (str, type(None))  #: a string field that may be absent
+_NONE_DEGRADED: frozenset[str] = frozenset()
 
 
 def _of(value: Any, kind: Kind) -> bool:
@@ -181,7 +185,9 @@ class _Reader:
         self.problems: list[Problem] = []
         self.section = "status"
         self._field = "status"
-        self._cpulists: dict[str, frozenset[int]] = {}
+        self._cpulists: dict[str, CpuSet] = {}
+        #: the GPUs and NICs by ("index", i) and ("name", n), for the addresses edges leave out
+        self._addresses: dict[tuple[str, int | str | None], Mapping[str, Any]] | None = None
 
     def note(self, section: str, what: str, severity: Severity = Severity.UNKNOWN, field: str = "") -> None:
         self.problems.append(Problem(section, field or f"status.{section}", what, severity))
@@ -242,14 +248,16 @@ class _Reader:
             return None
         return raw
 
-    def cpus(self, item: Mapping[str, Any], key: str) -> frozenset[int] | None:
+    def cpus(self, item: Mapping[str, Any], key: str) -> CpuSet | None:
+        """A CPU (or NUMA node) list: its ranges, never expanded, so a list costs what it says in
+        characters (the CRD's maxLength), whatever ids it names (``0-65535`` is one range)."""
         text = self.get(item, key, STR)
         if text is None:
             return None
         cpus = self._cpulists.get(text)  # the GPUs of one NUMA node share their lists
         if cpus is None:
             try:
-                cpus = self._cpulists[text] = parse_cpulist(text)
+                cpus = self._cpulists[text] = CpuSet.parse(text)
             except ValueError as e:
                 self._here(str(e))
         return cpus
@@ -377,6 +385,12 @@ class _Reader:
 
     def _gpus(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
         gpus = []
+        seen: set[int] = set()
+        columns = _nic_names(raw.get("nics"))
+        affinity, details = "affinity" in sections, "details" in sections
+        addresses = "addresses" in sections
+        allocation = "allocation" in sections
+        numa_cpus: dict[int, CpuSet] | None = None
         for g in self.items(raw.get("gpus"), "GPUs", MAX_GPUS, one="a GPU"):
             index = g.get("index")
             if index is None:
@@ -385,33 +399,133 @@ class _Reader:
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < MAX_ID:
                 self._here(f"GPU index {str(index)[:32]!r}", Severity.MALFORMED)
                 continue
-            nics = []
-            degraded: list[str] = []
-            for n in self.items(g.get("nics"), "NICs of a GPU", MAX_NICS, one="a NIC of a GPU"):
-                name, word = n.get("name"), n.get("distance")
-                if type(name) is not str or type(word) is not str or word not in _CLASSES:
-                    name, word = self.key(n, "name", STR), self.key(n, "distance", STR)
-                    if name is None or word is None or self.link_class(n, "distance") is None:
-                        continue
-                nics.append((name, _CLASSES[word]))
-                if n.get("degraded") is True:
-                    degraded.append(name)
-            gpu = Gpu(
-                index=index,
-                address=self.address(g) if "addresses" in sections else None,
-                numa_node=self.identifier(g, "numaNode", "numaNode"),
-                numa_affinity=self.cpus(g, "numaAffinity") if "affinity" in sections else None,
-                cpu_affinity=self.cpus(g, "cpuAffinity") if "affinity" in sections else None,
-                island=self.identifier(g, "island", "island"),
-                nearest_nics=self.strings(g.get("nearestNICs"), "nearestNICs", MAX_NICS),
-                nic_distance=self.link_class(g, "nicDistance"),
-                **self.fields(g, _GPU),
-            )
-            held = self._held_by(g.get("heldBy")) if "allocation" in sections else None
-            gpus.append(
-                PublishedGpu(gpu=gpu, nics=tuple(nics), held_by=held, degraded_nics=frozenset(degraded))
-            )
+            if index in seen:
+                self._here(f"GPU index {index} listed twice", Severity.MALFORMED)
+                continue
+            seen.add(index)
+            row = g.get("nicDistances")
+            if row is not None:
+                nics = self._nic_row(row, columns)
+                degraded = self._degraded(g.get("degradedNICs"), nics)
+            else:
+                nics, degraded = self._nic_list(g.get("nics"))
+            numa_node = self.identifier(g, "numaNode", "numaNode")
+            numa_affinity = cpu_affinity = None
+            if affinity:
+                if "numaAffinity" in g:
+                    numa_affinity = self.cpus(g, "numaAffinity")
+                elif numa_node is not None:  # left out: exactly its NUMA node
+                    numa_affinity = CpuSet(((numa_node, numa_node),))
+                if "cpuAffinity" in g:
+                    cpu_affinity = self.cpus(g, "cpuAffinity")
+                elif numa_affinity:  # left out: exactly the CPUs of its NUMA nodes
+                    numa_cpus = numa_cpus if numa_cpus is not None else _numa_cpus(raw.get("numaNodes"))
+                    if len(numa_affinity) <= len(numa_cpus) and all(n in numa_cpus for n in numa_affinity):
+                        cpu_affinity = CpuSet().union(*(numa_cpus[n] for n in numa_affinity))
+            if details:
+                gpu = Gpu(
+                    index=index,
+                    address=self.address(g) if addresses else None,
+                    numa_node=numa_node,
+                    numa_affinity=numa_affinity,
+                    cpu_affinity=cpu_affinity,
+                    island=self.identifier(g, "island", "island"),
+                    nearest_nics=self.strings(g.get("nearestNICs"), "nearestNICs", MAX_NICS),
+                    nic_distance=self.link_class(g, "nicDistance"),
+                    **self.fields(g, _GPU),
+                )
+            else:  # placement's part: where the GPU sits, not what it is
+                mig = g.get("migEnabled")
+                address = self.address(g) if addresses else None
+                island = self.identifier(g, "island", "island")
+                near = self.link_class(g, "nicDistance")
+                mig = mig if mig is None or type(mig) is bool else self.get(g, "migEnabled", BOOL)
+                placed = (index, address, numa_node, island, near, mig)
+                shared = None if affinity else _PLACED_GPUS.get(placed)
+                if shared is None:
+                    shared = Gpu(
+                        index=index,
+                        uuid=None,
+                        model=None,
+                        address=address,
+                        pcie_root=None,
+                        numa_node=numa_node,
+                        numa_affinity=numa_affinity,
+                        gpu_numa_node=None,
+                        cpu_affinity=cpu_affinity,
+                        island=island,
+                        nearest_nics=(),
+                        nic_distance=near,
+                        mig_enabled=mig,
+                    )
+                    if not affinity:
+                        _placed(_PLACED_GPUS, placed, shared)
+                gpu = shared
+            held = self._held_by(g.get("heldBy")) if allocation else None
+            gpus.append(PublishedGpu(gpu=gpu, nics=nics, held_by=held, degraded_nics=degraded))
         out["gpus"] = tuple(gpus)
+
+    def _nic_row(self, row: Any, columns: tuple[str | None, ...] | None) -> tuple[tuple[str, LinkClass], ...]:
+        """``nicDistances``: one class per entry of ``status.nics``, in that order; as (NIC, class)
+        pairs, nearest first. A row that is not one class (or null) per NIC is unknown as a whole."""
+        if columns is None:
+            return ()  # the NIC list itself is unreadable (noted where it is read)
+        if type(row) is not list or len(row) != len(columns):
+            self._here(f"nicDistances: not a list of {len(columns)} classes (one per NIC)")
+            return ()
+        if None not in columns:
+            try:  # the common case: a class for every NIC, every NIC named
+                key = (columns, tuple(row))
+                known = _PLACED_ROWS.get(key)  # TypeError: a row holding an object or a list
+                if known is not None:
+                    return known
+                named = cast(tuple[str, ...], columns)
+                ordered = sorted(zip(map(_CLASSES.__getitem__, row), named, strict=True))
+                made = tuple((name, cls) for cls, name in ordered)
+                _placed(_PLACED_ROWS, key, made)
+                return made
+            except (KeyError, TypeError):
+                pass
+        pairs = []
+        for name, word in zip(columns, row, strict=True):
+            if word is None or name is None:
+                continue
+            cls = _CLASSES.get(word) if type(word) is str else None
+            if cls is None:
+                self._here(f"missing {str(word)[:32]!r}")  # the word is not a class: the round trip's wording
+                return ()
+            pairs.append((cls, name))
+        pairs.sort()
+        return tuple((name, cls) for cls, name in pairs)
+
+    def _degraded(self, value: Any, nics: tuple[tuple[str, LinkClass], ...]) -> frozenset[str]:
+        """``degradedNICs``: the NICs of the GPU's row behind a degraded edge (absent: none). A name
+        that is not one of the row's NICs is left out (unknown): it marks no path the row has."""
+        if value is None or not nics:  # no row: nothing it could mark (the row's problem is noted)
+            return _NONE_DEGRADED
+        names = self.strings(value, "degradedNICs", MAX_NICS)
+        row = {name for name, _ in nics}
+        kept = frozenset(n for n in names if n in row)
+        if len(kept) < len(set(names)):
+            self._here("degradedNICs: a NIC the GPU's nicDistances has no class for")
+        return kept
+
+    def _nic_list(self, value: Any) -> tuple[tuple[tuple[str, LinkClass], ...], frozenset[str]]:
+        """``nics``, the per-GPU list earlier agents wrote: (NIC, class) pairs, nearest first, and the
+        NICs marked ``degraded: true`` among them."""
+        nics = []
+        degraded = []
+        for n in self.items(value, "NICs of a GPU", MAX_NICS, one="a NIC of a GPU"):
+            name, word = n.get("name"), n.get("distance")
+            if type(name) is not str or type(word) is not str or word not in _CLASSES:
+                name, word = self.key(n, "name", STR), self.key(n, "distance", STR)
+                if name is None or word is None or self.link_class(n, "distance") is None:
+                    continue
+            nics.append((name, _CLASSES[word]))
+            if n.get("degraded") is True:
+                degraded.append(name)
+        nics.sort(key=lambda pair: (pair[1], pair[0]))
+        return tuple(nics), frozenset(degraded) if degraded else _NONE_DEGRADED
 
     def _held_by(self, value: Any) -> tuple[PodRef, ...] | None:
         """Rule 7: every holder readable, or None. (Noted under ``allocation``.)"""
@@ -439,13 +553,38 @@ class _Reader:
 
     def _nics(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
         nics = []
+        seen: set[str] = set()
+        details = "details" in sections
         for n in self.items(raw.get("nics"), "NICs", MAX_NICS, one="a NIC"):
             name = self.key(n, "name", STR, Severity.MALFORMED)
             if name is None:
                 continue
-            nic = self.fields(n, _NIC)
+            if name in seen:
+                self._here(f"NIC {name[:64]!r} listed twice", Severity.MALFORMED)
+                continue
+            seen.add(name)
             address = self.address(n) if "addresses" in sections else None
-            nics.append(Nic(name=name, address=address, rdma=bool(nic.pop("rdma")), **nic))
+            if details:
+                nic = self.fields(n, _NIC)
+                nics.append(Nic(name=name, address=address, rdma=bool(nic.pop("rdma")), **nic))
+                continue
+            part = self.fields(n, _NIC_PLACED)  # placement's part: what the NIC can carry
+            rdma = bool(part.pop("rdma"))
+            placed = (name, address, rdma, part["link_layer"], part["state"])
+            shared_nic = _PLACED_NICS.get(placed)
+            if shared_nic is None:
+                shared_nic = Nic(
+                    name=name,
+                    netdev=None,
+                    address=address,
+                    pcie_root=None,
+                    numa_node=None,
+                    rate_gbps=None,
+                    rdma=rdma,
+                    **part,
+                )
+                _placed(_PLACED_NICS, placed, shared_nic)
+            nics.append(shared_nic)
         out["nics"] = tuple(nics)
 
     def _islands(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
@@ -490,7 +629,7 @@ class _Reader:
             nodes.append(
                 NumaNode(
                     id=ident,
-                    cpus=self.cpus(n, "cpus") or frozenset(),
+                    cpus=self.cpus(n, "cpus") or CpuSet(),
                     memory_bytes=self.get(n, "memoryBytes", INT),
                     distances=tuple(distances),
                 )
@@ -576,8 +715,32 @@ class _Reader:
         )
 
     def _conditions(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        value = raw.get("conditions")
+        if type(value) is list and len(value) <= MAX_CONDITIONS:  # the common case: every field a string
+            read = []
+            for c in value:
+                if type(c) is not dict:
+                    break
+                kind, state, why = c.get("type"), c.get("status"), c.get("reason")
+                said, since = c.get("message"), c.get("lastTransitionTime")
+                if not (
+                    type(kind) is str
+                    and type(state) in _TEXT
+                    and type(why) in _TEXT
+                    and type(said) in _TEXT
+                    and type(since) in _TEXT
+                ):
+                    break
+                read.append(
+                    PublishedCondition(
+                        type=kind, status=state, reason=why, message=said, last_transition_time=since
+                    )
+                )
+            else:
+                out["conditions"] = tuple(read)
+                return
         what = ("conditions", "a condition", MAX_CONDITIONS)
-        out["conditions"] = self.plain(raw.get("conditions"), what, "type", PublishedCondition, _CONDITION)
+        out["conditions"] = self.plain(value, what, "type", PublishedCondition, _CONDITION)
 
     def _allocation(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
         body = self.mapping(raw, "allocation")
@@ -591,14 +754,32 @@ class _Reader:
         if body is None:
             return
         edges = []
+        seen: set[str] = set()
         for e in self.items(body.get("degraded"), "degraded edges", MAX_EDGES, one="a degraded edge"):
             ident, kind = self.key(e, "edge", STR), self.key(e, "kind", STR)
             if ident is None or kind is None:
                 continue
+            if ident in seen:  # the list is atomic: the API server does not keep the ids unique
+                self._here(f"edge {ident[:64]!r} listed twice")
+                continue
+            seen.add(ident)
             if kind not in _KINDS_OF_EDGE:
                 self._here(f"edge kind {kind[:32]!r}")
                 continue
             fields = self.fields(e, _EDGE)
+            device = self.get(e, "device", STR) or ident.partition("/")[0]
+            the_kind = _KINDS_OF_EDGE[kind]
+            # each fact once (``body.edge_json``): what the object leaves out is the edge's own
+            if fields["gpu"] is None and (gpu := _GPU_DEVICE.fullmatch(device)) is not None:
+                fields["gpu"] = int(gpu[1])
+            if fields["nic"] is None and the_kind is EdgeKind.PORT:
+                fields["nic"] = device
+            if fields["port"] is None and the_kind is EdgeKind.PORT and ident.startswith(device + "/port"):
+                number = ident[len(device) + 5 :]
+                fields["port"] = int(number) if number.isdigit() and len(number) < 10 else None
+            address = self.address(e)
+            if address is None and "pciBusID" not in e:
+                address = self._placed_address(raw, fields["gpu"], fields["nic"])
             rates = []
             for r in self.items(e.get("rates"), "rates of an edge", MAX_RATES, one="a rate"):
                 counter, per_hour = self.key(r, "counter", STR), self.key(r, "perHour", NUMBER)
@@ -607,9 +788,9 @@ class _Reader:
             edges.append(
                 EdgeHealth(
                     edge=ident,
-                    kind=_KINDS_OF_EDGE[kind],
-                    device=self.get(e, "device", STR) or ident.partition("/")[0],
-                    address=self.address(e),
+                    kind=the_kind,
+                    device=device,
+                    address=address,
                     reasons=self.strings(e.get("reasons"), "reasons", MAX_REASONS),
                     message=self.get(e, "message", STR) or "",
                     observed=self._link_state(e.get("observed")),
@@ -647,6 +828,25 @@ class _Reader:
             baseline=baseline,
         )
 
+    def _placed_address(self, raw: Mapping[str, Any], gpu: int | None, nic: str | None) -> PciAddress | None:
+        """The ``pciBusID`` an edge left out: its GPU's in ``status.gpus`` (else its NIC's in
+        ``status.nics``); None when that entry does not say it (not known)."""
+        if self._addresses is None:
+            self._addresses = {}
+            for key, listed, bound in (
+                ("index", raw.get("gpus"), MAX_GPUS),
+                ("name", raw.get("nics"), MAX_NICS),
+            ):
+                if type(listed) is not list or len(listed) > bound:
+                    continue  # the list's own problem is noted where it is read
+                for entry in listed:
+                    ident = entry.get(key) if isinstance(entry, Mapping) else None
+                    if type(ident) is (int if key == "index" else str):
+                        self._addresses.setdefault((key, ident), entry)
+        owner = ("index", gpu) if gpu is not None else ("name", nic) if nic is not None else None
+        entry = self._addresses.get(owner) if owner is not None else None
+        return self.address(entry) if entry is not None else None
+
     def _link_state(self, raw: Any) -> LinkState:
         if not isinstance(raw, Mapping):
             if raw is not None:
@@ -666,6 +866,46 @@ class _Reader:
         if body is not None:
             worst = self.link_class(body, "worstNICDistance")
             out["summary"] = PublishedSummary(worst_nic_distance=worst, **self.fields(body, _SUMMARY))
+
+
+#: The placement parts of GPUs and NICs and the rows of NIC classes read so far, by their values:
+#: the nodes of one kind publish the same ones, and building a frozen record (or sorting a row)
+#: costs several times looking one up. Values are immutable, so a record is shared by every read
+#: that has it; each table is emptied when it would pass ``_PLACED_MAX`` entries, so objects of
+#: ever new values cost no more than that.
+_PLACED_GPUS: dict[tuple[Any, ...], Gpu] = {}
+_PLACED_NICS: dict[tuple[Any, ...], Nic] = {}
+_PLACED_ROWS: dict[tuple[Any, ...], tuple[tuple[str, LinkClass], ...]] = {}
+_PLACED_MAX = 4096
+
+
+def _placed(table: dict[tuple[Any, ...], T], key: tuple[Any, ...], record: T) -> None:
+    if len(table) >= _PLACED_MAX:
+        table.clear()
+    table[key] = record
+
+
+def _nic_names(value: Any) -> tuple[str | None, ...] | None:
+    """The names of ``status.nics`` by position (None where an entry has none), the columns of
+    ``nicDistances``; None when the list cannot be read (the ``nics`` section says why)."""
+    if type(value) is not list or len(value) > MAX_NICS:
+        return None
+    return tuple(n.get("name") if type(n) is dict and type(n.get("name")) is str else None for n in value)
+
+
+def _numa_cpus(value: Any) -> dict[int, CpuSet]:
+    """NUMA node id → its CPUs, from ``status.numaNodes`` as far as it reads (for the GPUs' implied
+    ``cpuAffinity``; the ``numaNodes`` section notes what does not read)."""
+    out: dict[int, CpuSet] = {}
+    if type(value) is not list or len(value) > MAX_NUMA_NODES:
+        return out
+    for n in value:
+        if type(n) is dict and type(n.get("id")) is int and type(n.get("cpus")) is str:
+            try:
+                out[n["id"]] = CpuSet.parse(n["cpus"])
+            except ValueError:
+                continue
+    return out
 
 
 def _wrong(key: str, value: Any, kind: Kind) -> str:

@@ -8,7 +8,10 @@ Summaries (``SUMMARIES``): NodeTopologySummary objects folded from real-machine 
 InfiniBand), an 8x RTX 4090 two-socket node (no NVLink, no NIC, 6 GPUs on one NUMA node) and a
 GH200 (InfiniBand at NODE); ``gh200`` — the GH200 alone; ``pcie`` — the RTX 4090 node alone;
 ``unknown-layer`` — the GH200 with its NICs' link layers unreported (a ``topo -m``-only capture);
-``stale`` — ``mixed`` computed two hours ago; ``partial`` — a summary whose ``total`` lacks every
+``poisoned`` — two DGX H100 nodes and one 8-GPU node without NVLink whose agent reports its model as
+``!NVIDIA H100 80GB HBM3``, which labels as the H100's ``nodetopo.io/gpu.model`` value (issue 23: that
+node's entry sorted first and stood for the label, refusing a valid 8-GPU pod); ``stale`` — ``mixed``
+computed two hours ago; ``partial`` — a summary whose ``total`` lacks every
 fact the feasibility checks read; ``empty`` — a summary with no status at all; ``missing`` — no
 summary object.
 """
@@ -407,6 +410,30 @@ CASES: tuple[Case, ...] = (
         node_selector={"nodetopo.io/gpu.model": "NVIDIA-H100-80GB-HBM3"},
     ),
     admit("model-other-selectors-ignored", ISLAND, gpus=8, node_selector={"kubernetes.io/arch": "amd64"}),
+    # ---- one node's model text labels like another's: the label's nodes are judged together
+    *on(
+        "poisoned",
+        admit(
+            "poisoned-label-island-8",
+            ISLAND,
+            gpus=8,
+            node_selector={"nodetopo.io/gpu.model": "NVIDIA-H100-80GB-HBM3"},
+        ),
+        deny_topo(
+            "poisoned-label-island-16",
+            ISLAND,
+            "pod needs 16 GPUs in one NVLink island but the largest island among "
+            "nodetopo.io/gpu.model=NVIDIA-H100-80GB-HBM3 nodes has 8",
+            gpus=16,
+            node_selector={"nodetopo.io/gpu.model": "NVIDIA-H100-80GB-HBM3"},
+        ),
+        admit(
+            "poisoned-label-numa-8",
+            {"nodetopo.io/numa-aligned": "true"},
+            gpus=6,
+            node_selector={"nodetopo.io/gpu.model": "NVIDIA-H100-80GB-HBM3"},
+        ),
+    ),
     # ---- a summary that is stale, partial, empty or missing ----------------------------------
     *on(
         "stale",
@@ -557,7 +584,17 @@ CASES: tuple[Case, ...] = (
 )
 
 MIXED = ("dgx1-v100", "pcie-4x-nvbridge", "pcie-8x-2socket", "gh200-nvl")
-SUMMARY_NAMES = ("mixed", "gh200", "pcie", "unknown-layer", "stale", "partial", "empty", "missing")
+SUMMARY_NAMES = (
+    "mixed",
+    "gh200",
+    "pcie",
+    "unknown-layer",
+    "poisoned",
+    "stale",
+    "partial",
+    "empty",
+    "missing",
+)
 
 
 #: Workloads as people write them (numbers unquoted where the CRDs allow it, several worker groups, a
@@ -745,6 +782,16 @@ def _mixed_objects() -> tuple[dict[str, Any], ...]:
     return tuple(topology_of(bundle) for bundle in MIXED)
 
 
+@functools.cache
+def _poisoned_objects() -> tuple[dict[str, Any], ...]:
+    """Two honest H100 nodes and an 8-GPU node without NVLink reporting ``!NVIDIA H100 80GB HBM3``."""
+    hostile = copy.deepcopy(topology_of("pcie-8x-2socket", "hostile"))
+    for gpu in hostile["status"]["gpus"]:
+        gpu["model"] = "!NVIDIA H100 80GB HBM3"
+    hostile["status"]["summary"]["gpuModel"] = "!NVIDIA H100 80GB HBM3"
+    return (topology_of("dgx-h100", "h100-a"), topology_of("dgx-h100", "h100-b"), hostile)
+
+
 def summary(kind: str, now: datetime.datetime) -> dict[str, Any] | None:
     """The NodeTopologySummary object of a case's ``summary`` at time ``now`` (None: missing)."""
     from nodetopo.admission.summary import summarize_objects
@@ -761,6 +808,8 @@ def summary(kind: str, now: datetime.datetime) -> dict[str, Any] | None:
     }
     if kind == "missing":
         return None
+    if kind == "poisoned":
+        return summarize_objects(_poisoned_objects(), computed_at=stamp)
     chosen = [o for o in _mixed_objects() if o["metadata"]["name"] in objects[kind]]
     if kind == "unknown-layer":  # the GH200 as a topo -m-only capture would show it: no link layers
         chosen = copy.deepcopy(chosen)

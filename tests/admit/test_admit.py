@@ -3,6 +3,7 @@ tests/kube/test_admission.py replays against the real API server."""
 
 from __future__ import annotations
 
+import copy
 import datetime
 import json
 import re
@@ -93,11 +94,13 @@ def test_summary_of_the_mixed_fixture_cluster() -> None:
         "rdmaNodes": 3,
         "rdmaLinkLayers": ["InfiniBand"],
     }
-    models = {m["model"]: m for m in status["models"]}
+    models = {name: m for m in status["models"].values() for name in m["names"]}
     assert models["NVIDIA GeForce RTX 4090"]["bestNICDistance"] == NO_NIC
     assert models["NVIDIA GH200 480GB"]["bestNICDistance"] == "NODE"
     assert models["NVIDIA A100-PCIE-40GB"]["largestIsland"] == 2
-    assert sum(s["nodes"] for s in status["shapes"]) == 4
+    assert status["models"]["NVIDIA-A100-PCIE-40GB"] is models["NVIDIA A100-PCIE-40GB"]  # keyed by label
+    assert sum(m["nodes"] for m in status["models"].values()) == 4
+    assert "shapes" not in status  # the policies read total and models only
     assert body["spec"] == Thresholds().to_spec()
 
 
@@ -106,10 +109,24 @@ def test_identical_nodes_are_one_shape_and_mig_gpus_are_not_whole() -> None:
     h100 = topology_of("dgx-h100")
     facts = node_facts(mig["status"])
     assert facts.gpus == 2 and facts.largest_island == 2  # 2 of 4 GPUs have MIG enabled
+    assert node_facts(h100["status"]) == node_facts(copy.deepcopy(h100)["status"])
     body = summarize_objects([h100, h100, mig], computed_at="2026-06-01T12:00:00Z")
-    shapes = body["status"]["shapes"]
-    assert shapes[0]["nodes"] == 2 and shapes[0]["model"] == "NVIDIA H100 80GB HBM3"
+    h100s = body["status"]["models"]["NVIDIA-H100-80GB-HBM3"]
+    assert h100s["nodes"] == 2 and h100s["names"] == ["NVIDIA H100 80GB HBM3"]
     assert body["status"]["total"]["gpus"] == 8 + 8 + 2
+
+
+def test_models_that_label_alike_are_one_entry() -> None:
+    """issue 23: a node reporting ``!NVIDIA H100 80GB HBM3`` labels as the H100s do; the label's entry
+    is every such node, merged, so the one node without an island cannot stand for the label."""
+    h100 = topology_of("dgx-h100")
+    odd = copy.deepcopy(topology_of("pcie-8x-2socket"))
+    odd["status"]["summary"]["gpuModel"] = "!NVIDIA H100 80GB HBM3"
+    body = summarize_objects([h100, h100, odd], computed_at="2026-06-01T12:00:00Z")
+    assert list(body["status"]["models"]) == ["NVIDIA-H100-80GB-HBM3"]
+    entry = body["status"]["models"]["NVIDIA-H100-80GB-HBM3"]
+    assert entry["names"] == ["NVIDIA H100 80GB HBM3", "!NVIDIA H100 80GB HBM3"]  # most nodes first
+    assert entry["nodes"] == 3 and entry["largestIsland"] == 8 and entry["largestNUMAGroup"] == 6
 
 
 def test_no_facts_means_no_total() -> None:
@@ -184,12 +201,15 @@ def test_writer_waits_for_the_first_list() -> None:
     assert written and written[0]["status"]["total"]["largestIsland"] == 4
 
 
-def test_summarize_caps_shapes() -> None:
-    from nodetopo.admission.summary import MAX_SHAPES, NodeFacts
+def test_summarize_caps_models_keeping_the_most_nodes() -> None:
+    from nodetopo.admission.summary import MAX_MODELS, NodeFacts
 
-    facts = {NodeFacts("X", i, "", 0, 0, None, None, False, (), True): 1 for i in range(1, MAX_SHAPES + 10)}
+    facts = {NodeFacts(f"M{i:05d}", 8, 8, 4, None, None, False, (), True): 1 for i in range(MAX_MODELS + 10)}
+    facts[NodeFacts("Z big", 8, 8, 4, None, None, False, (), True)] = 50
     body = summarize(facts, computed_at="2026-06-01T12:00:00Z", thresholds=Thresholds(), observed=len(facts))
-    assert len(body["status"]["shapes"]) == MAX_SHAPES
+    models = body["status"]["models"]
+    assert len(models) == MAX_MODELS and body["status"]["modelsOmitted"] == 11
+    assert "Z-big" in models and "M00000" in models and f"M{MAX_MODELS + 9:05d}" not in models
 
 
 # ---- the command ---------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from nodetopo.model import GpuAllocation, LinkClass, PodRef
+from nodetopo.model import CpuSet, GpuAllocation, LinkClass, PodRef
 from nodetopo.resource.body import to_nodetopology, topology_from_nodetopology
 from nodetopo.resource.limits import MAX_GPUS, MAX_HOLDERS
 from nodetopo.resource.published import ResourceError, Severity
@@ -179,8 +179,161 @@ def test_reading_is_bounded_whatever_the_object_says() -> None:
     assert "20000 GPUs" in read.malformed.placement
 
 
+def _as_earlier_agents_wrote_it(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with each GPU's ``nics[]`` (name and class, nearest first) instead of ``nicDistances``,
+    each marked ``degraded: true`` when its path crosses a degraded edge (instead of ``degradedNICs``),
+    and every implied CPU list written out, as agents before ``nicDistances`` published it."""
+    old = copy.deepcopy(body)
+    read = {g.gpu.index: g for g in read_nodetopology(body).facts.gpus}
+    for gpu in old["status"]["gpus"]:
+        del gpu["nicDistances"]
+        gpu.pop("degradedNICs", None)
+        published = read[gpu["index"]]
+        gpu["nics"] = [
+            {
+                "name": name,
+                "distance": cls.name,
+                **({"degraded": True} if name in published.degraded_nics else {}),
+            }
+            for name, cls in published.nics
+        ]
+        for key, value in (
+            ("numaAffinity", published.gpu.numa_affinity),
+            ("cpuAffinity", published.gpu.cpu_affinity),
+        ):
+            gpu.setdefault(key, None if value is None else str(CpuSet.of(value)))
+    return old
+
+
+def test_the_placement_read_is_the_whole_read_cut_to_what_placement_uses(
+    bodies: dict[str, dict[str, Any]],
+) -> None:
+    """One reader: the placement sections give the shape, the holders and the summary's facts the
+    whole read gives, for the object as published now and as earlier agents wrote it."""
+    from nodetopo.admission.summary import SECTIONS as SUMMARY
+    from nodetopo.admission.summary import facts_of
+    from nodetopo.placement.fit import SECTIONS as PLACEMENT
+    from nodetopo.placement.fit import holders_of, shape_of
+
+    for machine, body in bodies.items():
+        whole = read_nodetopology(body)
+        for obj in (body, _as_earlier_agents_wrote_it(body)):
+            placed = read_nodetopology(obj, sections=PLACEMENT)
+            assert placed.problems == (), machine
+            assert shape_of(placed) == shape_of(whole), machine
+            assert holders_of(placed) == holders_of(whole), machine
+            assert facts_of(read_nodetopology(obj, sections=SUMMARY)) == facts_of(whole), machine
+            assert [g.nics for g in placed.facts.gpus] == [g.nics for g in whole.facts.gpus], machine
+            assert [g.degraded_nics for g in placed.facts.gpus] == [
+                g.degraded_nics for g in whole.facts.gpus
+            ], machine
+        assert read_nodetopology(_as_earlier_agents_wrote_it(body)).facts == whole.facts, machine
+    assert sum(bool(shape_of(read_nodetopology(b)).gpus) for b in bodies.values()) >= 8  # not vacuous
+    # not vacuous for the degraded marks either: machines whose GPUs have NICs behind a degraded edge
+    assert sum(any(g.degraded_nics for g in read_nodetopology(b).facts.gpus) for b in bodies.values()) >= 2
+
+
+def test_a_row_of_nic_classes_that_is_not_one_per_nic_is_unknown(bodies: dict[str, dict[str, Any]]) -> None:
+    body = dgx(bodies)
+    body["status"]["gpus"][0]["nicDistances"] = ["PIX"]
+    read = read_nodetopology(body)
+    assert read.facts.gpus[0].nics == () and read.facts.gpus[1].nics
+    assert [str(p) for p in read.problems] == [
+        "status.gpus: nicDistances: not a list of 10 classes (one per NIC)"
+    ]
+    assert read.malformed is None
+    body["status"]["gpus"][0]["nicDistances"] = ["FAR"] + ["SYS"] * 9
+    assert read_nodetopology(body).facts.gpus[0].nics == ()
+
+
+def test_a_gpu_or_nic_listed_twice_is_malformed(bodies: dict[str, dict[str, Any]]) -> None:
+    body = dgx(bodies)
+    body["status"]["gpus"][1]["index"] = 0
+    assert "GPU index 0 listed twice" in str(read_nodetopology(body).malformed)
+    body = dgx(bodies)
+    body["status"]["nics"][1]["name"] = body["status"]["nics"][0]["name"]
+    assert "NIC 'mlx5_0' listed twice" in str(read_nodetopology(body).malformed)
+
+
+def test_placement_records_are_shared_between_nodes_and_bounded_under_churn(
+    bodies: dict[str, dict[str, Any]],
+) -> None:
+    """Two nodes of one kind read to the same GPU and NIC records and rows of NIC classes (not
+    copies); objects of ever new NIC names (a node republishing itself) never hold more of them than
+    the bound, and read the same as with empty tables."""
+    from nodetopo.placement.fit import SECTIONS as PLACEMENT
+    from nodetopo.resource import reader
+
+    body = dgx(bodies)
+    other = copy.deepcopy(body)
+    other["metadata"]["name"] = "another-dgx"
+    one, two = (read_nodetopology(b, sections=PLACEMENT).facts for b in (body, other))
+    assert one.gpus and one.nics
+    assert all(a.gpu is b.gpu for a, b in zip(one.gpus, two.gpus, strict=True))
+    assert all(a is b for a, b in zip(one.nics, two.nics, strict=True))
+    assert all(a.nics is b.nics for a, b in zip(one.gpus, two.gpus, strict=True))
+
+    churned = copy.deepcopy(body)
+    for update in range(reader._PLACED_MAX // len(churned["status"]["nics"]) + 50):
+        for i, nic in enumerate(churned["status"]["nics"]):
+            nic["name"] = f"mlx5_{update}_{i}"
+        read = read_nodetopology(churned, sections=PLACEMENT)
+        assert len(reader._PLACED_NICS) <= reader._PLACED_MAX
+        assert len(reader._PLACED_GPUS) <= reader._PLACED_MAX
+        assert len(reader._PLACED_ROWS) <= reader._PLACED_MAX
+    for table in (reader._PLACED_NICS, reader._PLACED_GPUS, reader._PLACED_ROWS):
+        table.clear()
+    assert read_nodetopology(churned, sections=PLACEMENT) == read
+
+
+def test_a_degraded_mark_is_not_lost_to_a_record_another_node_shares(
+    bodies: dict[str, dict[str, Any]],
+) -> None:
+    """Two nodes of one kind, one with a NIC behind a degraded edge: they share the GPU records and the
+    rows of NIC classes, and each keeps its own marks (read in either order), so placement counts the
+    NIC on the healthy node and not on the degraded one."""
+    from nodetopo.placement.fit import SECTIONS as PLACEMENT
+    from nodetopo.placement.fit import shape_of
+    from nodetopo.resource import reader
+
+    healthy = dgx(bodies)
+    degraded = copy.deepcopy(healthy)
+    degraded["metadata"]["name"] = "dgx-degraded"
+    gpu0 = degraded["status"]["gpus"][0]
+    nearest = [n["name"] for n in degraded["status"]["nics"]][gpu0["nicDistances"].index("PIX")]
+    gpu0["degradedNICs"] = [nearest]
+    for first, second in ((healthy, degraded), (degraded, healthy)):
+        for table in (reader._PLACED_NICS, reader._PLACED_GPUS, reader._PLACED_ROWS):
+            table.clear()
+        one, two = (read_nodetopology(b, sections=PLACEMENT) for b in (first, second))
+        assert one.facts.gpus[0].nics is two.facts.gpus[0].nics  # the row is shared
+        marks = {
+            b["metadata"]["name"]: r.facts.gpus[0].degraded_nics for b, r in ((first, one), (second, two))
+        }
+        assert marks == {"dgx-h100": frozenset(), "dgx-degraded": frozenset({nearest})}
+    shapes = {
+        b["metadata"]["name"]: shape_of(read_nodetopology(b, sections=PLACEMENT)) for b in (healthy, degraded)
+    }
+    assert shapes["dgx-h100"].gpus[0].nic is LinkClass.PIX
+    assert shapes["dgx-degraded"].gpus[0].nic is not LinkClass.PIX
+    assert shapes["dgx-h100"].gpus[1:] == shapes["dgx-degraded"].gpus[1:]
+
+
+def test_a_degraded_mark_of_a_nic_the_row_has_no_class_for_is_unknown(
+    bodies: dict[str, dict[str, Any]],
+) -> None:
+    body = dgx(bodies)
+    body["status"]["gpus"][0]["degradedNICs"] = ["mlx5_0", "eth9"]
+    read = read_nodetopology(body)
+    assert read.facts.gpus[0].degraded_nics == frozenset({"mlx5_0"})
+    assert [str(p) for p in read.problems] == [
+        "status.gpus: degradedNICs: a NIC the GPU's nicDistances has no class for"
+    ]
+    assert read.malformed is None
+
+
 def test_health_reads_back_as_published(bodies: dict[str, dict[str, Any]]) -> None:
-    """status.health and gpus[].nics[].degraded read back as the topology held them: the degraded
+    """status.health and gpus[].degradedNICs read back as the topology held them: the degraded
     edges whole, a healthy node's empty list, a GPU's NICs behind a degraded edge."""
     for machine, body in bodies.items():
         topology = topology_from_nodetopology(body)
@@ -205,3 +358,53 @@ def test_a_degraded_edge_of_an_unknown_kind_is_left_out(bodies: dict[str, dict[s
     read = read_nodetopology(body)
     assert read.status is not None and read.status.health.degraded == ()
     assert any(p.section == "health" and "telepathy" in str(p) for p in read.problems)
+
+
+def test_a_degraded_edge_listed_twice_is_read_once_and_noted(bodies: dict[str, dict[str, Any]]) -> None:
+    """``health.degraded`` is atomic, so the API server does not keep its edge ids unique: the reader
+    does, keeping the first entry (the round trip refuses the object)."""
+    body = copy.deepcopy(bodies["dgx-h100-rail-half"])
+    (edge,) = read_nodetopology(body).facts.health.degraded
+    twice = copy.deepcopy(body["status"]["health"]["degraded"][0])
+    twice["message"] = "another message"
+    body["status"]["health"]["degraded"].append(twice)
+    read = read_nodetopology(body)
+    assert read.facts.health.degraded == (edge,)
+    assert [str(p) for p in read.problems] == ["status.health: edge 'mlx5_3/port1' listed twice"]
+    with pytest.raises(ResourceError, match="listed twice"):
+        topology_from_nodetopology(body)
+
+
+def test_a_degraded_edge_says_each_fact_once_and_reads_as_written_whole(
+    bodies: dict[str, dict[str, Any]],
+) -> None:
+    """A degraded edge leaves out what its id and the GPU or NIC it names already say (``device``,
+    ``gpu``, a port's ``nic`` and ``port``, its device's own ``pciBusID``); written out whole, as agents
+    before this shape did, it reads to the same edge."""
+    for machine, expected in (
+        (
+            "dgx-h100-rail-half",
+            {"edge": "mlx5_3/port1", "nic": "mlx5_3", "port": 1, "address": "0000:41:00.0"},
+        ),
+        ("dgx-h100-gpu-x8", {"edge": "GPU3/pcie", "gpu": 3, "address": "0000:40:00.0"}),
+    ):
+        body = copy.deepcopy(bodies[machine])
+        (written,) = body["status"]["health"]["degraded"]
+        assert not {"device", "gpu", "nic", "port", "pciBusID"} & set(written), machine
+        (edge,) = read_nodetopology(body).facts.health.degraded
+        assert edge.device == expected["edge"].partition("/")[0]
+        assert (edge.gpu, edge.nic, edge.port) == (
+            expected.get("gpu"),
+            expected.get("nic"),
+            expected.get("port"),
+        )
+        assert str(edge.address) == expected["address"], machine
+        whole = {"device": edge.device, "pciBusID": str(edge.address)}
+        whole.update(
+            {k: v for k, v in (("gpu", edge.gpu), ("nic", edge.nic), ("port", edge.port)) if v is not None}
+        )
+        written.update(whole)
+        assert read_nodetopology(body).facts.health.degraded == (edge,), machine
+        # an address of its own is written, and read as written
+        written["pciBusID"] = "0000:ff:00.0"
+        assert str(read_nodetopology(body).facts.health.degraded[0].address) == "0000:ff:00.0"

@@ -177,3 +177,64 @@ def test_a_change_while_placing_is_not_overwritten_by_the_stale_result() -> None
     bound["status"] = {"phase": "Running"}
     state.upsert_pod(bound)
     assert "2 GPUs in use by bound pods" in filter_nodes(state, args)["FailedNodes"][name]
+
+
+def test_a_node_changing_its_shape_on_every_update_does_not_grow_the_extender() -> None:
+    """issue 23: a compromised agent republishing a schema-valid NodeTopology with a new shape each
+    time grew the extender ~220 KB per update (every shape kept by the fit's entry-bounded caches and
+    the cache's interned shapes): past the Deployment's 512 MiB after ~1,900 updates. A shape no node
+    has is dropped with its cached verdicts, and the caches are bounded in bytes."""
+    import tracemalloc
+
+    gpus = 256
+    body = islands_of_two(gpus)
+    name = body["metadata"]["name"]
+    state = synced(body)
+    requests = [
+        gpu_pod(2, ONE_ISLAND),
+        gpu_pod(1),
+        gpu_pod(4),
+        gpu_pod(2, {"nodetopo.io/numa-aligned": "true"}),
+    ]
+
+    def churn(updates: int, start: int) -> None:
+        for i in range(start, start + updates):
+            body["status"]["gpus"][i % gpus]["numaNode"] = 1 + i // gpus  # a new shape each time
+            state.upsert_topology(body)
+            for pod in requests:
+                assert filter_nodes(state, {"Pod": pod, "NodeNames": [name]})["NodeNames"] == [name]
+                prioritize_nodes(state, {"Pod": pod, "NodeNames": [name]})
+
+    tracemalloc.start()
+    try:
+        churn(20, 0)
+        before = tracemalloc.get_traced_memory()[0]
+        churn(100, 20)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 2**20, f"{grown / 2**20:.1f} MiB more after 100 updates"
+    assert state.counts()["shapes"] == 1
+
+
+def test_the_fit_memo_is_bounded_in_bytes_not_entries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shapes evaluated outside the extender's cache (no node to release them) still cost at most
+    the memo's byte budget: the least recently used shapes' entries go first."""
+    from nodetopo.placement import fit
+
+    memo = fit.FitCache(max_bytes=512 * 1024)
+    monkeypatch.setattr(fit, "CACHE", memo)
+    body = islands_of_two(64)
+    shapes = []
+    for i in range(200):
+        body["status"]["gpus"][i % 64]["numaNode"] = 1 + i
+        shape = node_shape(body["status"])
+        shapes.append(shape)
+        for k in (1, 2, 4):
+            assert fit.evaluate(shape, shape.whole_gpus, PodRequest(gpus=k, one_island=k == 2)).fits
+        assert memo.bytes <= memo.max_bytes
+    assert 0 < len(memo) < 200
+    kept = fit.evaluate(shapes[-1], shapes[-1].whole_gpus, PodRequest(gpus=1))
+    assert kept is fit.evaluate(shapes[-1], shapes[-1].whole_gpus, PodRequest(gpus=1))  # recent: memoized
+    memo.forget(shapes[-1])
+    assert memo.bytes <= memo.max_bytes and shapes[-1] not in memo._buckets

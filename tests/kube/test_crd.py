@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from nodetopo.errors import InvalidError, PublishError
+from nodetopo.errors import InvalidError
 from nodetopo.kube.session import ApiSession
 from nodetopo.publish import Publisher
 from nodetopo.resource.body import to_nodetopology
@@ -172,13 +172,19 @@ def test_status_must_name_its_node(session: ApiSession) -> None:
     assert "status.nodeName must equal metadata.name" in _reject(session, body)
 
 
-def test_duplicate_map_key_is_rejected(session: ApiSession) -> None:
+def test_a_gpu_index_listed_twice_is_stored_and_read_as_malformed(session: ApiSession) -> None:
+    """The status lists are atomic (one writer applies them whole; a map list made managedFields
+    list every key of every entry), so the API server no longer refuses a GPU index listed twice;
+    the reader does: placement sees the object as malformed and offers none of its GPUs."""
+    from nodetopo.placement.fit import shape_of
+    from nodetopo.resource.reader import read_nodetopology
+
     body = _created(session)
     body["status"]["gpus"][1]["index"] = 0
-    # Server-side apply refuses to build the typed patch; kube-apiserver answers 500 for that.
-    with pytest.raises(PublishError) as info:
-        _apply(session, body)
-    assert ".status.gpus: duplicate entries for key [index=0]" in str(info.value)
+    stored = _apply(session, body)
+    read = read_nodetopology(stored)
+    assert read.malformed is not None and "GPU index 0 listed twice" in read.malformed.what
+    assert shape_of(read).invalid and not shape_of(read).gpus
 
 
 def test_condition_without_time_is_rejected(session: ApiSession) -> None:

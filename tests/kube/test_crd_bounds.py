@@ -158,9 +158,12 @@ def test_a_gpu_link_is_one_pair_once(session: ApiSession, links: list[dict[str, 
     assert expected in message, message[:2000]
 
 
-def test_a_gpu_pair_listed_twice_is_refused(session: ApiSession) -> None:
-    """The list is a map keyed by (a, b): server-side apply refuses the duplicate key (with a 500,
-    as the API server answers every apply it cannot type)."""
+def test_a_gpu_pair_listed_twice_is_stored_and_read_twice(session: ApiSession) -> None:
+    """``gpuLinks`` is atomic (the agent writes each pair once; a map list made managedFields list
+    every key of every entry): the API server stores a pair listed twice, and the reader gives both.
+    Each entry's own rules (a < b, the class, the link count) are still the API server's."""
+    from nodetopo.resource.reader import read_nodetopology
+
     body = _with_links([{"a": 0, "b": 1, "pcie": "SYS"}, {"a": 0, "b": 1, "nvlinks": 2}])
-    with pytest.raises(PublishError, match=r"duplicate entries for key \[a=0,b=1\]"):
-        _apply(session, body)
+    links = read_nodetopology(_apply(session, body)).facts.gpu_links
+    assert links is not None and [(x.a, x.b) for x in links] == [(0, 1), (0, 1)]

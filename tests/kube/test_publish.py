@@ -31,8 +31,8 @@ from nodetopo.kube.errors import ApiStatusError, KubeConfigError, parse_retry_af
 from nodetopo.kube.session import ApiSession
 from nodetopo.kube.transport import KubeConnection, connect
 from nodetopo.publish import run_publish
-from nodetopo.publish.nodetopology import NodeTopologyPublisher, status_content_hash
-from nodetopo.resource.identity import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from nodetopo.publish.nodetopology import NodeTopologyPublisher, status_content_hash, status_patch
+from nodetopo.resource.identity import GROUP, PLURAL, VERSION
 
 from . import bodies
 from .cluster import LocalCluster, free_port
@@ -235,13 +235,10 @@ def test_a_status_field_someone_else_took_is_taken_back_and_said_once(
     name = node["metadata"]["name"]
     publisher = NodeTopologyPublisher(session)
     publisher.apply(bodies.hgx_h100(name))
-    # Someone else takes over the GPU count with server-side apply (force, as kubectl would).
-    patch = {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": name},
-        "status": {"summary": {"gpuCount": 4, "islands": "1x8", "rdmaNICs": 8, "migDevices": 0}},
-    }
+    # Someone else takes over the status with server-side apply (force, as kubectl would). The
+    # status is atomic (one writer applies it whole), so taking it means applying all of it.
+    taken = bodies.variant(bodies.hgx_h100(name), gpuCount=4)
+    patch = status_patch(taken, previous_conditions=[], now="2026-01-01T00:00:00Z")
     kubectl(
         "apply",
         "--server-side",
@@ -261,7 +258,8 @@ def test_a_status_field_someone_else_took_is_taken_back_and_said_once(
     assert len(events) == 1, events
     event = events[0]
     assert event["type"] == "Warning" and event["reason"] == "OwnedFieldReasserted"
-    assert ".status.summary.gpuCount" in event["message"] and "'someone-else'" in event["message"]
+    # the status is atomic: the field taken back is the status as a whole
+    assert ".status" in event["message"] and "'someone-else'" in event["message"]
     assert event["involvedObject"]["uid"] == _get(cluster, name)["metadata"]["uid"]
     assert event["source"] == {"component": "nodetopo-agent", "host": name}
     # Ours again: the next change is one quiet write.

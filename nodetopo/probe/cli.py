@@ -223,7 +223,7 @@ def bounded(fn: Callable[[], T], seconds: float, what: str) -> T:
 
 def _observe(root: HostRoot, environ: dict[str, str], timeout: float, collective_timeout: float) -> Any:
     from nodetopo.probe import observe
-    from nodetopo.probe.checks import Seen
+    from nodetopo.probe.inputs import Seen
 
     unread: dict[str, str] = {}
 
@@ -361,8 +361,10 @@ def _session(args: argparse.Namespace) -> tuple[Any, str | None]:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from nodetopo.probe import events
-    from nodetopo.probe.checks import Thresholds, placement, run_checks, verdict
+    from nodetopo.probe.checks import placement, run_checks
+    from nodetopo.probe.inputs import Thresholds
     from nodetopo.probe.observe import read_declared
+    from nodetopo.probe.outcome import verdict
 
     started = time.monotonic()
     declared = read_declared(args.annotations_file, dict(args.annotation))

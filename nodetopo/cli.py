@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nodetopo import __version__
+from nodetopo.cliargs import number, require
 from nodetopo.errors import BundleError, NodetopoError
 from nodetopo.kube.flags import add_kube_args
 from nodetopo.logs import configure_logging
@@ -63,12 +64,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 def command_timeout(text: str) -> float:
     """``--command-timeout``: a finite number of seconds, more than 0 and at most an hour."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not (math.isfinite(value) and 0 < value <= 3600):
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 3600 seconds, not {text}")
+    value = number(text, "a number of seconds", float)
+    require(
+        math.isfinite(value) and 0 < value <= 3600,
+        f"must be more than 0 and at most 3600 seconds, not {text}",
+    )
     return value
 
 

@@ -25,9 +25,10 @@ import dataclasses
 import json
 import math
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from nodetopo.cliargs import AddArguments, add_command, number, require
 from nodetopo.delivery.inputs import flag_pairs, gpu_indices, placements_for, read_input, read_topologies
 from nodetopo.delivery.report import band_json, expectation_json, expectation_text, grouped_links, link_json
 from nodetopo.errors import BundleError, NodetopoError, ParseError
@@ -65,16 +66,16 @@ exit: 0 Passed, 3 HarnessError, 4 PlacedWrong, 5 ResourceNotReal, 1 error, 2 usa
 """
 
 
-def register(sub: Any, add_common: Callable[..., None], add_input: Callable[..., None]) -> None:
+def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> None:
     del add_input
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "expect",
         help=EXPECT_HELP,
         description="The expected bus-bandwidth band at large message sizes of a collective over the GPUs "
         "a workload holds, from the nodes' NodeTopology: the algorithm NCCL would likely run, the link that "
         "limits it and every assumption the model made.",
         epilog=EXPECT_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_placement(p)
     p.add_argument(
@@ -93,7 +94,8 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
     add_common(p)
     p.set_defaults(func=cmd_expect)
 
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "accept",
         help=ACCEPT_HELP,
         description="Read nccl-tests (*_perf text or its -J JSON) or nvbandwidth output and give the "
@@ -101,7 +103,6 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
         "Passed, ResourceNotReal (with the suspect link), PlacedWrong (the placement caps below --min-busbw) "
         "or HarnessError (the output cannot be a bandwidth result).",
         epilog=ACCEPT_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("results", nargs="+", metavar="RESULT", help="an output file, or - for stdin")
     source = _add_placement(p)
@@ -144,23 +145,14 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
 
 
 def _gbps(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of GB/s: {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number of GB/s, not {text}")
+    value = number(text, "a number of GB/s", float)
+    require(math.isfinite(value) and value > 0, f"must be a positive number of GB/s, not {text}")
     return value
 
 
 def _ratio(text: str) -> float:
-    head = text.split(":", 1)[0]
-    try:
-        value = float(head)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a ratio: {text!r} (e.g. 2 or 2:1)") from None
-    if not (math.isfinite(value) and value >= 1):
-        raise argparse.ArgumentTypeError(f"must be at least 1 (1 = non-blocking), not {text}")
+    value = number(text.split(":", 1)[0], "a ratio", float, shown=text, hint=" (e.g. 2 or 2:1)")
+    require(math.isfinite(value) and value >= 1, f"must be at least 1 (1 = non-blocking), not {text}")
     return value
 
 

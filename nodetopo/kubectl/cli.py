@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nodetopo import __version__
+from nodetopo.cliargs import number, require
 from nodetopo.errors import NodetopoError
 from nodetopo.kube.flags import HELP as KUBECONFIG_HELP
 from nodetopo.terminal import strip_control
@@ -50,12 +51,8 @@ def _kube_flags(parser: argparse.ArgumentParser, *, default: Any) -> None:
 
 
 def _island_size(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of GPUs: {text!r}") from None
-    if value < 2:
-        raise argparse.ArgumentTypeError("an NVLink island has at least 2 GPUs")
+    value = number(text, "a number of GPUs", int)
+    require(value >= 2, "an NVLink island has at least 2 GPUs")
     return value
 
 

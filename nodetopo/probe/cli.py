@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from nodetopo.cliargs import AddArguments, add_command
 from nodetopo.host import HostRoot, Refused
 from nodetopo.kube.flags import add_kube_args
 
@@ -95,13 +96,13 @@ def _annotation(text: str) -> tuple[str, str]:
     return key, value
 
 
-def register(sub: Any, add_common: Callable[..., None], add_input: Callable[..., None]) -> None:
-    p = sub.add_parser(
+def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> None:
+    p = add_command(
+        sub,
         "probe",
         help="check at pod start-up that the pod got the topology its placement promised",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     env = os.environ
     p.add_argument(

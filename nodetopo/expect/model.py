@@ -52,21 +52,6 @@ from nodetopo.expect.links import (
 )
 from nodetopo.model import Topology
 
-__all__ = [
-    "COLLECTIVE_ALGORITHMS",
-    "Algorithm",
-    "Band",
-    "Bound",
-    "ExpectError",
-    "Expectation",
-    "Link",
-    "LinkKind",
-    "ObservedLink",
-    "Placement",
-    "algorithms_for",
-    "expect",
-]
-
 
 class Algorithm(enum.StrEnum):
     RING = "Ring"

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nodetopo import __version__
-from nodetopo.cliargs import number, require
+from nodetopo.cliargs import number, require, run_command
 from nodetopo.errors import NodetopoError
 from nodetopo.kube.flags import HELP as KUBECONFIG_HELP
 from nodetopo.terminal import strip_control
@@ -334,18 +334,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        code: int = args.func(args)
-        return code
-    except NodetopoError as e:
-        print(f"error: {strip_control(str(e))}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        where = f": {e.filename}" if e.filename else ""
-        print(f"error: {strip_control(e.strerror or str(e))}{strip_control(str(where))}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+    return run_command(args.func, args, prefix="error")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from nodetopo import __version__
-from nodetopo.errors import BundleError, NodetopoError
+from nodetopo.cliargs import number, require, run_command
+from nodetopo.errors import BundleError
 from nodetopo.kube.flags import add_kube_args
 from nodetopo.logs import configure_logging
 from nodetopo.terminal import strip_control
@@ -63,12 +64,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 def command_timeout(text: str) -> float:
     """``--command-timeout``: a finite number of seconds, more than 0 and at most an hour."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not (math.isfinite(value) and 0 < value <= 3600):
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 3600 seconds, not {text}")
+    value = number(text, "a number of seconds", float)
+    require(
+        math.isfinite(value) and 0 < value <= 3600,
+        f"must be more than 0 and at most 3600 seconds, not {text}",
+    )
     return value
 
 
@@ -487,21 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"nodetopo: {name}={shown}: expected one of {', '.join(choices)}", file=sys.stderr)
             return 2
     configure_logging(str(args.log_level).lower(), str(args.log_format).lower())
-    try:
-        code: int = args.func(args)
-        return code
-    except BundleError as e:
-        print(f"nodetopo: {strip_control(str(e))}", file=sys.stderr)
-        return 2
-    except NodetopoError as e:
-        print(f"nodetopo: {strip_control(str(e))}", file=sys.stderr)
-        return 1
-    except OSError as e:  # a file or port the command needed: say which, in one line
-        where = f": {e.filename}" if e.filename else ""
-        print(f"nodetopo: {strip_control(e.strerror or str(e))}{strip_control(str(where))}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+    return run_command(args.func, args, prefix="nodetopo", usage_errors=(BundleError,))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from nodetopo.expect import algorithms_for, expect  # noqa: E402
-from nodetopo.expect.model import expect_copy  # noqa: E402
+from nodetopo.expect.copies import expect_copy  # noqa: E402
 from tests.expect.calibration import POINTS, Point  # noqa: E402
 
 DOC = ROOT / "docs" / "bandwidth-model.md"

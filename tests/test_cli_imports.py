@@ -93,6 +93,8 @@ NOT_FOR_PROBE = (
     "nodetopo.sources",
     "nodetopo.topology.graph",
     "nodetopo.topology.derive",
+    "nodetopo.topology.nvlink",
+    "nodetopo.topology.preferred",
     "nodetopo.agent",
     "nodetopo.ray",
     "nodetopo.publish.publisher",

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from nodetopo.model import ConditionReason
-from nodetopo.probe.checks import Attribution
+from nodetopo.probe.outcome import Attribution
 from nodetopo.resource.identity import PREFIX
 from nodetopo.resource.labels import KEYS
 

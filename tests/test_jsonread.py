@@ -18,7 +18,7 @@ from nodetopo.fabric.tree import parse_fabric_map
 from nodetopo.host import HostRoot, ReplayRunner
 from nodetopo.jsonread import load_json, nesting_depth
 from nodetopo.model import ConditionReason
-from nodetopo.perf.nccl import parse_nccl_json
+from nodetopo.perf.nccl_json import parse_nccl_json
 from nodetopo.perf.nvbandwidth import parse_nvbandwidth
 from nodetopo.sources.base import Context
 from nodetopo.sources.fabric import cloud, lldp

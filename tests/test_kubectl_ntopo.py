@@ -278,6 +278,8 @@ def test_what_get_and_nodes_import_builds_no_graph() -> None:
         "nodetopo.topology.discover",
         "nodetopo.topology.graph",
         "nodetopo.topology.derive",
+        "nodetopo.topology.nvlink",
+        "nodetopo.topology.preferred",
         "pynvml",
     }
     assert loaded & heavy == set()

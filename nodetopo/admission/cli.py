@@ -13,11 +13,11 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from nodetopo.cliargs import AddArguments, add_command
 from nodetopo.kube.flags import add_kube_args
 
 log = logging.getLogger(__name__)
@@ -42,16 +42,12 @@ published in the summary's spec for the admission policies. See deploy/admission
 """
 
 
-def register(
-    sub: Any,
-    add_common: Callable[[argparse.ArgumentParser], None],
-    add_input: Callable[[argparse.ArgumentParser], None],
-) -> None:
-    p = sub.add_parser(
+def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> None:
+    p = add_command(
+        sub,
         "admit",
         help="check Pods, Jobs, RayClusters, RayJobs, JobSets in a manifest against the admission rules",
         description=ADMIT_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("files", nargs="+", metavar="FILE", help="YAML/JSON manifest(s); - reads stdin")
     source = p.add_mutually_exclusive_group()
@@ -75,11 +71,11 @@ def register(
     add_common(p)
     p.set_defaults(func=cmd_admit)
 
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "summary-controller",
         help="keep the NodeTopologySummary (the admission policies' parameters) current",
         description=CONTROLLER_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_kube_args(p)
     p.add_argument(

@@ -25,6 +25,7 @@ from nodetopo.agent.loop import Agent
 from nodetopo.agent.metrics import AgentStats, make_registry
 from nodetopo.agent.publisher import AgentPublisher, ApiPublisher, DryRunPublisher, read_node_labels
 from nodetopo.agent.udev import EventSource, NoEvents, UdevEventSource
+from nodetopo.cliargs import AddArguments, add_command
 from nodetopo.kube.flags import HELP as KUBECONFIG_HELP
 from nodetopo.kube.pacing import TokenBucket
 from nodetopo.kubelet.allocation import GPU_DRA_DRIVERS
@@ -86,10 +87,8 @@ _NUMERIC: tuple[tuple[str, str, type, str], ...] = (
 )
 
 
-def register(sub: Any, add_common: Callable[..., None], add_input: Callable[..., None]) -> None:
-    p = sub.add_parser(
-        "agent", help=HELP, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> None:
+    p = add_command(sub, "agent", help=HELP, description=DESCRIPTION)
     add_input(p)
     p.add_argument("--config", metavar="FILE", help="YAML config file (env NODETOPO_CONFIG)")
     p.add_argument("--node-name", default=None, help="this node (env NODE_NAME, from the downward API)")

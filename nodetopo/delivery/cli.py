@@ -30,18 +30,19 @@ import dataclasses
 import json
 import math
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from nodetopo.cliargs import AddArguments, add_command, number, require
+from nodetopo.delivery.inputs import flag_pairs, gpu_indices, placements_for, read_input, read_topologies
+from nodetopo.delivery.report import band_json, expectation_json, expectation_text, grouped_links, link_json
 from nodetopo.errors import BundleError, NodetopoError, ParseError
 from nodetopo.expect import (
     COLLECTIVE_ALGORITHMS,
     Algorithm,
     Expectation,
     ExpectError,
-    Link,
     ObservedLink,
-    Placement,
     algorithms_for,
     expect,
 )
@@ -77,19 +78,17 @@ examples:
 exit: 0 Passed, 3 HarnessError, 4 PlacedWrong, 5 ResourceNotReal, 1 error, 2 usage
 """
 
-MAX_INPUT_BYTES = 64 << 20
 
-
-def register(sub: Any, add_common: Callable[..., None], add_input: Callable[..., None]) -> None:
+def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> None:
     del add_input
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "expect",
         help=EXPECT_HELP,
         description="The expected bus-bandwidth band at large message sizes of a collective over the GPUs "
         "a workload holds, from the nodes' NodeTopology: the algorithm NCCL would likely run, the link that "
         "limits it and every assumption the model made.",
         epilog=EXPECT_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     source = _add_placement(p)
     _add_pods(source, "a pod of the workload (repeatable)")
@@ -128,7 +127,8 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
     add_common(p)
     p.set_defaults(func=cmd_expect)
 
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "accept",
         help=ACCEPT_HELP,
         description="Read nccl-tests (*_perf text or its -J JSON) or nvbandwidth output and give the "
@@ -136,7 +136,6 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
         "Passed, ResourceNotReal (with the suspect link), PlacedWrong (the placement caps below --min-busbw) "
         "or HarnessError (the output cannot be a bandwidth result).",
         epilog=ACCEPT_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("results", nargs="+", metavar="RESULT", help="an output file, or - for stdin")
     source = _add_placement(p)
@@ -186,23 +185,14 @@ def _add_pods(source: Any, what: str) -> None:
 
 
 def _gbps(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of GB/s: {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number of GB/s, not {text}")
+    value = number(text, "a number of GB/s", float)
+    require(math.isfinite(value) and value > 0, f"must be a positive number of GB/s, not {text}")
     return value
 
 
 def _ratio(text: str) -> float:
-    head = text.split(":", 1)[0]
-    try:
-        value = float(head)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a ratio: {text!r} (e.g. 2 or 2:1)") from None
-    if not (math.isfinite(value) and value >= 1):
-        raise argparse.ArgumentTypeError(f"must be at least 1 (1 = non-blocking), not {text}")
+    value = number(text.split(":", 1)[0], "a ratio", float, shown=text, hint=" (e.g. 2 or 2:1)")
+    require(math.isfinite(value) and value >= 1, f"must be at least 1 (1 = non-blocking), not {text}")
     return value
 
 
@@ -255,239 +245,6 @@ def _add_placement(p: argparse.ArgumentParser) -> Any:
 
 
 # --------------------------------------------------------------------------------------------
-# Inputs
-# --------------------------------------------------------------------------------------------
-
-
-def _read(path: str, stdin_used: list[bool]) -> str:
-    if path == "-":
-        if stdin_used[0]:
-            raise BundleError(
-                "-: stdin can be read once (give the results or the NodeTopology objects as files)"
-            )
-        stdin_used[0] = True
-        return sys.stdin.read(MAX_INPUT_BYTES + 1)[: MAX_INPUT_BYTES + 1]
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read(MAX_INPUT_BYTES + 1)
-    except OSError as e:
-        raise BundleError(f"{path}: {e.strerror or e}") from None
-    if len(text) > MAX_INPUT_BYTES:
-        raise BundleError(f"{path}: more than {MAX_INPUT_BYTES >> 20} MiB")
-    return text
-
-
-def _topologies(
-    args: argparse.Namespace,
-    stdin_used: list[bool],
-    objects: dict[str, Mapping[str, Any]] | None = None,
-    *,
-    required: bool = True,
-) -> dict[str, Topology]:
-    """The nodes of ``-f`` and ``--from-bundle``; ``objects`` (when given) gets the NodeTopology
-    objects of ``-f`` by name. ``required``: no node at all is an error."""
-    import yaml
-
-    from nodetopo.resource.body import topology_from_nodetopology
-    from nodetopo.resource.published import ResourceError
-
-    found: dict[str, Topology] = {}
-    for path in args.file:
-        text = _read(path, stdin_used)
-        try:
-            documents = list(yaml.safe_load_all(text))
-        except yaml.YAMLError as e:
-            raise BundleError(f"{path}: not YAML or JSON: {str(e).splitlines()[0]}") from None
-        count = 0
-        for doc in documents:
-            if not isinstance(doc, Mapping):
-                continue
-            kind = str(doc.get("kind") or "")
-            items = doc.get("items") if kind.endswith("List") else [doc]
-            for item in items or []:
-                if not isinstance(item, Mapping) or item.get("kind") != "NodeTopology":
-                    continue
-                name = str((item.get("metadata") or {}).get("name") or "")
-                if not name:
-                    raise BundleError(f"{path}: a NodeTopology without metadata.name")
-                try:
-                    found[name] = topology_from_nodetopology(item)
-                except ResourceError as e:
-                    raise BundleError(f"{path}: {e}") from None
-                if objects is not None:
-                    objects[name] = item
-                count += 1
-        if not count:
-            raise BundleError(f"{path}: no NodeTopology object in it")
-    for directory in args.from_bundle:
-        from nodetopo.bundle import bundle_node_name
-        from nodetopo.topology.discover import bundle_context, scan
-
-        found[bundle_node_name(directory)] = scan(bundle_context(directory)).topology
-    if not found and required:
-        raise BundleError(
-            "no node: give NodeTopology objects (-f FILE) or capture bundles (--from-bundle DIR)"
-        )
-    return found
-
-
-def _indices(text: str, what: str) -> tuple[int, ...] | None:
-    if text.strip() == "all":
-        return None
-    out: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        lo, dash, hi = part.partition("-")
-        try:
-            first, last = int(lo), int(hi) if dash else int(lo)
-        except ValueError:
-            raise BundleError(f"{what}: {part!r} is not an index or a range (0-3)") from None
-        if last < first or last - first > 4096:
-            raise BundleError(f"{what}: bad range {part!r}")
-        out.extend(range(first, last + 1))
-    return tuple(out)
-
-
-def _pairs(values: Sequence[str], flag: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for v in values:
-        node, sep, rest = v.partition("=")
-        if not sep or not node:
-            raise BundleError(f"{flag} {v!r}: expected NODE=LIST")
-        if node in out:
-            raise BundleError(f"{flag}: node {node} given twice")
-        out[node] = rest
-    return out
-
-
-def _placements(
-    args: argparse.Namespace,
-    topologies: Mapping[str, Topology],
-    inferred: Mapping[str, tuple[int, ...]] | None = None,
-    fixed: Mapping[str, tuple[int, ...] | None] | None = None,
-) -> list[Placement]:
-    """The GPUs held per node: ``fixed`` (the pods' own, ``--pod``), else ``--gpus``, else
-    ``inferred`` (the rank list), else every GPU of every node."""
-    gpus = _pairs(args.gpus, "--gpus")
-    nics = _pairs(args.nics, "--nics")
-    for node in (*gpus, *nics):
-        if node not in topologies:
-            raise BundleError(f"node {node}: no NodeTopology for it (known: {', '.join(sorted(topologies))})")
-    if fixed is not None:
-        chosen = dict(fixed)
-    elif gpus:
-        chosen = {node: _indices(spec, f"--gpus {node}") for node, spec in gpus.items()}
-    elif inferred:
-        chosen = dict(inferred)
-    else:
-        chosen = {node: None for node in topologies}
-    return [
-        Placement(
-            node=node,
-            topology=topologies[node],
-            gpus=held,
-            nics=tuple(n for n in nics[node].split(",") if n) if node in nics else None,
-        )
-        for node, held in chosen.items()
-    ]
-
-
-# --------------------------------------------------------------------------------------------
-# Output
-# --------------------------------------------------------------------------------------------
-
-
-def _grouped(links: Sequence[Link]) -> list[str]:
-    """``8 × NIC 50 GB/s (400 Gb/s InfiniBand): b/mlx5_0 … b/mlx5_7`` for links of one kind and capacity."""
-    from nodetopo.expect.links import vertex_name
-
-    groups: dict[tuple[str, float, str], list[Link]] = {}
-    for link in links:
-        groups.setdefault((str(link.kind), link.capacity, link.basis), []).append(link)
-    out = []
-    for (kind, cap, basis), members in groups.items():
-        ends = [vertex_name(x.a) for x in members]
-        where = ends[0] if len(ends) == 1 else f"{ends[0]} … {ends[-1]}"
-        count = f"{len(members)} × " if len(members) > 1 else ""
-        out.append(f"{count}{kind} {cap:g} GB/s ({basis}): {where}")
-    return out
-
-
-def _link_json(link: Link) -> dict[str, Any]:
-    from nodetopo.expect.links import vertex_name
-
-    return {
-        "kind": str(link.kind),
-        "from": vertex_name(link.a),
-        "to": vertex_name(link.b),
-        "node": link.node,
-        "capacityGBps": round(link.capacity, 3),
-        "nominalGBps": round(link.nominal, 3),
-        "basis": link.basis,
-        "observed": link.observed,
-    }
-
-
-def _band_json(low: float, high: float, expected: float) -> dict[str, float]:
-    return {"lowGBps": round(low, 1), "highGBps": round(high, 1), "expectedGBps": round(expected, 1)}
-
-
-def expectation_json(e: Expectation) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "BandwidthExpectation",
-        "collective": e.collective,
-        "ranks": e.ranks,
-        "nodes": list(e.nodes),
-        "units": list(e.units),
-        "nvlinkDomains": list(e.domains),
-        "fabricSpan": e.fabric_span,
-        "busbw": _band_json(e.band.low, e.band.high, e.band.expected),
-        "algorithm": str(e.algorithm),
-        "limitingClass": e.limiting_class,
-        "limiting": [_link_json(x) for x in e.limiting],
-        "bounds": [
-            {
-                "algorithm": str(b.algorithm),
-                "boundGBps": round(b.bound, 1),
-                "busbw": _band_json(b.band.low, b.band.high, b.band.expected),
-                "efficiency": {
-                    "low": b.efficiency.low,
-                    "high": b.efficiency.high,
-                    "calibrated": b.efficiency.calibrated,
-                },
-                "stage": b.stage,
-                "cut": b.cut,
-                "limiting": [_link_json(x) for x in b.limiting],
-            }
-            for b in e.bounds
-        ],
-        "observedLinks": [_link_json(x) for x in e.observed],
-        "assumptions": list(e.assumptions),
-    }
-
-
-def expectation_text(e: Expectation) -> str:
-    lines = [
-        f"{e.collective} over {e.ranks} GPUs on {len(e.nodes)} node{'s' if len(e.nodes) != 1 else ''}"
-        f" ({', '.join(e.units)}; {e.fabric_span})",
-        f"expected busbw at large sizes: {e.band.low:.0f}-{e.band.high:.0f} GB/s "
-        f"(most likely {e.band.expected:.0f}, {e.algorithm})",
-        f"limited by {e.limiting_class}:",
-        *(f"  {x}" for x in _grouped(e.limiting)),
-        "",
-        f"{'algorithm':<10} {'bound':>8} {'band GB/s':>12}  stage",
-    ]
-    for b in e.bounds:
-        band = f"{b.band.low:.0f}-{b.band.high:.0f}"
-        lines.append(f"{b.algorithm!s:<10} {b.bound:8.1f} {band:>12}  {b.stage}: {b.cut}")
-    if e.observed:
-        lines += ["", "observed links:", *(f"  {x.label}" for x in e.observed)]
-    lines += ["", "assumptions:", *(f"  - {a}" for a in e.assumptions)]
-    return "".join(strip_control(line) + "\n" for line in lines)
-
-
-# --------------------------------------------------------------------------------------------
 # expect
 # --------------------------------------------------------------------------------------------
 
@@ -511,7 +268,7 @@ def cmd_expect(args: argparse.Namespace) -> int:
     stdin_used = [False]
     objects: dict[str, Mapping[str, Any]] = {}
     from_api = bool(args.pod or args.job or args.raycluster)
-    topologies = _topologies(args, stdin_used, objects, required=not from_api)
+    topologies = read_topologies(args, stdin_used, objects, required=not from_api)
     places: list[Any] = []
     left: list[str] = []
     if from_api:
@@ -522,9 +279,9 @@ def cmd_expect(args: argparse.Namespace) -> int:
             places, left = _pod_places(args, session, topologies, objects)
         finally:
             session.close()
-        placements = _placements(args, topologies, fixed=merged(places))
+        placements = placements_for(args, topologies, fixed=merged(places))
     else:
-        placements = _placements(args, topologies)
+        placements = placements_for(args, topologies)
     try:
         e = expect(
             placements,
@@ -601,9 +358,9 @@ def cmd_accept(args: argparse.Namespace) -> int:
     from nodetopo.perf import NvbOutput, parse_benchmark
 
     stdin_used = [False]
-    texts = [(path, _read(path, stdin_used)) for path in args.results]
+    texts = [(path, read_input(path, stdin_used)) for path in args.results]
     objects: dict[str, Mapping[str, Any]] = {}
-    topologies = _topologies(args, stdin_used, objects, required=not args.pod)
+    topologies = read_topologies(args, stdin_used, objects, required=not args.pod)
     session = _session(args) if args.pod else None
     try:
         places = _pod_places(args, session, topologies, objects)[0] if args.pod else []
@@ -681,7 +438,9 @@ def _pod_places(
     from nodetopo.resource.body import topology_from_nodetopology
     from nodetopo.resource.published import ResourceError
 
-    given = {node: _indices(spec, f"--gpus {node}") for node, spec in _pairs(args.gpus, "--gpus").items()}
+    given = {
+        node: gpu_indices(spec, f"--gpus {node}") for node, spec in flag_pairs(args.gpus, "--gpus").items()
+    }
     known = tuple(topologies)
     workloads = [
         *(parse_workload_ref("Job", t) for t in getattr(args, "job", ())),
@@ -716,7 +475,7 @@ def _event_line(judgements: Sequence[Any], verdict: Any) -> str:
     j = next(x for x in judgements if x.verdict == verdict)
     line = f"{j.source}: {j.reason}"
     if j.suspects:
-        line += "; suspect: " + "; ".join(_grouped(j.suspects)[:3])
+        line += "; suspect: " + "; ".join(grouped_links(j.suspects)[:3])
     if len(judgements) > 1:
         line = f"{len(judgements)} results, the worst: {line}"
     return line
@@ -779,7 +538,7 @@ def _accept_nccl(
         if fixed is None and not args.gpus and output.ranks and not output.ranks_elided
         else None
     )
-    placements = _placements(args, topologies, inferred, fixed)
+    placements = placements_for(args, topologies, inferred, fixed)
     observed: tuple[ObservedLink, ...] = ()
     try:
         algos = _algorithms(args, collective, measured.nccl_algo)
@@ -815,7 +574,7 @@ def _accept_nvbandwidth(
 ) -> Any:
     from nodetopo.expect.nvbandwidth import judge_nvbandwidth
 
-    placements = _placements(args, topologies, None, fixed)
+    placements = placements_for(args, topologies, None, fixed)
     if len(placements) != 1:
         from nodetopo.expect.verdict import Judgement, Verdict
 
@@ -845,10 +604,10 @@ def _judgement_json(j: Any, e: Expectation | None) -> dict[str, Any]:
             "hosts": list(m.hosts),
         }
     if j.expected is not None:
-        out["expected"] = _band_json(j.expected.low, j.expected.high, j.expected.expected)
+        out["expected"] = band_json(j.expected.low, j.expected.high, j.expected.expected)
     if e is not None:
         out["expectation"] = expectation_json(e)
-    out["suspects"] = [_link_json(x) for x in j.suspects]
+    out["suspects"] = [link_json(x) for x in j.suspects]
     out["notes"] = list(j.notes)
     return out
 
@@ -857,6 +616,6 @@ def _judgement_text(j: Any) -> str:
     lines = [f"{j.source}: {j.verdict}: {j.reason}"]
     if j.suspects:
         lines.append("  suspect:")
-        lines += [f"    {x}" for x in _grouped(j.suspects)]
+        lines += [f"    {x}" for x in grouped_links(j.suspects)]
     lines += [f"  note: {n}" for n in j.notes]
     return "".join(strip_control(line) + "\n" for line in lines)

@@ -8,16 +8,13 @@ link), ``PlacedWrong`` (the placement caps below the declared need) or ``Harness
 
 from __future__ import annotations
 
+from nodetopo.expect.links import ExpectError, Link, LinkKind, ObservedLink
 from nodetopo.expect.model import (
     COLLECTIVE_ALGORITHMS,
     Algorithm,
     Band,
     Bound,
     Expectation,
-    ExpectError,
-    Link,
-    LinkKind,
-    ObservedLink,
     Placement,
     algorithms_for,
     expect,

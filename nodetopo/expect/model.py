@@ -26,12 +26,17 @@ import dataclasses
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 
-import networkx as nx
-
 from nodetopo.expect import constants as c
-from nodetopo.expect.flows import Cut, colour_classes, min_cut, steiner_min_cut, symmetric
+from nodetopo.expect.cuts import (
+    Fabric,
+    Inner,
+    Unit,
+    class_of,
+    fabric_cut,
+    inner_cut,
+    unit_egress,
+)
 from nodetopo.expect.links import (
-    PLACEHOLDER,
     UNLIMITED,
     ExpectError,
     Link,
@@ -41,28 +46,11 @@ from nodetopo.expect.links import (
     Shape,
     build_shape,
     node_view,
-    numa_of,
     observed_for,
     shape_key,
     vertex_name,
 )
 from nodetopo.model import Topology
-
-__all__ = [
-    "COLLECTIVE_ALGORITHMS",
-    "Algorithm",
-    "Band",
-    "Bound",
-    "ExpectError",
-    "Expectation",
-    "Link",
-    "LinkKind",
-    "ObservedLink",
-    "Placement",
-    "algorithms_for",
-    "expect",
-    "expect_copy",
-]
 
 
 class Algorithm(enum.StrEnum):
@@ -138,209 +126,11 @@ class Expectation:
 
 
 # --------------------------------------------------------------------------------------------
-# Graphs and cuts
-# --------------------------------------------------------------------------------------------
-
-
-def _digraph(links: Iterable[Link]) -> nx.DiGraph:
-    g = nx.DiGraph()
-    symmetric(g, ((link.a, link.b, {"capacity": link.capacity, "link": link}) for link in links))
-    for v in g:
-        g.nodes[v]["role"] = v.split(":", 1)[0]
-    return g
-
-
-def _links_of(g: nx.DiGraph, cut: Cut) -> tuple[Link, ...]:
-    seen: dict[int, Link] = {}
-    for u, v in cut.edges:
-        link = g.edges[u, v].get("link")
-        if isinstance(link, Link):
-            seen.setdefault(id(link), link)
-    return tuple(sorted(seen.values(), key=lambda x: (x.capacity, x.a, x.b)))
-
-
-def _class_of(links: Sequence[Link]) -> str:
-    """The link class of a cut: the kind carrying most of its capacity."""
-    share: dict[str, float] = {}
-    for link in links:
-        if link.kind in (LinkKind.NVLINK, LinkKind.NVSWITCH):
-            key = "NVLink"
-        elif link.kind is LinkKind.NIC:
-            key = "network"
-        elif link.kind is LinkKind.SMP or link.a.startswith("host:") or link.b.startswith("host:"):
-            key = "host memory"
-        else:
-            key = "PCIe"
-        share[key] = share.get(key, 0.0) + link.capacity
-    return max(share, key=lambda k: share[k]) if share else "NVLink"
-
-
-@dataclasses.dataclass(slots=True)
-class _Inner:
-    """The cuts between one unit's GPUs."""
-
-    value: float
-    limiting: tuple[Link, ...]
-    klass: str
-    cuts: list[tuple[float, int]]  #: (capacity, GPUs on the cut's side) of every cut computed
-    nvls: tuple[float, tuple[Link, ...]] | None  #: the smallest GPU NVLink into the switch, if NVLS runs
-
-
-def _inner(links: Sequence[Link], terminals: Sequence[str], nvls_ok: bool) -> _Inner | None:
-    g = _digraph(links)
-    for v in terminals:
-        if v not in g:
-            g.add_node(v, role="gpu")
-    found = steiner_min_cut(g, terminals)
-    if found is None:
-        return None
-    best, cuts = found
-    term = set(terminals)
-    limiting = _links_of(g, best)
-    nvls: tuple[float, tuple[Link, ...]] | None = None
-    switches = {link.b for link in links if link.kind is LinkKind.NVSWITCH}
-    if nvls_ok and len(switches) == 1:
-        switch = next(iter(switches))
-        colours = colour_classes(g, switch)
-        for v in {colours[t]: t for t in reversed(terminals)}.values():  # one flow per class
-            if not g.has_edge(v, switch):
-                nvls = None
-                break
-            cut = min_cut(g, v, switch)
-            if nvls is None or cut.value < nvls[0]:
-                nvls = (cut.value, _links_of(g, cut))
-        if nvls is not None and nvls[0] <= 0:
-            nvls = None
-    return _Inner(
-        best.value, limiting, _class_of(limiting), [(x.value, len(term & x.side)) for x in cuts], nvls
-    )
-
-
-def _egress(shape: Shape) -> tuple[float, tuple[Link, ...]]:
-    """Max-flow from the held GPUs to the NICs' wires, and the links of its min cut."""
-    out = f"out:{PLACEHOLDER}"
-    if not shape.has_nics:
-        return 0.0, ()
-    g = _digraph(shape.egress)
-    src = f"src:{PLACEHOLDER}"
-    for v in shape.gpus:
-        g.add_edge(src, v, capacity=UNLIMITED)
-    g.nodes[src]["role"] = "src"
-    cut = min_cut(g, src, out)
-    return cut.value, _links_of(g, cut)
-
-
-@dataclasses.dataclass(slots=True)
-class _Unit:
-    name: str  #: the host, or ``nvdomain:<clique>``
-    hosts: list[NodeView]
-    shapes: list[Shape]
-    ranks: int
-    inner: _Inner | None = None
-    egress: float = 0.0
-    #: the min cut of the best host's egress, and that host (renamed only when a report names it)
-    egress_cut: tuple[tuple[Link, ...], str] = ((), "")
-    gdr: bool = True
-    family: str = ""
-    tiers: tuple[str, ...] = ()
-
-
-@dataclasses.dataclass(slots=True)
-class _Fabric:
-    value: float
-    limiting: tuple[Link, ...]
-    binding: _Unit | None
-    cuts: list[tuple[float, int]]  #: (capacity, ranks on the cut's side)
-    span: str
-
-
-def _fabric(units: Sequence[_Unit], oversubscription: float) -> _Fabric:
-    """The Steiner min cut between units over their egress and the fabric tiers.
-
-    Units with the same tiers, egress and rank count are interchangeable, so each such group is one
-    vertex carrying the members' summed egress. A cut that splits a group costs at least one member's
-    egress more than keeping it whole on the side of its leaf, so the smallest cut is either one unit's
-    egress alone or a cut that keeps every group whole: both are computed, on a graph of groups and tiers
-    (32 leaf groups, not 1,024 nodes).
-    """
-    groups: dict[tuple[object, ...], list[_Unit]] = {}
-    for u in units:
-        groups.setdefault((u.tiers, round(u.egress, 9), u.ranks), []).append(u)
-    members = list(groups.values())
-    vertex = {id(m[0]): f"group:{k}" for k, m in enumerate(members)}
-    links: list[Link] = []
-    below: dict[str, float] = {}
-    up: dict[tuple[str, str], None] = {}
-    for m in members:
-        u = m[0]
-        chain = (*u.tiers, "fabric:root")
-        egress = u.egress * len(m)
-        links.append(
-            Link(
-                kind=LinkKind.NIC,
-                a=vertex[id(u)],
-                b=chain[0],
-                node=None,
-                capacity=egress,
-                nominal=egress,
-                basis="egress",
-            )
-        )
-        for k in range(len(chain) - 1):
-            below[chain[k]] = below.get(chain[k], 0.0) + egress
-            up[(chain[k], chain[k + 1])] = None
-    basis = "non-blocking (assumed)" if oversubscription == 1 else f"{oversubscription:g}:1 oversubscribed"
-    for a, b in up:
-        cap = below[a] / oversubscription
-        links.append(Link(kind=LinkKind.FABRIC, a=a, b=b, node=None, capacity=cap, nominal=cap, basis=basis))
-
-    def egress_links(u: _Unit) -> list[Link]:
-        cut_links, host = u.egress_cut
-        return [x.renamed(host) for x in cut_links]
-
-    # one unit alone: its egress
-    single = min(units, key=lambda u: u.egress)
-    value, limiting = single.egress, egress_links(single)
-    binding: _Unit | None = single
-    sides = [(u.egress, u.ranks) for u in (m[0] for m in members)]
-    if len(members) > 1:
-        g = _digraph(links)
-        found = steiner_min_cut(g, [vertex[id(m[0])] for m in members])
-        assert found is not None
-        best, cuts = found
-        ranks = {vertex[id(m[0])]: m[0].ranks * len(m) for m in members}
-        sides += [(x.value, sum(r for v, r in ranks.items() if v in x.side)) for x in cuts]
-        if best.value < value - 1e-9:
-            by_vertex = {vertex[id(m[0])]: m[0] for m in members}
-            value, limiting = best.value, []
-            found_binding: _Unit | None = None
-            for link in _links_of(g, best):
-                if link.kind is LinkKind.NIC:
-                    found_binding = found_binding or by_vertex[link.a]
-                    limiting += egress_links(by_vertex[link.a])
-                else:
-                    limiting.append(link)
-            binding = found_binding
-    return _Fabric(value, tuple(dict.fromkeys(limiting)), binding, sides, _span(units))
-
-
-def _span(units: Sequence[_Unit]) -> str:
-    chains = [u.tiers for u in units]
-    if any(not ch for ch in chains):
-        return "fabric tiers unknown"
-    depth = min(len(ch) for ch in chains)
-    for level in range(depth):
-        if len({ch[level] for ch in chains}) == 1:
-            return "one leaf" if level == 0 else f"one tier-{level} group"
-    return f"beyond tier {depth - 1}"
-
-
-# --------------------------------------------------------------------------------------------
 # Bands
 # --------------------------------------------------------------------------------------------
 
 
-def _band(bound: float, eff: c.Efficiency) -> Band:
+def band_of(bound: float, eff: c.Efficiency) -> Band:
     return Band(low=bound * eff.low, high=bound * eff.high, expected=bound * eff.mid)
 
 
@@ -430,7 +220,7 @@ def expect(
         )
     units = _units(views, shape_of)
     multi = len(units) > 1
-    inner_cache: dict[int, _Inner | None] = {}
+    inner_cache: dict[int, Inner | None] = {}
     egress_cache: dict[int, tuple[float, tuple[Link, ...]]] = {}
     for u in units:
         nvls_ok = all(s.nvls for h in u.hosts for s in h.specs.values())
@@ -438,14 +228,14 @@ def expect(
         if len(u.hosts) == 1:
             shape = u.shapes[0]
             if id(shape) not in inner_cache:
-                inner_cache[id(shape)] = _inner(shape.transport, shape.gpus, nvls_ok)
+                inner_cache[id(shape)] = inner_cut(shape.transport, shape.gpus, nvls_ok)
             u.inner = _renamed_inner(inner_cache[id(shape)], u.hosts[0].name)
         else:
             links = [
                 link.renamed(h.name) for h, s in zip(u.hosts, u.shapes, strict=True) for link in s.transport
             ]
             terminals = [f"gpu:{h.name}:{g.index}" for h in u.hosts for g in h.gpus]
-            u.inner = _inner(links, terminals, nvls_ok)
+            u.inner = inner_cut(links, terminals, nvls_ok)
         if multi:
             for h, s in zip(u.hosts, u.shapes, strict=True):
                 if s.unrated:
@@ -457,7 +247,7 @@ def expect(
             best: tuple[float, tuple[Link, ...], bool, NodeView] | None = None
             for h, s in zip(u.hosts, u.shapes, strict=True):
                 if id(s) not in egress_cache:
-                    egress_cache[id(s)] = _egress(s)
+                    egress_cache[id(s)] = unit_egress(s)
                 value, links_out = egress_cache[id(s)]
                 if best is None or value > best[0]:
                     best = (value, links_out, s.gdr, h)
@@ -480,7 +270,7 @@ def expect(
                 )
             tiers = max(u.hosts, key=lambda h: len(h.topology.network.tiers)).topology.network.tiers
             u.tiers = tuple(f"tier:{t.level}:{t.id}" for t in sorted(tiers, key=lambda t: t.level))
-    fabric = _fabric(units, oversubscription) if multi else None
+    fabric = fabric_cut(units, oversubscription) if multi else None
     if fabric is not None:
         span = fabric.span
     else:
@@ -507,14 +297,14 @@ def expect(
         band=band,
         algorithm=top.algorithm,
         limiting=top.limiting,
-        limiting_class="NVLink SHARP" if top.stage == "NVLink SHARP" else _class_of(top.limiting),
+        limiting_class="NVLink SHARP" if top.stage == "NVLink SHARP" else class_of(top.limiting),
         bounds=tuple(bounds),
         assumptions=tuple(sorted(notes)),
         observed=seen_links,
     )
 
 
-def _renamed_inner(inner: _Inner | None, node: str) -> _Inner | None:
+def _renamed_inner(inner: Inner | None, node: str) -> Inner | None:
     if inner is None:
         return None
     return dataclasses.replace(
@@ -524,13 +314,13 @@ def _renamed_inner(inner: _Inner | None, node: str) -> _Inner | None:
     )
 
 
-def _units(views: Sequence[NodeView], shape_of: Mapping[str, Shape]) -> list[_Unit]:
+def _units(views: Sequence[NodeView], shape_of: Mapping[str, Shape]) -> list[Unit]:
     """Hosts, except the hosts of one multi-node NVLink domain, which form one unit."""
     by_domain: dict[str, list[NodeView]] = {}
     for v in views:
         if v.domain:
             by_domain.setdefault(v.domain, []).append(v)
-    units: list[_Unit] = []
+    units: list[Unit] = []
     seen: set[str] = set()
     for v in views:
         if v.domain and len(by_domain[v.domain]) > 1:
@@ -538,7 +328,7 @@ def _units(views: Sequence[NodeView], shape_of: Mapping[str, Shape]) -> list[_Un
                 seen.add(v.domain)
                 hosts = by_domain[v.domain]
                 units.append(
-                    _Unit(
+                    Unit(
                         name=f"nvdomain:{v.domain}",
                         hosts=hosts,
                         shapes=[shape_of[h.name] for h in hosts],
@@ -546,14 +336,14 @@ def _units(views: Sequence[NodeView], shape_of: Mapping[str, Shape]) -> list[_Un
                     )
                 )
         else:
-            units.append(_Unit(name=v.name, hosts=[v], shapes=[shape_of[v.name]], ranks=len(v.gpus)))
+            units.append(Unit(name=v.name, hosts=[v], shapes=[shape_of[v.name]], ranks=len(v.gpus)))
     return units
 
 
 def _bounds(
     collective: str,
-    units: Sequence[_Unit],
-    fabric: _Fabric | None,
+    units: Sequence[Unit],
+    fabric: Fabric | None,
     ranks: int,
     algorithms: Sequence[Algorithm] | None,
     notes: set[str],
@@ -605,7 +395,7 @@ def _bounds(
             Bound(
                 algorithm=Algorithm.RING,
                 bound=value,
-                band=_band(value, eff),
+                band=band_of(value, eff),
                 efficiency=eff,
                 stage=stage,
                 cut=where,
@@ -621,11 +411,11 @@ def _bounds(
         # as a leaf, twice the buffer, as much as a ring sends
         per_unit = 1.0 if len(units) == 2 else 2.0
         tree_value = 2 * (n - 1) / n * fabric.value / per_unit
-        net_part = _band(tree_value, tree_eff)
+        net_part = band_of(tree_value, tree_eff)
         if Algorithm.TREE in wanted:
             if inner is not None:
                 chain_eff = _ring_efficiency(inner.klass, True)
-                chain = _band((n - 1) / n * inner.value, chain_eff)
+                chain = band_of((n - 1) / n * inner.value, chain_eff)
             else:
                 chain_eff, chain = tree_eff, Band(low=UNLIMITED, high=UNLIMITED, expected=UNLIMITED)
             net_binds = net_part.expected <= chain.expected
@@ -651,7 +441,7 @@ def _bounds(
             assert weakest.inner is not None and weakest.inner.nvls is not None
             nv_value, nv_links = weakest.inner.nvls
             nv_eff = _nvls_efficiency(weakest.family)
-            nv_part = _band(2 * (n - 1) / n * nv_value, nv_eff)
+            nv_part = band_of(2 * (n - 1) / n * nv_value, nv_eff)
             nv_binds = nv_part.expected <= net_part.expected
             bounds.append(
                 Bound(
@@ -673,7 +463,7 @@ def _bounds(
             Bound(
                 algorithm=Algorithm.NVLS,
                 bound=bound,
-                band=_band(bound, nv_eff),
+                band=band_of(bound, nv_eff),
                 efficiency=nv_eff,
                 stage="NVLink SHARP",
                 cut="each GPU's buffer goes into the switch once and comes back reduced: its NVLink into the "
@@ -691,8 +481,8 @@ def _nonempty(bounds: list[Bound], collective: str, wanted: Sequence[Algorithm])
 
 
 def _alltoall(
-    units: Sequence[_Unit],
-    fabric: _Fabric | None,
+    units: Sequence[Unit],
+    fabric: Fabric | None,
     ranks: int,
     ring: tuple[float, tuple[Link, ...], str],
 ) -> tuple[float, tuple[Link, ...], str]:
@@ -723,7 +513,7 @@ def _assumptions(
     algorithms: Sequence[Algorithm] | None,
     multi: bool,
     oversubscription: float,
-    units: Sequence[_Unit],
+    units: Sequence[Unit],
     views: Sequence[NodeView],
 ) -> set[str]:
     out = {
@@ -777,69 +567,3 @@ def _assumptions(
             "observed)"
         )
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# Point-to-point copies (nvbandwidth, p2pBandwidthLatencyTest)
-# --------------------------------------------------------------------------------------------
-
-
-def expect_copy(
-    placement: Placement, source: int | None, target: int | None, *, observed: Iterable[ObservedLink] = ()
-) -> Bound:
-    """The band of one copy between two GPUs of a node (``None`` for the host memory side): over their
-    NVLink when they have one (the copy does not relay through other GPUs), else over PCIe."""
-    notes: set[str] = set()
-    view = node_view(placement.node, placement.topology, placement.gpus, placement.nics, notes)
-    try:
-        shape = build_shape(view, observed_for(tuple(observed), placement.node))
-    except ExpectError as e:
-        raise ExpectError(f"{placement.node}: {e}") from None
-    held = {g.index for g in view.gpus}
-    ends = [x for x in (source, target) if x is not None]
-    missing = [x for x in ends if x not in held]
-    if missing:
-        raise ExpectError(f"{placement.node}: GPU {missing[0]} is not in the placement")
-    if source is None and target is None:
-        raise ExpectError("a copy needs at least one GPU")
-    mine = {f"gpu:{PLACEHOLDER}:{x}" for x in ends}
-
-    def usable(link: Link) -> bool:
-        for v in (link.a, link.b):
-            if v.startswith("gpu:") and v not in mine:
-                return False
-        return link.kind is not LinkKind.NIC and not link.a.startswith("nic:")
-
-    links = [x for x in dict.fromkeys(shape.egress + shape.transport) if usable(x)]
-    if source is not None and target is not None:
-        nv = [x for x in links if x.kind in (LinkKind.NVLINK, LinkKind.NVSWITCH)]
-        g = _digraph(nv)
-        a, b = f"gpu:{PLACEHOLDER}:{source}", f"gpu:{PLACEHOLDER}:{target}"
-        if a in g and b in g and nx.has_path(g, a, b):
-            eff = c.P2P_NVLINK
-        else:
-            g = _digraph(x for x in links if x.kind not in (LinkKind.NVLINK, LinkKind.NVSWITCH))
-            eff = c.P2P_PCIE
-    else:
-        gpu = source if source is not None else target
-        assert gpu is not None
-        g = _digraph(x for x in links if x.kind not in (LinkKind.NVLINK, LinkKind.NVSWITCH))
-        a = f"gpu:{PLACEHOLDER}:{gpu}"
-        b = f"host:{PLACEHOLDER}:{numa_of(next(x for x in view.gpus if x.index == gpu))}"
-        c2c = view.specs[gpu].c2c
-        eff = c.P2P_NVLINK if c2c else c.P2P_PCIE
-        if source is None:
-            a, b = b, a
-    if a not in g or b not in g or not nx.has_path(g, a, b):
-        raise ExpectError(f"{placement.node}: no path between {vertex_name(a)} and {vertex_name(b)}")
-    cut = min_cut(g, a, b)
-    limiting = tuple(x.renamed(placement.node) for x in _links_of(g, cut))
-    return Bound(
-        algorithm=Algorithm.RING,
-        bound=cut.value,
-        band=_band(cut.value, eff),
-        efficiency=eff,
-        stage="point-to-point",
-        cut=f"{vertex_name(a)} to {vertex_name(b)}".replace(PLACEHOLDER, placement.node),
-        limiting=limiting,
-    )

@@ -9,8 +9,9 @@ Latency testcases (ns) are not judged.
 
 from __future__ import annotations
 
+from nodetopo.expect.copies import expect_copy
 from nodetopo.expect.links import ExpectError, Link
-from nodetopo.expect.model import Placement, expect_copy
+from nodetopo.expect.model import Placement
 from nodetopo.expect.verdict import Judgement, Verdict
 from nodetopo.model import PciAddress
 from nodetopo.perf.nvbandwidth import NvbOutput, NvbTestcase

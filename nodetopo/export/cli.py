@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from nodetopo import export
+from nodetopo.cliargs import AddArguments, add_command
 from nodetopo.errors import BundleError
 from nodetopo.kube.flags import add_kube_args
 from nodetopo.output import output_help, write_output
@@ -42,11 +43,9 @@ deleted, even when its name is one the export wants. See deploy/export/ for its 
 """
 
 
-def register(sub: Any, add_common: Callable[..., None], add_input: Callable[..., None]) -> None:
+def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> None:
     del add_input
-    p = sub.add_parser(
-        "export", help=HELP, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = add_command(sub, "export", help=HELP, description=DESCRIPTION)
     p.add_argument(
         "format",
         choices=["kueue", "volcano", "kai", "slurm"],

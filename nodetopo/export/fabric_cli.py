@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from nodetopo.cliargs import AddArguments, add_command
 from nodetopo.errors import BundleError, NodetopoError
 from nodetopo.output import output_help, write_output
 
@@ -29,11 +29,9 @@ examples:
 DATA_KEY = "fabric-map.json"
 
 
-def register(sub: Any, add_common: Callable[..., None], add_input: Callable[..., None]) -> None:
+def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> None:
     del add_input
-    p = sub.add_parser(
-        "fabric", help=HELP, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = add_command(sub, "fabric", help=HELP, description=DESCRIPTION)
     p.add_argument(
         "--from",
         dest="source",

@@ -8,12 +8,12 @@ import os
 import socket
 import sys
 import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import ssl
 
+from nodetopo.cliargs import AddArguments, add_command
 from nodetopo.errors import NodetopoError
 from nodetopo.extender.limits import MAX_BODY_BYTES, MAX_CONNECTIONS, MEMORY_BUDGET_BYTES, REQUEST_TIMEOUT_S
 from nodetopo.kube.flags import add_kube_args
@@ -28,16 +28,12 @@ Answers 503 until both caches have synced. See deploy/extender/ for the schedule
 """
 
 
-def register(
-    sub: Any,
-    add_common: Callable[[argparse.ArgumentParser], None],
-    add_input: Callable[[argparse.ArgumentParser], None],
-) -> None:
-    p = sub.add_parser(
+def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> None:
+    p = add_command(
+        sub,
         "extender",
         help="serve the kube-scheduler extender (topology-aware GPU placement)",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--listen",

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nodetopo import __version__
+from nodetopo.cliargs import number, require, run_command
 from nodetopo.errors import NodetopoError
 from nodetopo.kube.flags import HELP as KUBECONFIG_HELP
 from nodetopo.terminal import strip_control
@@ -50,12 +51,8 @@ def _kube_flags(parser: argparse.ArgumentParser, *, default: Any) -> None:
 
 
 def _island_size(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of GPUs: {text!r}") from None
-    if value < 2:
-        raise argparse.ArgumentTypeError("an NVLink island has at least 2 GPUs")
+    value = number(text, "a number of GPUs", int)
+    require(value >= 2, "an NVLink island has at least 2 GPUs")
     return value
 
 
@@ -337,18 +334,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        code: int = args.func(args)
-        return code
-    except NodetopoError as e:
-        print(f"error: {strip_control(str(e))}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        where = f": {e.filename}" if e.filename else ""
-        print(f"error: {strip_control(e.strerror or str(e))}{strip_control(str(where))}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+    return run_command(args.func, args, prefix="error")
 
 
 if __name__ == "__main__":

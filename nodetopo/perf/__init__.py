@@ -17,9 +17,9 @@ from nodetopo.perf.nccl import (
     NcclRow,
     bus_factor,
     collective_of,
-    parse_nccl_json,
     parse_nccl_tests,
 )
+from nodetopo.perf.nccl_json import parse_nccl_json
 from nodetopo.perf.nvbandwidth import NvbDevice, NvbMatrix, NvbOutput, NvbTestcase, parse_nvbandwidth
 from nodetopo.perf.read import BenchmarkOutput, parse_benchmark
 

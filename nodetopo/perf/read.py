@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 from nodetopo.errors import ParseError
-from nodetopo.perf.nccl import NcclOutput, parse_nccl_json, parse_nccl_tests
+from nodetopo.perf.nccl import NcclOutput, parse_nccl_tests
+from nodetopo.perf.nccl_json import parse_nccl_json
 from nodetopo.perf.nvbandwidth import NvbOutput, parse_nvbandwidth
 
 BenchmarkOutput = NcclOutput | NvbOutput

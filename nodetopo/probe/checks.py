@@ -19,152 +19,16 @@ An unknown fact is never a negative fact: what cannot be read makes a check ``sk
 from __future__ import annotations
 
 import dataclasses
-import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from typing import Any
 
-from nodetopo.errors import clip
 from nodetopo.model import CpuSet, format_cpulist
 from nodetopo.placement.request import MAX_NIC_DISTANCE, RDMA, PodRequest
-from nodetopo.probe.collective import CollectiveRun, judge_collective
+from nodetopo.probe.collective import judge_collective
+from nodetopo.probe.inputs import Declared, Seen, Thresholds
+from nodetopo.probe.outcome import Attribution, Check, failed, not_asked, passed, skipped, warned
 from nodetopo.probe.promised import Promised, PromisedGpu, PromisedNic
 from nodetopo.resource.identity import PREFIX
-
-
-class Status(enum.StrEnum):
-    PASS = "pass"
-    FAIL = "fail"
-    WARN = "warn"
-    SKIP = "skip"
-
-
-class Attribution(enum.StrEnum):
-    PLACED_WRONG = "PlacedWrong"
-    RESOURCE_NOT_REAL = "ResourceNotReal"
-    UNDECLARED = "Undeclared"
-    HARNESS_ERROR = "HarnessError"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Check:
-    name: str
-    status: Status
-    reason: str
-    attribution: Attribution | None = None
-    #: False for a check that does not apply to this pod (not declared, no minimum asked): skipped,
-    #: and not counted among the checks that could have been made
-    asked: bool = True
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "status": str(self.status), "reason": self.reason}
-        if self.attribution is not None:
-            out["attribution"] = str(self.attribution)
-        if not self.asked:
-            out["asked"] = False
-        return out
-
-
-def passed(name: str, reason: str) -> Check:
-    return Check(name, Status.PASS, reason)
-
-
-def skipped(name: str, reason: str) -> Check:
-    """A check that applies but could not be made (what it needs could not be read)."""
-    return Check(name, Status.SKIP, reason)
-
-
-def not_asked(name: str, reason: str) -> Check:
-    """A check that does not apply to this pod: nothing declared or asked needs it."""
-    return Check(name, Status.SKIP, reason, asked=False)
-
-
-def failed(name: str, reason: str, attribution: Attribution) -> Check:
-    return Check(name, Status.FAIL, reason, attribution)
-
-
-def warned(name: str, reason: str, attribution: Attribution) -> Check:
-    return Check(name, Status.WARN, reason, attribution)
-
-
-# --------------------------------------------------------------------------------------------
-# Inputs
-# --------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Declared:
-    """What the pod declared. ``request`` is None when the declaration could not be read (``error``)."""
-
-    request: PodRequest | None
-    annotated: bool  #: at least one ``nodetopo.io/`` annotation was present
-    error: str | None = None
-    #: GB/s of all-reduce bus bandwidth the pod needs (``nodetopo.io/min-busbw``), when it says
-    min_busbw: float | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class IbPort:
-    port: int
-    state: str | None  #: ACTIVE, DOWN, INIT, ... (the word after ``N: `` in sysfs), None unreadable
-    link_layer: str | None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class IbDevice:
-    name: str
-    ports: tuple[IbPort, ...]
-    uverbs: str | None  #: the /dev/infiniband/uverbsN of this device, when it is usable
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class NvmlPair:
-    a: str  #: GPU UUIDs
-    b: str
-    p2p_read: str | None  #: P2pStatus value, None when NVML could not say
-    p2p_nvlink: str | None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class NvmlView:
-    """What NVML inside the container says: visible GPU UUIDs, inactive links, pair P2P status."""
-
-    uuids: tuple[str, ...]
-    inactive_links: Mapping[str, tuple[int, ...]]  #: uuid -> links probed and found down
-    active_links: Mapping[str, int]
-    pairs: tuple[NvmlPair, ...]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Seen:
-    """What the container sees. A field is None when it could not be read (``unread`` says why)."""
-
-    gpu_ids: tuple[str, ...] | None  #: UUIDs or indices naming the container's GPUs
-    gpu_ids_from: str  #: where gpu_ids came from (NVML, NVIDIA_VISIBLE_DEVICES, ...)
-    dev_nvidia: tuple[int, ...] | None  #: N of each /dev/nvidiaN
-    nvml: NvmlView | None
-    infiniband: tuple[IbDevice, ...] | None
-    shm_bytes: int | None
-    hugepages_bytes: int | None
-    cpus: frozenset[int] | None
-    cpus_from: str
-    mems: frozenset[int] | None
-    unread: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    collective: CollectiveRun | None = None  #: what all_reduce_perf printed, when it ran and exited 0
-    #: False when the collective does not apply: --collective-timeout 0, fewer than 2 GPUs, or no
-    #: all_reduce_perf in the image
-    collective_asked: bool = True
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Thresholds:
-    min_shm_bytes: int = 256 * 2**20
-    min_hugepages_bytes: int = 0
-    require_p2p: bool = False
-    gpus: int | None = None  #: the GPU count the pod requested (``--gpus``), when known
-    #: GB/s busbw the workload needs (``--min-busbw``, over the pod's ``nodetopo.io/min-busbw``): below
-    #: it, PlacedWrong
-    min_busbw: float | None = None
-
 
 # --------------------------------------------------------------------------------------------
 # Checks
@@ -596,53 +460,6 @@ def placement(seen: Seen, promised: Promised | None, node: str | None) -> dict[s
         ],
         "cpuNumaLocalRatio": ratio,
     }
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Verdict:
-    passed: bool
-    attribution: Attribution | None
-    line: str  #: the one-line verdict (termination message, Event message)
-
-
-#: the longest verdict line (the kubelet keeps 4096 bytes of a termination message)
-MAX_LINE = 4000
-
-
-def checked(checks: Sequence[Check]) -> str:
-    """``N of M checked`` over the checks that apply (M), naming the ones that could not be made."""
-    applying = [c for c in checks if c.asked]
-    made = sum(1 for c in applying if c.status is not Status.SKIP)
-    unmade = [c.name for c in applying if c.status is Status.SKIP]
-    return f"{made} of {len(applying)} checked" + (f" (skipped: {', '.join(unmade)})" if unmade else "")
-
-
-def verdict(checks: Sequence[Check], *, strict: bool = False) -> Verdict:
-    """The one-line verdict. ``strict``: a check that applies but could not be made fails the pod.
-
-    Its ``line`` is one line (``nodetopo.errors.clip``): a reason quotes names the node and the
-    container chose (NIC names, device names), which may hold newlines or terminal escape sequences,
-    and the line ends in a termination message and an Event."""
-    failures = [c for c in checks if c.status is Status.FAIL]
-    warnings = [c for c in checks if c.status is Status.WARN]
-    if failures:
-        first = failures[0]
-        more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
-        line = clip(f"{first.attribution}: {first.name}: {first.reason}", MAX_LINE - len(more)) + more
-        return Verdict(False, first.attribution, line)
-    if strict and any(c.asked and c.status is Status.SKIP for c in checks):
-        return Verdict(False, None, clip(f"failed (--strict): {checked(checks)}", MAX_LINE))
-    if warnings:
-        first = warnings[0]
-        return Verdict(
-            True,
-            first.attribution,
-            clip(
-                f"passed with warning {first.attribution}: {first.name}: {first.reason}; {checked(checks)}",
-                MAX_LINE,
-            ),
-        )
-    return Verdict(True, None, clip(f"passed, {checked(checks)}", MAX_LINE))
 
 
 def _size(n: int) -> str:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from nodetopo.cliargs import AddArguments, add_command
 from nodetopo.host import HostRoot, Refused
 from nodetopo.kube.flags import add_kube_args
 
@@ -95,13 +96,13 @@ def _annotation(text: str) -> tuple[str, str]:
     return key, value
 
 
-def register(sub: Any, add_common: Callable[..., None], add_input: Callable[..., None]) -> None:
-    p = sub.add_parser(
+def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> None:
+    p = add_command(
+        sub,
         "probe",
         help="check at pod start-up that the pod got the topology its placement promised",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     env = os.environ
     p.add_argument(
@@ -223,7 +224,7 @@ def bounded(fn: Callable[[], T], seconds: float, what: str) -> T:
 
 def _observe(root: HostRoot, environ: dict[str, str], timeout: float, collective_timeout: float) -> Any:
     from nodetopo.probe import observe
-    from nodetopo.probe.checks import Seen
+    from nodetopo.probe.inputs import Seen
 
     unread: dict[str, str] = {}
 
@@ -361,8 +362,10 @@ def _session(args: argparse.Namespace) -> tuple[Any, str | None]:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from nodetopo.probe import events
-    from nodetopo.probe.checks import Thresholds, placement, run_checks, verdict
+    from nodetopo.probe.checks import placement, run_checks
+    from nodetopo.probe.inputs import Thresholds
     from nodetopo.probe.observe import read_declared
+    from nodetopo.probe.outcome import verdict
 
     started = time.monotonic()
     declared = read_declared(args.annotations_file, dict(args.annotation))

@@ -10,7 +10,7 @@ import datetime
 from typing import Any
 
 from nodetopo.kube.events import MAX_MESSAGE, NORMAL, WARNING, event_body, involved_object
-from nodetopo.probe.checks import Verdict
+from nodetopo.probe.outcome import Verdict
 
 PASSED = "TopologyProbePassed"
 FAILED = "TopologyProbeFailed"

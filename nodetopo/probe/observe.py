@@ -33,8 +33,8 @@ from nodetopo.placement.request import (
     parse_min_busbw,
     parse_pod_request,
 )
-from nodetopo.probe.checks import Declared, IbDevice, IbPort, NvmlPair, NvmlView
 from nodetopo.probe.collective import CollectiveRun, parse_collective
+from nodetopo.probe.inputs import Declared, IbDevice, IbPort, NvmlPair, NvmlView
 from nodetopo.resource.identity import PREFIX
 
 #: the largest file a reader reads (an annotations file, a sysfs attribute, /proc/self/status)

@@ -9,11 +9,12 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
+from nodetopo.cliargs import AddArguments, add_command, number, require
 from nodetopo.errors import BundleError, NodetopoError
 from nodetopo.kube.flags import add_kube_args
 from nodetopo.output import output_help, write_output
@@ -40,17 +41,13 @@ examples:
 """
 
 
-def register(
-    sub: Any,
-    add_common: Callable[[argparse.ArgumentParser], None],
-    add_input: Callable[[argparse.ArgumentParser], None],
-) -> None:
-    p = sub.add_parser(
+def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> None:
+    p = add_command(
+        sub,
         "ray",
         help="write Ray node labels/resources (nodetopo.io/gpu-domain, nodetopo.io/...) for a node",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     source = p.add_mutually_exclusive_group()
     source.add_argument("--from", dest="bundle", metavar="BUNDLE", help="discover a capture bundle offline")
@@ -125,12 +122,8 @@ def _read_regular(path: str) -> bytes:
 
 def _seconds(text: str) -> float:
     """``--wait``: a finite number of seconds, 0 to a day."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not (math.isfinite(value) and 0 <= value <= 86400):
-        raise argparse.ArgumentTypeError(f"must be 0 to 86400 seconds, not {text}")
+    value = number(text, "a number of seconds", float)
+    require(math.isfinite(value) and 0 <= value <= 86400, f"must be 0 to 86400 seconds, not {text}")
     return value
 
 

@@ -11,10 +11,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from nodetopo.model import Condition, ConditionReason, SourceStatus, Topology
+from nodetopo.model import NODE_LABELS_SOURCE, Condition, ConditionReason, SourceStatus, Topology
 from nodetopo.resource.published import PublishedCondition
 from nodetopo.resource.reader import read_nodetopology
-from nodetopo.topology.interop import SOURCE as LABELS_SOURCE
 
 #: Condition reasons that make the resource "not Ready": consumers should treat it as partial.
 NOT_READY_REASONS = frozenset(
@@ -86,7 +85,7 @@ def conditions(topology: Topology) -> list[dict[str, Any]]:
     result: list[dict[str, Any]] = []
     # Ready is about whether nodetopo could read; another project's label that disagrees (GFD's) is
     # said in Consistent only
-    bad = [c for c in topology.conditions if c.reason in NOT_READY_REASONS and c.source != LABELS_SOURCE]
+    bad = [c for c in topology.conditions if c.reason in NOT_READY_REASONS and c.source != NODE_LABELS_SOURCE]
     result.append(
         {
             "type": "Ready",

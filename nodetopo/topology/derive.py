@@ -24,11 +24,9 @@ the facts follow what the links do, not what they should do.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from math import comb
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from nodetopo.model import (
@@ -40,16 +38,13 @@ from nodetopo.model import (
     FabricInfo,
     Facts,
     Gpu,
-    GpuLink,
     GpuNicDistance,
     LinkClass,
     MigDevice,
     Nic,
     NumaNode,
-    NvlinkIsland,
     PciAddress,
     PciDevice,
-    PreferredGpuSets,
     Topology,
 )
 from nodetopo.topology.graph import (
@@ -59,22 +54,14 @@ from nodetopo.topology.graph import (
     build_graph,
     gpu_id,
     nodes_of,
-    nvlink_edges,
     pci_device_of,
 )
 from nodetopo.topology.network import network_position
+from nodetopo.topology.nvlink import gpu_links, gpu_nvlinks, nvlink_islands
+from nodetopo.topology.preferred import preferred_gpu_sets
 
 if TYPE_CHECKING:
     import networkx as nx
-
-#: The most NVLinks any single GPU has (H100/H200/B200: 18). A uniform complete NV mesh whose
-#: per-GPU total (links per pair × peers) exceeds this cannot be direct wiring: it is an NVSwitch.
-MAX_NVLINKS_PER_GPU = 18
-
-#: Above this many scored candidates (k-subsets × greedy steps), preferred sets are built
-#: hierarchically instead of by exhaustive search (see ``preferred_gpu_sets``).
-EXHAUSTIVE_LIMIT = 8000
-
 
 # --------------------------------------------------------------------------------------------
 # PCIe
@@ -346,243 +333,6 @@ def gpu_numa_affinity(index: PcieIndex, record: GpuRecord) -> frozenset[int] | N
         if found:
             return found
     return None
-
-
-# --------------------------------------------------------------------------------------------
-# NVLink
-# --------------------------------------------------------------------------------------------
-
-
-def nvlink_islands(g: nx.Graph) -> tuple[NvlinkIsland, ...]:
-    """Connected components of the NVLink subgraph (GPUs and NVSwitches), as islands of ≥ 2 GPUs.
-
-    A component that goes through NVSwitch nodes (NVML reports SWITCH remote devices) is one fully
-    connected island. From ``topo -m`` alone the switches are invisible; a complete component where
-    every pair shows the same ``NV#`` is recognised as switched when that cannot be direct wiring
-    (per-GPU total ``NV# × peers`` above ``MAX_NVLINKS_PER_GPU``, or above the GPU's active link
-    count from ``nvlink -s``/NVML), or when sysfs shows NVSwitch functions. A uniform full mesh
-    that fits in the GPU's links (4× A100 NV4, 4× GH200 NV6) is direct: fully connected, no switch.
-    """
-    import networkx as nx  # imported where a graph is built (see build_graph)
-
-    sub = nx.Graph()
-    for a, b, links in nvlink_edges(g):
-        sub.add_edge(a, b, links=links)
-    sysfs_switches = any(d.get("kind") == "nvswitch" and d.get("address") for _, d in g.nodes(data=True))
-    islands: list[NvlinkIsland] = []
-    components = []
-    for component in nx.connected_components(sub):
-        gpus = sorted(int(n.split(":")[1]) for n in component if n.startswith("gpu:"))
-        if len(gpus) >= 2:
-            components.append((gpus, component))
-    for island_id, (gpus, component) in enumerate(sorted(components, key=lambda c: c[0])):
-        switched = any(n.startswith("nvswitch:") for n in component)
-        if switched:
-            per_gpu = [
-                sum(
-                    sub.edges[gpu_id(i), s]["links"]
-                    for s in sub.neighbors(gpu_id(i))
-                    if s.startswith("nvswitch:")
-                )
-                for i in gpus
-            ]
-            islands.append(
-                NvlinkIsland(
-                    id=island_id,
-                    gpus=tuple(gpus),
-                    links_per_pair=min(per_gpu),
-                    fully_connected=True,
-                    nvswitch=True,
-                )
-            )
-            continue
-        pair_links = [
-            sub.edges[gpu_id(a), gpu_id(b)]["links"]
-            for a, b in itertools.combinations(gpus, 2)
-            if sub.has_edge(gpu_id(a), gpu_id(b))
-        ]
-        complete = len(pair_links) == len(gpus) * (len(gpus) - 1) // 2
-        uniform = complete and len(set(pair_links)) == 1
-        nvswitch = False
-        if uniform and len(gpus) > 2:
-            per_pair = pair_links[0]
-            total = per_pair * (len(gpus) - 1)
-            known_totals = [
-                t for i in gpus if (t := g.nodes[gpu_id(i)]["record"].total_nvlinks) is not None and t > 0
-            ]
-            if known_totals:
-                nvswitch = total > max(known_totals)
-            else:
-                nvswitch = total > MAX_NVLINKS_PER_GPU or sysfs_switches
-        islands.append(
-            NvlinkIsland(
-                id=island_id,
-                gpus=tuple(gpus),
-                links_per_pair=min(pair_links),
-                fully_connected=complete,
-                nvswitch=nvswitch,
-            )
-        )
-    return tuple(islands)
-
-
-def gpu_nvlinks(g: nx.Graph) -> dict[tuple[int, int], int]:
-    """The direct NVLink count between two GPUs ``(a, b)``, a < b, for every pair that has one."""
-    counts: dict[tuple[int, int], int] = {}
-    for a, b, links in nvlink_edges(g):
-        if a.startswith("gpu:") and b.startswith("gpu:"):
-            ia, ib = int(a[4:]), int(b[4:])
-            counts[(min(ia, ib), max(ia, ib))] = links
-    return counts
-
-
-def gpu_links(
-    gpus: Sequence[int],
-    islands: Sequence[NvlinkIsland],
-    nvlinks: dict[tuple[int, int], int],
-    pcie: dict[tuple[int, int], LinkClass],
-) -> tuple[GpuLink, ...]:
-    """Every pair of ``gpus`` (a < b) that ``topo -m`` would give a cell: its direct NVLink count
-    (``nvlinks``), else the links of the NVSwitch island both are in, and its PCIe class (``pcie``)."""
-    switched = {i: island for island in islands if island.nvswitch for i in island.gpus}
-    links: list[GpuLink] = []
-    for a, b in itertools.combinations(sorted(gpus), 2):
-        count = nvlinks.get((a, b))
-        if not count and a in switched and switched.get(b) is switched[a]:
-            count = switched[a].links_per_pair
-        cls = pcie.get((a, b))
-        if count or cls is not None:
-            links.append(GpuLink(a=a, b=b, nvlinks=count or None, pcie=cls))
-    return tuple(links)
-
-
-# --------------------------------------------------------------------------------------------
-# Preferred GPU sets
-# --------------------------------------------------------------------------------------------
-
-
-class _PairValues(dict[tuple[int, int], int]):
-    """A value per GPU pair, computed by ``compute(a, b)`` the first time the pair is read."""
-
-    def __init__(self, compute: Callable[[int, int], int]) -> None:
-        super().__init__()
-        self.compute = compute
-
-    def __missing__(self, pair: tuple[int, int]) -> int:
-        value = self[pair] = self.compute(*pair)
-        return value
-
-
-def preferred_sizes(gpu_count: int, island_sizes: Iterable[int]) -> tuple[int, ...]:
-    """The set sizes worth precomputing: every size up to 8, then powers of two, island sizes and
-    the whole node (allocators ask for 1, 2, 4, 8 GPUs or an island; a 72-GPU node needs no 37-sets)."""
-    sizes = set(range(1, min(gpu_count, 8) + 1))
-    sizes |= {1 << p for p in range(gpu_count.bit_length()) if 1 << p <= gpu_count}
-    sizes |= set(island_sizes)
-    sizes.add(gpu_count)
-    return tuple(sorted(k for k in sizes if 1 <= k <= gpu_count))
-
-
-def preferred_gpu_sets(
-    gpus: Sequence[Gpu],
-    islands: Sequence[NvlinkIsland],
-    nvlinks: dict[tuple[int, int], int],
-    pcie: dict[tuple[int, int], LinkClass],
-) -> tuple[PreferredGpuSets, ...]:
-    """For each size k in ``preferred_sizes``, a partition of the allocatable GPUs into k-sets, best first.
-
-    Only GPUs an allocator hands out whole take part: a MIG-enabled GPU (``mig_enabled`` True) is
-    shared out as MIG devices, never whole (the extender's rule too), so no set holds one; an
-    unknown MIG mode counts as whole, as the extender counts it. Each set is scored (lower is
-    better) by, in order:
-
-    1. the number of NVLink islands it spans (a GPU outside every island counts as its own);
-    2. whether every pair has a direct NVLink (or a switch): a pair without one talks over PCIe;
-    3. the number of NUMA nodes spanned: a set across sockets puts the pod's CPUs, memory and
-       GPUDirect traffic across the SMP interconnect for every GPU, and a kubelet Topology Manager
-       with ``single-numa-node`` cannot align it at all;
-    4. the fewest links on a pair (more is better: between GPUs already linked directly this is a
-       difference in peer bandwidth, so it ranks below the socket);
-    5. the number of distinct nearest-NIC groups (GPUs whose nearest NICs are the same share a PCIe
-       switch / NIC: GPUDirect RDMA traffic stays local);
-    6. the worst PCIe class between two of its GPUs;
-    7. the GPU indices (so the result is deterministic).
-
-    When that costs at most ``EXHAUSTIVE_LIMIT`` scored candidates (k-subsets × steps: every size
-    on an 8- or 16-GPU node), the partition is built greedily and exhaustively: the best-scoring
-    k-set of the GPUs not yet used, then the best of the rest, until fewer than k remain. Beyond
-    that (NVL72, very large nodes) the GPUs are ordered by (island, NUMA node, nearest NICs,
-    index), cut into consecutive k-sets, and
-    the sets sorted by score: linear in the number of GPUs.
-    """
-    by_index = {gpu.index: gpu for gpu in gpus if gpu.mig_enabled is not True}
-    island_of = {i: island.id for island in islands for i in island.gpus if i in by_index}
-    switched = {island.id for island in islands if island.nvswitch}
-    nic_group = {i: g.nearest_nics for i, g in by_index.items()}
-    numa_of = {i: g.numa_affinity or frozenset({-1}) for i, g in by_index.items()}
-    #: links between two GPUs: the direct count, or "plenty" inside an NVSwitch island
-    switch_links = 1_000
-
-    def pair_links(a: int, b: int) -> int:
-        direct = nvlinks.get((a, b), 0)
-        if direct:
-            return direct
-        island = island_of.get(a)
-        return switch_links if island is not None and island in switched and island == island_of.get(b) else 0
-
-    # what score reads of a pair, each computed once per call of this function: the exhaustive
-    # search scores every k-subset, so one pair is read by many candidates
-    class_of = _PairValues(lambda a, b: int(pcie.get((a, b), LinkClass.PIX)))
-    links_of = _PairValues(pair_links)
-
-    # and what it reads of one GPU, in forms a candidate combines fast: its island (a GPU outside
-    # every island is its own), its nearest-NIC group (None: none known) and its NUMA nodes as bits
-    island_key = {i: island_of.get(i, -1 - i) for i in by_index}
-    nic_key = {i: group or None for i, group in nic_group.items()}
-    numa_bit = {n: 1 << b for b, n in enumerate(sorted({n for nodes in numa_of.values() for n in nodes}))}
-    numa_mask = {i: sum(numa_bit[n] for n in nodes) for i, nodes in numa_of.items()}
-
-    @functools.cache  # the greedy steps score the remaining GPUs' subsets again
-    def score(members: tuple[int, ...]) -> tuple[object, ...]:
-        spanned = set(map(island_key.__getitem__, members))
-        pairs = tuple(itertools.combinations(members, 2))
-        worst = max(map(class_of.__getitem__, pairs), default=int(LinkClass.PIX))
-        if len(spanned) == 1 and next(iter(spanned)) in switched:
-            all_linked, min_links = 0, -switch_links  # one NVSwitch domain: every pair alike
-        else:
-            links = list(map(links_of.__getitem__, pairs))
-            all_linked = 0 if all(links) else 1
-            min_links = -min(links) if links else 0
-        nic_groups = set(map(nic_key.__getitem__, members))
-        nic_groups.discard(None)
-        numa = 0
-        for i in members:
-            numa |= numa_mask[i]
-        return (len(spanned), all_linked, numa.bit_count(), min_links, len(nic_groups), worst, members)
-
-    order = sorted(
-        by_index,
-        key=lambda i: (island_of.get(i, 1_000_000 + i), min(numa_of[i]), nic_group[i], i),
-    )
-    result: list[PreferredGpuSets] = []
-    island_sizes = [sum(1 for i in island.gpus if i in by_index) for island in islands]
-    for k in preferred_sizes(len(order), island_sizes):
-        sets: list[tuple[int, ...]]
-        if k == 1:
-            sets = sorted(((i,) for i in order), key=score)  # what the greedy search would pick, in O(N)
-        elif comb(len(order), k) * (len(order) // k) <= EXHAUSTIVE_LIMIT:
-            remaining = sorted(order)
-            sets = []
-            while len(remaining) >= k:
-                best = min(itertools.combinations(remaining, k), key=score)
-                sets.append(best)
-                chosen = set(best)
-                remaining = [i for i in remaining if i not in chosen]
-        else:
-            chunks = (tuple(sorted(order[s : s + k])) for s in range(0, len(order) - k + 1, k))
-            sets = sorted(chunks, key=score)
-        result.append(PreferredGpuSets(size=k, sets=tuple(sets)))
-    return tuple(result)
 
 
 # --------------------------------------------------------------------------------------------

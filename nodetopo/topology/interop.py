@@ -18,12 +18,12 @@ import dataclasses
 import re
 from collections.abc import Mapping
 
-from nodetopo.model import Condition, ConditionReason, FabricInfo, SourceStatus, Topology
+from nodetopo.model import NODE_LABELS_SOURCE, Condition, ConditionReason, FabricInfo, SourceStatus, Topology
 from nodetopo.sources.nvml.protocol import NAME as NVML_SOURCE
 from nodetopo.topology.network import nvlink_domain
 
 #: the source of the conditions and of the provenance this module adds
-SOURCE = "node-labels"
+SOURCE = NODE_LABELS_SOURCE
 GFD_COUNT = "nvidia.com/gpu.count"
 GFD_PRODUCT = "nvidia.com/gpu.product"
 GFD_CLIQUE = "nvidia.com/gpu.clique"

@@ -33,8 +33,9 @@ def link_cells(links: Iterable[GpuLink]) -> dict[tuple[int, int], str]:
 def gpu_matrix(facts: Facts, gpus: Sequence[int]) -> Mapping[tuple[int, int], str]:
     """``(a, b)`` → cell text for every ordered pair of distinct GPUs in ``gpus`` that is known,
     derived from ``facts`` (for any number of GPUs)."""
-    from nodetopo.topology.derive import gpu_gpu_classes, gpu_links, gpu_nvlinks, nvlink_islands, pcie_index
+    from nodetopo.topology.derive import gpu_gpu_classes, pcie_index
     from nodetopo.topology.graph import build_graph
+    from nodetopo.topology.nvlink import gpu_links, gpu_nvlinks, nvlink_islands
 
     g, _ = build_graph(facts)
     wanted = sorted(set(gpus))

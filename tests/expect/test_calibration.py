@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nodetopo.expect import Band, algorithms_for, expect
-from nodetopo.expect.model import expect_copy
+from nodetopo.expect.copies import expect_copy
 from nodetopo.perf import parse_nccl_tests
 from tests.expect.calibration import POINTS, Point
 

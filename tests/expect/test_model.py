@@ -9,7 +9,7 @@ import pytest
 
 from nodetopo.expect import Algorithm, ExpectError, LinkKind, ObservedLink, Placement, algorithms_for, expect
 from nodetopo.expect import constants as c
-from nodetopo.expect.model import expect_copy
+from nodetopo.expect.copies import expect_copy
 from nodetopo.model import LinkClass
 from tests.expect.machines import gb300_tray, hgx, machine
 

@@ -5,15 +5,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from nodetopo.probe.checks import (
-    KUBELET_ALLOCATION,
-    Attribution,
-    Status,
-    Thresholds,
-    check_allocation,
-    run_checks,
-    verdict,
-)
+from nodetopo.probe.checks import KUBELET_ALLOCATION, check_allocation, run_checks
+from nodetopo.probe.inputs import Thresholds
+from nodetopo.probe.outcome import Attribution, Status, verdict
 from nodetopo.probe.promised import parse_nodetopology
 
 from .test_checks import declared, nodetopology, seen

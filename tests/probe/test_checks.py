@@ -12,11 +12,6 @@ import pytest
 
 from nodetopo.probe import observe
 from nodetopo.probe.checks import (
-    Attribution,
-    Declared,
-    Seen,
-    Status,
-    Thresholds,
     check_cpuset,
     check_declared,
     check_gpus,
@@ -28,8 +23,9 @@ from nodetopo.probe.checks import (
     check_shm,
     placement,
     run_checks,
-    verdict,
 )
+from nodetopo.probe.inputs import Declared, Seen, Thresholds
+from nodetopo.probe.outcome import Attribution, Status, verdict
 from nodetopo.probe.promised import parse_nodetopology
 from nodetopo.sources.nvml import RecordedNvml
 

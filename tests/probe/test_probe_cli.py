@@ -162,7 +162,7 @@ def test_hostile_nic_names_leave_as_one_line(tmp_path: Path) -> None:
     import datetime
 
     from nodetopo.probe import events
-    from nodetopo.probe.checks import Verdict
+    from nodetopo.probe.outcome import Verdict
 
     obj = nodetopology()
     for gpu in obj["status"]["gpus"]:

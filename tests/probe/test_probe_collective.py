@@ -15,8 +15,10 @@ import pytest
 from nodetopo.expect.constants import JUDGED_MIN_BYTES
 from nodetopo.model import Topology
 from nodetopo.probe import observe
-from nodetopo.probe.checks import Attribution, Seen, Status, Thresholds, check_collective
+from nodetopo.probe.checks import check_collective
 from nodetopo.probe.collective import parse_collective
+from nodetopo.probe.inputs import Seen, Thresholds
+from nodetopo.probe.outcome import Attribution, Status
 from nodetopo.probe.promised import parse_nodetopology
 from nodetopo.resource.body import to_nodetopology
 from tests.expect.machines import gb300_tray, hgx

@@ -25,7 +25,7 @@ from nodetopo.cli import main
 from nodetopo.errors import ParseError
 from nodetopo.model import ConditionReason, NvmlGpu
 from nodetopo.sources import nvml
-from nodetopo.sources.nvml.dumpfile import MAX_DEPTH, MAX_TEXT
+from nodetopo.sources.nvml.dumpjson import MAX_DEPTH, MAX_TEXT
 from nodetopo.topology.discover import bundle_context
 
 pytestmark = pytest.mark.timeout(60)

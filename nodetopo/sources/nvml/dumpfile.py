@@ -116,18 +116,23 @@ from typing import TypeVar
 
 from nodetopo.errors import ParseError, excerpt
 from nodetopo.host import NVML_DUMP_LIMIT, HostRoot, Refused, read_regular_file
-from nodetopo.jsonread import JSON_TOKEN
 from nodetopo.model import (
-    MAX_NUMA_NODE_ID,
     FabricInfo,
     MigDevice,
     PciAddress,
     RemoteDeviceType,
     parse_cpulist,
 )
+from nodetopo.sources.nvml.dumpjson import (
+    MAX_DEPTH,
+    MAX_TEXT,
+    flatten_deep,
+    loads_bounded,
+    out_of_range,
+    shown_value,
+)
 from nodetopo.sources.nvml.protocol import (
     MAX_DEVICES,
-    MAX_NVLINKS,
     NAME,
     MigMode,
     NvlinkCounter,
@@ -141,29 +146,6 @@ FORMAT = "nodetopo-nvml-dump/v1"
 
 _ERROR_CODE = re.compile(r"^NVML_ERROR_[A-Z0-9_]{1,60}$")
 
-#: the longest string a dump field may hold (UUIDs are 40 characters, names about 30)
-MAX_TEXT = 256
-#: (lowest, highest) value of each integer field: what hardware can have, with headroom
-RANGES: dict[str, tuple[int, int]] = {
-    "index": (0, MAX_DEVICES - 1),
-    "memoryTotal": (0, 1 << 50),  # 1 PiB of GPU memory; 2025's largest GPU has 288 GB
-    "numaNodeId": (0, MAX_NUMA_NODE_ID),
-    "link": (0, MAX_NVLINKS - 1),
-    "cliqueId": (0, 0xFFFFFFFF),
-    "gpuInstanceId": (0, 0xFFFF),
-    "computeInstanceId": (0, 0xFFFF),
-    "a": (0, MAX_DEVICES - 1),
-    "b": (0, MAX_DEVICES - 1),
-    "healthMask": (0, 0xFFFFFFFF),
-    "speedMBps": (0, 1 << 24),  # 16 TB/s per link
-    "maxGen": (1, 16),
-    "deviceMaxGen": (1, 16),
-    "currentGen": (1, 16),
-    "maxWidth": (0, 32),
-    "currentWidth": (0, 32),
-    "replays": (0, (1 << 64) - 1),
-    **{counter.value: (0, (1 << 64) - 1) for counter in NvlinkCounter},
-}
 #: the CPU ids one dump may build in distinct CPU sets
 CPU_IDS_PER_DUMP = 1 << 18
 #: problems listed one by one in the source's condition (the rest are counted)
@@ -233,13 +215,13 @@ def load_dump(raw: bytes, *, where: str = "<nvml dump>") -> RecordedDump:
     text = raw.decode("utf-8", errors="replace")
     flattened: list[int] = []
     try:
-        data = _loads(text)
+        data = loads_bounded(text)
     except RecursionError:
         # Nesting no dump has: replace each too-deep value by null (that value is then "not
         # asked", noted below) and read the rest.
-        text, flattened = _flatten_deep(text)
+        text, flattened = flatten_deep(text)
         try:
-            data = _loads(text)
+            data = loads_bounded(text)
         except RecursionError:
             raise ParseError(NAME, where, "not a dump: JSON nested too deep") from None
         except json.JSONDecodeError as e:
@@ -334,9 +316,9 @@ class _DumpReader:
             return None
         # bool is an int in Python; an int key must not accept true/false
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            self.note(f"{where}.{key}", f"expected {kind.__name__}, found {_shown(value)}")
+            self.note(f"{where}.{key}", f"expected {kind.__name__}, found {shown_value(value)}")
             return None
-        problem = _out_of_range(key, value)
+        problem = out_of_range(key, value)
         if problem is not None:
             self.note(f"{where}.{key}", problem)
             return None
@@ -357,7 +339,8 @@ class _DumpReader:
                 errors[key] = code
             else:
                 self.note(
-                    f"{where}.errors.{excerpt(key)}", f"expected an NVML_ERROR_* name, found {_shown(code)}"
+                    f"{where}.errors.{excerpt(key)}",
+                    f"expected an NVML_ERROR_* name, found {shown_value(code)}",
                 )
         return errors
 
@@ -387,7 +370,7 @@ class _DumpReader:
             raise self.fail("dump", f"expected a JSON object, found {type(data).__name__}")
         top = self.obj(data, "dump") or {}
         if top.get("format") != FORMAT:
-            raise self.fail("format", f"expected {FORMAT!r}, found {_shown(top.get('format'))}")
+            raise self.fail("format", f"expected {FORMAT!r}, found {shown_value(top.get('format'))}")
         raw_devices = self.array(top.get("devices"), "devices")
         if len(raw_devices) > MAX_DEVICES:
             self.note("devices", f"{len(raw_devices)} devices, more than {MAX_DEVICES}: the rest left out")
@@ -558,79 +541,3 @@ class _DumpReader:
             compute_instance=self.opt(data, "computeInstanceId", int, where),
             profile=self.opt(data, "profile", str, where),
         )
-
-
-class _LongNumber:
-    """A JSON number of more digits than any field holds (``int()`` of it would raise or be slow)."""
-
-    def __init__(self, digits: int) -> None:
-        self.digits = digits
-
-
-def _bounded_int(text: str) -> int | _LongNumber:
-    return int(text) if len(text) <= 40 else _LongNumber(len(text))
-
-
-def _loads(text: str) -> object:
-    """``json.loads``, with integers of more than 40 digits as ``_LongNumber`` (a field problem)."""
-    return json.loads(text, parse_int=_bounded_int)
-
-
-#: the deepest nesting read (a dump has 5 levels: dump, devices, device, nvlinks, link errors)
-MAX_DEPTH = 32
-
-
-def _flatten_deep(text: str) -> tuple[str, list[int]]:
-    """``text`` with each value nested deeper than ``MAX_DEPTH`` replaced by ``null``, and its lines.
-
-    One pass over the strings and bracket runs, linear in the size of the text (a run of a million
-    ``[`` is one step).
-    """
-    pieces: list[str] = []
-    lines: list[int] = []
-    depth = 0
-    kept_to = 0
-    cut_from: int | None = None
-    line, counted_to = 1, 0
-    for match in JSON_TOKEN.finditer(text):
-        token = match.group()
-        if token[0] == '"':
-            continue
-        if token[0] in "[{":
-            if cut_from is None and depth + len(token) > MAX_DEPTH:
-                cut_from = match.start() + (MAX_DEPTH - depth)  # the bracket opening level MAX_DEPTH + 1
-            depth += len(token)
-            continue
-        if cut_from is not None and depth - len(token) <= MAX_DEPTH:
-            end = match.start() + (depth - MAX_DEPTH)  # just past the bracket closing level MAX_DEPTH + 1
-            pieces += [text[kept_to:cut_from], "null"]
-            kept_to = end
-            line += text.count("\n", counted_to, cut_from)
-            counted_to = cut_from
-            lines.append(line)
-            cut_from = None
-        depth -= len(token)
-    pieces.append(text[kept_to:])
-    return "".join(pieces), lines
-
-
-def _out_of_range(key: str, value: object) -> str | None:
-    """Why an integer or string value is more than hardware has (``RANGES``, ``MAX_TEXT``), or None."""
-    if isinstance(value, int) and key in RANGES:
-        low, high = RANGES[key]
-        if not low <= value <= high:
-            return f"{_shown(value)} is outside {low}..{high}"
-    if isinstance(value, str) and len(value) > MAX_TEXT:
-        return f"{len(value)} characters, more than {MAX_TEXT}"
-    return None
-
-
-def _shown(value: object) -> str:
-    """A dump value for a message: its JSON type for containers, a short excerpt otherwise."""
-    if isinstance(value, _LongNumber):
-        return f"a number of {value.digits} digits"
-    if isinstance(value, dict | list):
-        return f"a JSON {'object' if isinstance(value, dict) else 'array'}"
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**12:
-        return f"an integer of {value.bit_length()} bits"  # str() of a huge int raises
-    return excerpt(json.dumps(value))

@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import BUNDLES
 
 from nodetopo.cli import main
 
 pytestmark = pytest.mark.slow
 
-BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
+
 NODE = "ray-e2e-node"
 
 

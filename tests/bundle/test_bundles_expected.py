@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import bundle_dirs
 
 from nodetopo.resource.body import to_nodetopology
 from nodetopo.resource.labels import to_labels
 from nodetopo.topology.discover import bundle_context, scan
 
-BUNDLES = sorted(p for p in (Path(__file__).parent / "fixtures" / "bundles").glob("*") if p.is_dir())
+BUNDLES = bundle_dirs()
 #: a GPU's NIC facts, which follow the health of its paths (``health.gpus`` of a degraded bundle)
 NIC_KEYS = ("nearestNICs", "nicDistance")
 

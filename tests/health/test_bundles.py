@@ -3,7 +3,7 @@ alone, the flapping port from two captures of one node, and rates carry across a
 through what the NodeTopology publishes.
 
 The bundles are generated (tests/fixtures/gen_bundle.py) from their layouts, each with a
-hand-written expected.yaml that tests/test_bundles_expected.py holds nodetopo's whole output to.
+hand-written expected.yaml that tests/bundle/test_bundles_expected.py holds nodetopo's whole output to.
 """
 
 from __future__ import annotations

@@ -92,6 +92,7 @@ def ray_node() -> Iterator[tuple[Any, dict[str, str]]]:
             start_new_session=True,
             env=env,
         )
+    sigterm = signal.getsignal(signal.SIGTERM)  # ray.init installs its own and keeps it
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -107,6 +108,8 @@ def ray_node() -> Iterator[tuple[Any, dict[str, str]]]:
     finally:
         with contextlib.suppress(Exception):
             ray.shutdown()
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
         try:

@@ -248,6 +248,7 @@ _MODULE_COMMANDS: tuple[tuple[str, str], ...] = (
     ("extender", "nodetopo.extender.cli"),
     ("ray", "nodetopo.ray.cli"),
     ("export", "nodetopo.export.cli"),
+    ("export-controller", "nodetopo.export.cli"),
     ("fabric", "nodetopo.export.fabric_cli"),
     ("admit", "nodetopo.admission.cli"),
     ("summary-controller", "nodetopo.admission.cli"),

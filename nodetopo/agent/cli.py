@@ -22,7 +22,7 @@ from nodetopo.agent import config as agent_config
 from nodetopo.agent.health import Health, HealthServer
 from nodetopo.agent.loop import Agent
 from nodetopo.agent.metrics import AgentStats, make_registry
-from nodetopo.agent.publisher import AgentPublisher, ApiPublisher, DryRunPublisher
+from nodetopo.agent.publisher import AgentPublisher, ApiPublisher, DryRunPublisher, read_node_labels
 from nodetopo.agent.udev import EventSource, NoEvents, UdevEventSource
 from nodetopo.kube.flags import HELP as KUBECONFIG_HELP
 from nodetopo.kube.pacing import TokenBucket
@@ -171,6 +171,7 @@ def build_agent(
         )
     )
     node_name = config.node_name
+    node_labels = None
     if publisher is None:
         if config.dry_run:
             publisher = DryRunPublisher(node_name, sys.stdout)
@@ -181,6 +182,7 @@ def build_agent(
             bucket = TokenBucket(config.qps, config.burst, clock=time.monotonic, sleep=time.sleep)
             session = RateLimitedSession(connect(config.kubeconfig, context=config.kube_context), bucket)
             publisher = ApiPublisher(session, node_name, nfd=config.nfd)
+            node_labels = functools.partial(read_node_labels, session, node_name)
     if events is None:
         events = UdevEventSource(config.udev_source) if config.udev else NoEvents()
     allocation = None
@@ -198,6 +200,7 @@ def build_agent(
         publisher=publisher,
         events=events,
         allocation=allocation,
+        node_labels=node_labels,
     )
 
 

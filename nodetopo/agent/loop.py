@@ -34,7 +34,7 @@ import math
 import random as random_module
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from nodetopo.agent.bands import BandCache
 from nodetopo.agent.config import AgentConfig
@@ -51,6 +51,7 @@ from nodetopo.resource.body import to_nodetopology
 from nodetopo.resource.labels import node_labels, uncertain_keys
 from nodetopo.resource.reader import read_nodetopology
 from nodetopo.topology.discover import Scan
+from nodetopo.topology.interop import align_with_labels
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +127,12 @@ class Agent:
         sleep: Callable[[float], None] | None = None,
         random: Callable[[], float] = random_module.random,
         allocation: Callable[[], KubeletAllocation | str] | None = None,
+        node_labels: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.config = config
         self._scan = scan
+        #: reads the labels of the agent's own Node (GFD's ``nvidia.com/gpu.*``); None: never
+        self._read_node_labels = node_labels
         #: asks the kubelet which container holds which device (a str: why it could not); None: never
         self._read_allocation = allocation
         self._observed: KubeletAllocation | str | None = None  #: the last answer (or reason)
@@ -341,7 +345,7 @@ class Agent:
 
     def _cycle(self, trigger: str) -> CycleOutcome:
         scan = self.keeper.apply(self._scan())
-        topology = scan.topology
+        topology = align_with_labels(scan.topology, self._node_labels())
         self.stats.record_scan(trigger, scan.results, topology, self.keeper.stale_sources)
         self.stats.record_bands(self.bands.bands(topology))
         self.stats.record_edges(edge_states(scan.edges, topology.health))
@@ -376,6 +380,17 @@ class Agent:
             self.publisher.resync()
             self._last_resync = self._clock()
         return self._publish(trigger, body, labels, uncertain)
+
+    def _node_labels(self) -> Mapping[str, str] | None:
+        """The Node's labels, or None (not configured, or the read failed: then nothing is compared
+        and no label is taken in this scan)."""
+        if self._read_node_labels is None:
+            return None
+        try:
+            return self._read_node_labels()
+        except (PublishError, ValueError) as e:  # a failed read is an unknown, never an empty label set
+            log.warning("could not read the Node's labels: %s; not comparing with them this scan", e)
+            return None
 
     def _publish(
         self, trigger: str, body: dict[str, object], labels: dict[str, str] | None, uncertain: Iterable[str]

@@ -29,7 +29,14 @@ from nodetopo.publish.nodetopology import ApplyOutcome
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AgentPublisher", "ApiPublisher", "DryRunPublisher", "PublishOutcome", "failed_object"]
+__all__ = [
+    "AgentPublisher",
+    "ApiPublisher",
+    "DryRunPublisher",
+    "PublishOutcome",
+    "failed_object",
+    "read_node_labels",
+]
 
 #: how a publisher says which object a ``PublishError`` was about (``nodetopology`` or ``labels``)
 FAILED_OBJECT_ATTR = "nodetopo_object"
@@ -48,6 +55,16 @@ def tagged(obj: str) -> Iterator[None]:
     except PublishError as e:
         setattr(e, FAILED_OBJECT_ATTR, obj)
         raise
+
+
+def read_node_labels(session: Session, node_name: str) -> dict[str, str]:
+    """The labels of the agent's own Node (the ``get`` on nodes its role already has), to compare
+    with GPU feature discovery's. Raises when the read fails or the object has no label map."""
+    metadata = session.read_node(node_name).get("metadata")
+    labels = metadata.get("labels", {}) if isinstance(metadata, Mapping) else None
+    if not isinstance(labels, Mapping):
+        raise ValueError(f"Node {node_name}: metadata.labels is not a map")
+    return {str(k): str(v) for k, v in labels.items()}
 
 
 class AgentPublisher(Protocol):

@@ -12,6 +12,11 @@ object does not say who holds its GPUs, ``--gpus NODE=LIST`` must. The pod's ``n
 annotation is the need unless ``--min-busbw`` gives one. The verdict is posted as an Event on each pod
 (reason the verdict word; ``Normal`` for Passed, else ``Warning``).
 
+``expect --pod``, ``--job NAMESPACE/NAME`` and ``--raycluster NAMESPACE/NAME`` read the same from the
+API for a workload's gang (``nodetopo.delivery.pods.gang_of``: the pods its controller labels, finished
+ones left out, a RayCluster's head only when it asks for GPUs); a pod that cannot be placed stops it
+(exit 2, every such pod named), never the band of a smaller gang.
+
 ``accept`` exit codes: 0 Passed, 3 HarnessError, 4 PlacedWrong, 5 ResourceNotReal (with several
 results, the highest); 1 an error (the API server's refusal included), 2 bad usage or an unreadable
 input (a pod that does not exist or is not scheduled, GPUs that cannot be known without ``--gpus``).
@@ -52,6 +57,14 @@ examples:
   nodetopo expect -f node-a.json                      all GPUs of one node, all-reduce
   nodetopo expect -f nodes.json --gpus a=0-3 --gpus b=0-3 -o json
   kubectl get ntopo -o json | nodetopo expect -f - --gpus gpu-1=all --gpus gpu-2=all
+  nodetopo expect --job ml/allreduce                  the pods of a Job, where they run (from the API)
+  nodetopo expect --raycluster ml/train --pod ml/x-0  a RayCluster's GPU pods, and one pod more
+
+--job and --raycluster list the pods by the labels their controllers set (Job: batch.kubernetes.io/job-name
+or the legacy job-name; RayCluster: ray.io/cluster): a Job's every pod, a RayCluster's workers and its head
+only when it asks for GPUs; pods that have finished (Succeeded, Failed) are left out and said. Each pod's
+node and GPUs are read as accept --pod reads them (heldBy); a pod not scheduled yet, or whose GPUs its
+NodeTopology does not publish, stops it (exit 2, naming every such pod): the band is the whole gang's.
 """
 
 ACCEPT_EPILOG = """\
@@ -78,7 +91,27 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
         epilog=EXPECT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_placement(p)
+    source = _add_placement(p)
+    _add_pods(source, "a pod of the workload (repeatable)")
+    source.add_argument(
+        "--job",
+        action="append",
+        default=[],
+        metavar="NAMESPACE/NAME",
+        help="a Job: its pods (batch.kubernetes.io/job-name or job-name=NAME) read from the API, the band "
+        "for them all",
+    )
+    source.add_argument(
+        "--raycluster",
+        action="append",
+        default=[],
+        metavar="NAMESPACE/NAME",
+        help="a RayCluster: its worker pods, and its head when it asks for GPUs (ray.io/cluster=NAME), "
+        "read from the API, the band for them all",
+    )
+    from nodetopo.kube.flags import add_kube_args
+
+    add_kube_args(p)
     p.add_argument(
         "--collective",
         default="all_reduce",
@@ -107,14 +140,10 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
     )
     p.add_argument("results", nargs="+", metavar="RESULT", help="an output file, or - for stdin")
     source = _add_placement(p)
-    source.add_argument(
-        "--pod",
-        action="append",
-        default=[],
-        metavar="NAMESPACE/NAME",
-        help="a pod the result ran in (repeat per pod of a gang): its node, its NodeTopology and its GPUs "
-        "(heldBy) are read from the API, its nodetopo.io/min-busbw is the need, and the verdict is posted "
-        "as an Event on it. Where the NodeTopology does not say who holds its GPUs, give --gpus NODE=LIST",
+    _add_pods(
+        source,
+        "a pod the result ran in (repeat per pod of a gang); its nodetopo.io/min-busbw is the need, and "
+        "the verdict is posted as an Event on it",
     )
     source.add_argument("--no-event", action="store_true", help="with --pod: post no Event")
     from nodetopo.kube.flags import add_kube_args
@@ -143,6 +172,17 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
     )
     add_common(p)
     p.set_defaults(func=cmd_accept)
+
+
+def _add_pods(source: Any, what: str) -> None:
+    source.add_argument(
+        "--pod",
+        action="append",
+        default=[],
+        metavar="NAMESPACE/NAME",
+        help=f"{what}: its node, its NodeTopology and its GPUs (heldBy) are read from the API. Where the "
+        "NodeTopology does not say who holds its GPUs, give --gpus NODE=LIST",
+    )
 
 
 def _gbps(text: str) -> float:
@@ -469,8 +509,22 @@ def _algorithms(
 
 def cmd_expect(args: argparse.Namespace) -> int:
     stdin_used = [False]
-    topologies = _topologies(args, stdin_used)
-    placements = _placements(args, topologies)
+    objects: dict[str, Mapping[str, Any]] = {}
+    from_api = bool(args.pod or args.job or args.raycluster)
+    topologies = _topologies(args, stdin_used, objects, required=not from_api)
+    places: list[Any] = []
+    left: list[str] = []
+    if from_api:
+        from nodetopo.delivery.pods import merged
+
+        session = _session(args)
+        try:
+            places, left = _pod_places(args, session, topologies, objects)
+        finally:
+            session.close()
+        placements = _placements(args, topologies, fixed=merged(places))
+    else:
+        placements = _placements(args, topologies)
     try:
         e = expect(
             placements,
@@ -482,10 +536,34 @@ def cmd_expect(args: argparse.Namespace) -> int:
         print(f"nodetopo expect: {strip_control(str(err))}", file=sys.stderr)
         return 1
     if args.output == "json":
-        sys.stdout.write(json.dumps(expectation_json(e), indent=2, ensure_ascii=False) + "\n")
+        report = expectation_json(e)
+        if from_api:
+            report["pods"] = [_place_json(p) for p in places]
+            report["leftOut"] = left
+        sys.stdout.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     else:
         sys.stdout.write(expectation_text(e))
+        if from_api:
+            sys.stdout.write("\n")
+        for p in places:
+            sys.stdout.write(strip_control(f"pod {p.ref}: {_where(p)}") + "\n")
+        for line in left:
+            sys.stdout.write(strip_control(f"left out {line}") + "\n")
     return 0
+
+
+def _where(p: Any) -> str:
+    return f"{p.node} GPU(s) {_listed(p.gpus)} ({p.gpus_from})"
+
+
+def _place_json(p: Any) -> dict[str, Any]:
+    return {
+        "pod": p.ref,
+        "node": p.node,
+        "gpus": list(p.gpus) if p.gpus is not None else "all",
+        "gpusFrom": p.gpus_from,
+        "minBusbwGBps": p.min_busbw,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -528,7 +606,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
     topologies = _topologies(args, stdin_used, objects, required=not args.pod)
     session = _session(args) if args.pod else None
     try:
-        places = _pod_places(args, session, topologies, objects) if args.pod else []
+        places = _pod_places(args, session, topologies, objects)[0] if args.pod else []
         fixed = None
         need, need_from = args.min_busbw, "--min-busbw"
         if places:
@@ -563,24 +641,13 @@ def cmd_accept(args: argparse.Namespace) -> int:
             "results": [_judgement_json(j, e) for j, e in judgements],
         }
         if places:
-            report["pods"] = [
-                {
-                    "pod": p.ref,
-                    "node": p.node,
-                    "gpus": list(p.gpus) if p.gpus is not None else "all",
-                    "gpusFrom": p.gpus_from,
-                    "minBusbwGBps": p.min_busbw,
-                    "event": events[p.ref],
-                }
-                for p in places
-            ]
+            report["pods"] = [{**_place_json(p), "event": events[p.ref]} for p in places]
         sys.stdout.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     else:
         for j, _ in judgements:
             sys.stdout.write(_judgement_text(j))
         for p in places:
-            where = f"{p.node} GPU(s) {_listed(p.gpus)} ({p.gpus_from})"
-            sys.stdout.write(strip_control(f"pod {p.ref}: {where}; Event {events[p.ref]}") + "\n")
+            sys.stdout.write(strip_control(f"pod {p.ref}: {_where(p)}; Event {events[p.ref]}") + "\n")
     for ref, said in events.items():
         if not said.startswith("posted"):
             print(f"nodetopo accept: the Event on pod {ref} was {strip_control(said)}", file=sys.stderr)
@@ -606,14 +673,32 @@ def _pod_places(
     session: Any,
     topologies: dict[str, Topology],
     objects: dict[str, Mapping[str, Any]],
-) -> list[Any]:
-    """The pods' places (``nodetopo.delivery.pods``), their nodes' topologies added to ``topologies``."""
-    from nodetopo.delivery.pods import read_places
+) -> tuple[list[Any], list[str]]:
+    """The places (``nodetopo.delivery.pods``) of the pods of ``--pod`` and of the workloads of
+    ``--job`` and ``--raycluster`` (``expect`` only), their nodes' topologies added to ``topologies``;
+    and the workloads' pods left out, a line each."""
+    from nodetopo.delivery.pods import parse_workload_ref, places_of, read_gang, read_places
     from nodetopo.resource.body import topology_from_nodetopology
     from nodetopo.resource.published import ResourceError
 
     given = {node: _indices(spec, f"--gpus {node}") for node, spec in _pairs(args.gpus, "--gpus").items()}
-    places = read_places(session, args.pod, objects, given, known=tuple(topologies))
+    known = tuple(topologies)
+    workloads = [
+        *(parse_workload_ref("Job", t) for t in getattr(args, "job", ())),
+        *(parse_workload_ref("RayCluster", t) for t in getattr(args, "raycluster", ())),
+    ]
+    places = read_places(session, args.pod, objects, given, known=known)
+    left: list[str] = []
+    for workload in workloads:
+        gang, out = read_gang(session, workload)
+        left += out
+        named = {p.ref for p in places}
+        fresh = [
+            pod
+            for pod in gang
+            if f"{workload.namespace}/{(pod.get('metadata') or {}).get('name')}" not in named
+        ]
+        places += places_of(session, fresh, objects, given, known=known)
     for p in places:
         if p.node not in topologies:
             try:
@@ -622,8 +707,8 @@ def _pod_places(
                 raise BundleError(f"NodeTopology/{p.node}: {e}") from None
     unused = sorted(set(given) - {p.node for p in places})
     if unused:
-        raise BundleError(f"--gpus {unused[0]}: no --pod ran on that node")
-    return places
+        raise BundleError(f"--gpus {unused[0]}: no {'pod' if workloads else '--pod'} ran on that node")
+    return places, left
 
 
 def _event_line(judgements: Sequence[Any], verdict: Any) -> str:

@@ -134,24 +134,173 @@ def read_places(
     given: Mapping[str, tuple[int, ...] | None],
     known: Collection[str] = (),
 ) -> list[PodPlace]:
-    """Each pod of ``refs`` read through ``session`` (``ApiSession``), with its node's NodeTopology
-    from ``objects`` (``-f``) or else the API (added to ``objects``); ``given``: ``--gpus`` by node;
-    ``known``: the nodes whose topology is at hand already (``--from-bundle``), read from the API only
-    for their ``heldBy`` when ``--gpus`` does not name them."""
-    places = []
+    """Each pod of ``refs`` read through ``session`` (``ApiSession``), placed by ``places_of``."""
+    pods = []
     for text in refs:
         namespace, name = parse_pod_ref(text)
         pod = session.read_pod(namespace, name)
         if pod is None:
             raise BundleError(f"pod {namespace}/{name}: not found")
-        node = pod_node(pod, f"{namespace}/{name}")
-        if node not in objects and not (node in given and node in known):
-            obj = session.read_cluster_object(GROUP, VERSION, PLURAL, node)
-            if obj is None:
-                raise BundleError(f"pod {namespace}/{name} ran on node {node}, which has no NodeTopology")
-            objects[node] = obj
-        places.append(place_of(pod, objects.get(node, {}), given))
+        pods.append(pod)
+    return places_of(session, pods, objects, given, known)
+
+
+def places_of(
+    session: Any,
+    pods: Sequence[Mapping[str, Any]],
+    objects: dict[str, Mapping[str, Any]],
+    given: Mapping[str, tuple[int, ...] | None],
+    known: Collection[str] = (),
+) -> list[PodPlace]:
+    """The place of each of ``pods`` (as the API serves them), with its node's NodeTopology from
+    ``objects`` (``-f``) or else read through ``session`` (added to ``objects``); ``given``: ``--gpus``
+    by node; ``known``: the nodes whose topology is at hand already (``--from-bundle``), read from the
+    API only for their ``heldBy`` when ``--gpus`` does not name them. Every pod that cannot be placed
+    (not scheduled, no NodeTopology, GPUs not known) is named in one ``BundleError``: a gang is placed
+    whole or not at all."""
+    places = []
+    refused: list[str] = []
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        ref = f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or ''}"
+        try:
+            node = pod_node(pod, ref)
+            if node not in objects and not (node in given and node in known):
+                obj = session.read_cluster_object(GROUP, VERSION, PLURAL, node)
+                if obj is None:
+                    raise BundleError(f"pod {ref} ran on node {node}, which has no NodeTopology")
+                objects[node] = obj
+            places.append(place_of(pod, objects.get(node, {}), given))
+        except BundleError as e:
+            refused.append(str(e))
+    if len(refused) == 1:
+        raise BundleError(refused[0])
+    if refused:
+        raise BundleError(f"{len(refused)} of {len(pods)} pods cannot be placed: " + "; ".join(refused))
     return places
+
+
+# --------------------------------------------------------------------------------------------
+# The pods of a workload (``nodetopo expect --job`` / ``--raycluster``)
+# --------------------------------------------------------------------------------------------
+
+#: the labels the Job controller sets on its pods: the current one first, then the legacy one it
+#: still sets (and the only one before Kubernetes 1.27)
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+#: the labels KubeRay sets on a RayCluster's pods
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+RAY_NODE_TYPE_LABEL = "ray.io/node-type"
+#: a pod in one of these phases has stopped: it holds no GPU any more
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    """A Job or a RayCluster whose pods are a gang."""
+
+    kind: str  #: ``Job`` or ``RayCluster``
+    namespace: str
+    name: str
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+    @property
+    def selectors(self) -> tuple[str, ...]:
+        """The label selectors its pods are listed by (their union is the workload's pods)."""
+        if self.kind == "Job":
+            return tuple(f"{label}={self.name}" for label in JOB_NAME_LABELS)
+        return (f"{RAY_CLUSTER_LABEL}={self.name}",)
+
+
+def parse_workload_ref(kind: str, text: str) -> Workload:
+    """``NAMESPACE/NAME`` of a ``Job`` or ``RayCluster`` (a bare ``NAME`` is in ``default``)."""
+    flag = f"--{kind.lower()}"
+    namespace, sep, name = text.partition("/")
+    if not sep:
+        namespace, name = "default", text
+    if not namespace or not name or "/" in name:
+        raise BundleError(f"{flag} {text!r}: expected NAMESPACE/NAME")
+    return Workload(kind=kind, namespace=namespace, name=name)
+
+
+def _labels(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    labels = (pod.get("metadata") or {}).get("labels")
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def _requests_gpus(pod: Mapping[str, Any]) -> bool:
+    """The pod asks for GPUs: a device-plugin GPU count, or a DRA resource claim (which may be GPUs;
+    counted in, so that heldBy decides)."""
+    from nodetopo.placement.request import pod_gpus
+
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return False
+    if spec.get("resourceClaims"):
+        return True
+    try:
+        return pod_gpus(spec) > 0
+    except AnnotationError:
+        return True  # a count nodetopo cannot read: heldBy decides, never a silent drop
+
+
+def gang_of(
+    workload: Workload, pods: Sequence[Mapping[str, Any]]
+) -> tuple[list[Mapping[str, Any]], list[str]]:
+    """The pods of ``workload`` that make its gang, from ``pods`` (the union of its selectors' lists,
+    in any order, repeats allowed), sorted by name; and a line for each pod left out and why.
+
+    A pod of the workload (its label names it, in its namespace) that has finished (``Succeeded``,
+    ``Failed``) holds no GPU: left out. A Job: every other pod. A RayCluster: its workers
+    (``ray.io/node-type=worker``), and any other of its pods (the head) only when it asks for GPUs.
+    Pods not yet scheduled stay in: placing them refuses the gang, naming them."""
+    seen: dict[str, Mapping[str, Any]] = {}
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        if str(metadata.get("namespace") or "default") != workload.namespace:
+            continue
+        labels = _labels(pod)
+        if workload.kind == "Job":
+            ours = any(labels.get(label) == workload.name for label in JOB_NAME_LABELS)
+        else:
+            ours = labels.get(RAY_CLUSTER_LABEL) == workload.name
+        if ours:
+            seen.setdefault(str(metadata.get("name") or ""), pod)
+    gang: list[Mapping[str, Any]] = []
+    left: list[str] = []
+    for name in sorted(seen):
+        pod = seen[name]
+        ref = f"{workload.namespace}/{name}"
+        phase = (pod.get("status") or {}).get("phase") if isinstance(pod.get("status"), Mapping) else None
+        if phase in FINISHED_PHASES:
+            left.append(f"pod {ref}: {phase}, it holds no GPU")
+        elif (
+            workload.kind == "RayCluster"
+            and _labels(pod).get(RAY_NODE_TYPE_LABEL) != "worker"
+            and not _requests_gpus(pod)
+        ):
+            node_type = _labels(pod).get(RAY_NODE_TYPE_LABEL) or "no ray.io/node-type"
+            left.append(f"pod {ref}: {node_type}, it asks for no GPU")
+        else:
+            gang.append(pod)
+    return gang, left
+
+
+def read_gang(session: Any, workload: Workload) -> tuple[list[Mapping[str, Any]], list[str]]:
+    """The gang of ``workload`` (``gang_of``) from its pods listed through ``session``; a workload
+    with no pod to place is a ``BundleError``."""
+    listed: list[Mapping[str, Any]] = []
+    for selector in workload.selectors:
+        listed += session.list_pods(workload.namespace, selector).get("items") or []
+    gang, left = gang_of(workload, listed)
+    if not gang:
+        why = f" ({'; '.join(left)})" if left else ""
+        raise BundleError(
+            f"{workload.ref}: no pod to place (listed by {' or '.join(workload.selectors)}){why}"
+        )
+    return gang, left
 
 
 def merged(places: Sequence[PodPlace]) -> dict[str, tuple[int, ...] | None]:

@@ -28,6 +28,17 @@ from capture bundles) and write what a gang scheduler reads:
   slurm    topology.conf: --plugin tree (switches) or block (one block per NVLink domain, else per leaf)
 
 Nodes missing a level the others have are listed on stderr (and exit 4 with --strict), never dropped.
+An input without fabric tiers gives nothing a gang scheduler can use: that is said on stderr (and
+exit 4 with --strict).
+"""
+
+CONTROLLER_HELP = "keep Volcano HyperNodes current from a watch of the NodeTopology objects"
+CONTROLLER_DESCRIPTION = """\
+Keep the HyperNodes `nodetopo export volcano` would write current as nodes join and leave: watch the
+NodeTopology and HyperNode objects, server-side apply (field manager nodetopo-export-controller) the
+HyperNodes the NodeTopologies call for, labelled app.kubernetes.io/managed-by=nodetopo-export-controller,
+and delete the labelled ones no longer called for. A HyperNode without that label is never written or
+deleted, even when its name is one the export wants. See deploy/export/ for its RBAC.
 """
 
 
@@ -84,6 +95,37 @@ def register(sub: Any, add_common: Callable[..., None], add_input: Callable[...,
     p.add_argument("--strict", action="store_true", help="exit 4 when a node is missing a level")
     add_common(p)
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser(
+        "export-controller",
+        help=CONTROLLER_HELP,
+        description=CONTROLLER_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_kube_args(p)
+    p.add_argument(
+        "--page-size",
+        type=int,
+        default=100,
+        metavar="N",
+        help="objects per list page: bounds the memory a list takes (default: %(default)s)",
+    )
+    p.add_argument(
+        "--debounce",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="let a burst of changes settle into one pass (default: %(default)s)",
+    )
+    p.add_argument(
+        "--resync",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="reconcile at least this often, changes or not (default: %(default)s)",
+    )
+    add_common(p)
+    p.set_defaults(func=cmd_export_controller)
 
 
 def load_objects(paths: Iterable[str]) -> list[dict[str, Any]]:
@@ -148,4 +190,59 @@ def cmd_export(args: argparse.Namespace) -> int:
     for line in (*result.notes, *result.missing):
         print(f"nodetopo export: {line}", file=sys.stderr)
     print(f"nodetopo export: {len(places)} node(s), {len(result.missing)} missing level(s)", file=sys.stderr)
-    return 4 if args.strict and result.missing else 0
+    empty = nothing_to_write(args.format, places, result)
+    if empty:
+        print(f"nodetopo export: {empty}", file=sys.stderr)
+    return 4 if args.strict and (result.missing or empty) else 0
+
+
+def nothing_to_write(fmt: str, places: Sequence[export.NodePlace], result: export.Export) -> str | None:
+    """Why the export holds nothing a gang scheduler can use, or None. Kueue's and KAI's Topology
+    always has the hostname level; without a fabric tier it is that level alone."""
+    if not places:
+        return "no NodeTopology in the input: nothing to write"
+    if not result.objects and not result.text:
+        return f"no fabric tiers in the {len(places)} node(s) of the input: nothing to write"
+    if fmt in ("kueue", "kai") and export.depth(places) == 0:
+        return (
+            f"no fabric tiers in the {len(places)} node(s) of the input: "
+            f"the Topology has only {export.HOSTNAME_LABEL}"
+        )
+    return None
+
+
+def cmd_export_controller(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+    import threading
+    from types import FrameType
+
+    from nodetopo.export.controller import (
+        FIELD_MANAGER,
+        ExportState,
+        ExportWriter,
+        session_writes,
+        start_reflectors,
+    )
+    from nodetopo.kube.session import ApiSession
+    from nodetopo.kube.transport import connect
+
+    log = logging.getLogger("nodetopo.export.controller")
+    session = ApiSession(connect(args.kubeconfig, context=args.kube_context), field_manager=FIELD_MANAGER)
+    stop = threading.Event()
+    state = ExportState()
+    start_reflectors(session.connection, state, page_size=args.page_size, stop=stop)
+    apply, delete = session_writes(session)
+    writer = ExportWriter(state, apply, delete, debounce_s=args.debounce, resync_s=args.resync, stop=stop)
+
+    def _terminate(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: shutting down", signum)
+        stop.set()
+        state.changed.set()
+
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _terminate)
+    log.info("export controller started")
+    writer.run()
+    session.close()
+    return 0

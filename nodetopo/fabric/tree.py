@@ -1,9 +1,11 @@
 """The InfiniBand fabric as a tree: switch tiers, the fabric map, and a host's place in it (pure).
 
-``classify`` assigns switch tiers: a *leaf* (tier 0) is a switch cabled to a host channel adapter
-(SHARP aggregation nodes are not hosts), tier n+1 a switch cabled to tier n. Loopback cables (a
-switch port cabled to another port of the same switch) are not tree edges. ``fabric_map`` is what
-``nodetopo fabric`` writes once from a sweep (every host port GUID → its leaf and port, each leaf's
+``classify`` assigns switch tiers from the switch graph: a *leaf* (tier 0) is a switch cabled to a
+host channel adapter (SHARP aggregation nodes are not hosts) that does not connect other such
+switches to each other, tier n+1 a switch cabled to tier n. A spine or core switch with a storage
+server, a login node or a UFM host on it is therefore not a leaf. Loopback cables (a switch port
+cabled to another port of the same switch) are not tree edges. ``fabric_map`` is what
+``nodetopo fabric`` writes once from a sweep (every host port GUID → its switch and port, each such switch's
 tier groups above) and ``parse_fabric_map`` what every agent reads; ``position_from_map`` and
 ``position_from_linkinfo`` join a host's own ports with a map or with the answer of the switch at a
 port's far end.
@@ -38,11 +40,11 @@ class Classified:
 
 
 def classify(fabric: IbFabric) -> Classified:
-    """Leaves are switches cabled to a host CA; tier n+1 switches are cabled to tier n."""
+    """Leaves are the host switches that do not connect others; tier n+1 switches are cabled to tier n."""
     kinds = {n.guid: n for n in fabric.nodes}
     hosts = {n.guid: n.name for n in fabric.nodes if n.kind == "ca" and not n.aggregation_node}
     edges: set[tuple[int, int]] = set()
-    tier: dict[int, int] = {}
+    cabled: set[int] = set()  # switches with a host CA on them
     for end in fabric.links:
         if end.peer_guid is None or end.peer_guid == end.guid:
             continue  # unconnected, or a loopback cable to the same switch
@@ -52,22 +54,68 @@ def classify(fabric: IbFabric) -> Classified:
         if a.kind == "switch" and b.kind == "switch":
             edges.add((min(a.guid, b.guid), max(a.guid, b.guid)))
         elif a.kind == "switch" and b.guid in hosts:
-            tier[a.guid] = 0
+            cabled.add(a.guid)
         elif b.kind == "switch" and a.guid in hosts:
-            tier[b.guid] = 0
+            cabled.add(b.guid)
+    adjacent: dict[int, set[int]] = {}
+    for low, high in edges:
+        adjacent.setdefault(low, set()).add(high)
+        adjacent.setdefault(high, set()).add(low)
+    tier = {g: 0 for g in _leaves(cabled, adjacent)}
     level = 0
-    frontier = {g for g, t in tier.items() if t == 0}
+    frontier = set(tier)
     while frontier:
-        nxt: set[int] = set()
-        for low, high in edges:
-            for here, there in ((low, high), (high, low)):
-                if here in frontier and there not in tier:
-                    nxt.add(there)
+        nxt = {there for here in frontier for there in adjacent.get(here, ()) if there not in tier}
         level += 1
         for g in nxt:
             tier[g] = level
         frontier = nxt
     return Classified(tier=tier, edges=frozenset(edges), hosts=hosts)
+
+
+def _distances(start: int, adjacent: Mapping[int, set[int]]) -> dict[int, int]:
+    """Switch hops from ``start`` to every switch it reaches (breadth-first)."""
+    seen = {start: 0}
+    frontier = [start]
+    while frontier:
+        nxt: list[int] = []
+        for here in frontier:
+            for there in adjacent.get(here, ()):
+                if there not in seen:
+                    seen[there] = seen[here] + 1
+                    nxt.append(there)
+        frontier = nxt
+    return seen
+
+
+def _leaves(cabled: set[int], adjacent: Mapping[int, set[int]]) -> set[int]:
+    """The switches with hosts that are leaves: those that do not connect leaves to each other.
+
+    A switch with hosts on it is a spine (or a core) when two other leaves, both at its nearest
+    distance k, are 2k apart: it lies on a shortest path between them, as a spine lies between two
+    leaves (k = 1) and a core between two pods' leaves (k = 2). A leaf's nearest leaves reach each
+    other through the switches above, never only through it. Switches are judged most central first
+    (smallest mean distance to the other switches with hosts), and one found to be a spine no longer
+    counts as a leaf for those judged after it: two spines with storage on them do not make the leaf
+    between them a spine. Two switches with hosts on both, cabled only to each other, stay leaves
+    (neither connects two others).
+    """
+    far = {g: _distances(g, adjacent) for g in cabled}
+
+    def centrality(g: int) -> tuple[float, int]:
+        others = [d for o, d in far[g].items() if o in cabled and o != g]
+        return (sum(others) / len(others) if others else float("inf"), g)
+
+    leaves = set(cabled)
+    for s in sorted(cabled, key=centrality):
+        near = {o: d for o, d in far[s].items() if o in leaves and o != s}
+        if len(near) < 2:
+            continue
+        k = min(near.values())
+        nearest = sorted(o for o, d in near.items() if d == k)
+        if any(far[a].get(b) == 2 * k for i, a in enumerate(nearest) for b in nearest[i + 1 :]):
+            leaves.discard(s)
+    return leaves
 
 
 def group_id(level: int, members: Iterable[int]) -> str:
@@ -133,7 +181,11 @@ MAP_VERSION = 1
 
 
 def fabric_map(fabric: IbFabric) -> dict[str, object]:
-    """A JSON-able map: every host port GUID → its leaf (and port), and each leaf's tiers above.
+    """A JSON-able map: every host port GUID → its switch (and port), and each such switch's tiers above.
+
+    A host's switch is its leaf, or a spine or core when the host (a storage server, a UFM host) is
+    cabled straight into one; ``leafTiers`` lists, for every switch with a host on it, the groups of
+    the tiers above that switch (none above a top-tier switch).
 
     Size is linear in the number of host ports and switches, so a 4,000-node fabric fits in a
     ConfigMap (about 100 bytes per port).
@@ -142,6 +194,7 @@ def fabric_map(fabric: IbFabric) -> dict[str, object]:
     groups = tier_groups(classified)
     nodes = {n.guid: n for n in fabric.nodes}
     ports: dict[str, list[object]] = {}
+    below: set[int] = set()  # switches with a host on them: leaves, and spines or cores with servers
     for end in fabric.links:
         if end.peer_guid is None:
             continue
@@ -149,8 +202,9 @@ def fabric_map(fabric: IbFabric) -> dict[str, object]:
             (end.guid, end.port_guid, end.peer_guid, end.peer_port),
             (end.peer_guid, end.peer_port_guid, end.guid, end.port),
         ):
-            if ca in classified.hosts and ca_port_guid is not None and classified.tier.get(switch) == 0:
+            if ca in classified.hosts and ca_port_guid is not None and switch in classified.tier:
                 ports[guid_text(ca_port_guid)] = [guid_text(switch), switch_port]
+                below.add(switch)
     switches: dict[str, dict[str, object]] = {}
     for guid, level in sorted(classified.tier.items()):
         node = nodes.get(guid)
@@ -159,12 +213,11 @@ def fabric_map(fabric: IbFabric) -> dict[str, object]:
             entry["group"] = group_id(level, groups[level][guid])
         switches[guid_text(guid)] = entry
     leaves: dict[str, list[str]] = {}
-    for guid, level in sorted(classified.tier.items()):
-        if level != 0:
-            continue
+    for guid in sorted(below):
+        level = classified.tier[guid]
         chain: list[str] = []
         current = {guid}
-        for above in range(1, max(groups, default=0) + 1):
+        for above in range(level + 1, max(groups, default=0) + 1):
             ups = {u for c in current for u in _neighbours_at(classified, c, above)}
             if not ups:
                 break
@@ -191,10 +244,10 @@ def _neighbours_at(classified: Classified, guid: int, level: int) -> set[int]:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class FabricMap:
-    ports: Mapping[int, tuple[int, int | None]]  #: host port GUID → (leaf GUID, leaf port)
+    ports: Mapping[int, tuple[int, int | None]]  #: host port GUID → (its switch's GUID, port)
     switch_names: Mapping[int, str | None]
     switch_tier: Mapping[int, int]
-    leaf_tiers: Mapping[int, tuple[str, ...]]  #: leaf GUID → group ids of tiers 1, 2, ...
+    leaf_tiers: Mapping[int, tuple[str, ...]]  #: host's switch GUID → group ids of the tiers above it
 
 
 def parse_fabric_map(text: str, path: str = "fabric map") -> FabricMap:

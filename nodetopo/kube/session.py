@@ -102,9 +102,11 @@ class ApiSession:
         force: bool = False,
         create: Mapping[str, Any] | None = None,
         missing_ok: bool = False,
+        query: Mapping[str, str] | None = None,
     ) -> dict[str, Any] | None:
         """One request; its JSON object, None for 404 when ``missing_ok``; errors translated.
-        ``apply``: a server-side apply of that body (``force`` as given); ``create``: a POST."""
+        ``apply``: a server-side apply of that body (``force`` as given); ``create``: a body sent as
+        JSON (a POST's object, a DELETE's options); ``query``: the query of a plain GET."""
         try:
             if apply is not None:
                 response = self.connection.request(
@@ -116,6 +118,8 @@ class ApiSession:
                 )
             elif create is not None:
                 response = self.connection.request(method, path, body=json.dumps(dict(create)).encode())
+            elif query is not None:
+                response = self.connection.request(method, path, query=query)
             else:
                 response = self.connection.request(method, path)
         except (OSError, http.client.HTTPException) as e:
@@ -157,6 +161,17 @@ class ApiSession:
     def list_cluster_objects(self, group: str, version: str, plural: str) -> dict[str, Any]:
         """The list of a cluster-scoped custom resource (one page: ``items``)."""
         return self._must(self._call(f"list {plural}", "GET", f"/apis/{group}/{version}/{plural}"))
+
+    def delete_cluster_object(
+        self, group: str, version: str, plural: str, name: str, *, uid: str | None = None
+    ) -> dict[str, Any] | None:
+        """Delete a cluster-scoped custom object (only the one with ``uid``, when given: a 409 if the
+        name now holds another); None when it was already gone (404)."""
+        path = f"/apis/{group}/{version}/{plural}/{quote_segment(name)}"
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        return self._call(f"delete {plural}/{name}", "DELETE", path, create=options, missing_ok=True)
 
     def read_namespaced_object(
         self, group: str, version: str, namespace: str, plural: str, name: str
@@ -201,6 +216,12 @@ class ApiSession:
         """The Pod, or None when it does not exist (404)."""
         path = f"/api/v1/namespaces/{quote_segment(namespace)}/pods/{quote_segment(name)}"
         return self._call(f"read Pod {namespace}/{name}", "GET", path, missing_ok=True)
+
+    def list_pods(self, namespace: str, label_selector: str) -> dict[str, Any]:
+        """The Pods of ``namespace`` that match ``label_selector`` (one page: ``items``)."""
+        path = f"/api/v1/namespaces/{quote_segment(namespace)}/pods"
+        action = f"list Pods in {namespace} ({label_selector})"
+        return self._must(self._call(action, "GET", path, query={"labelSelector": label_selector}))
 
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST a core/v1 Event (``nodetopo.kube.events.event_body``) in ``namespace``."""

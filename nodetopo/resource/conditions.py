@@ -14,6 +14,7 @@ from typing import Any
 from nodetopo.model import Condition, ConditionReason, SourceStatus, Topology
 from nodetopo.resource.published import PublishedCondition
 from nodetopo.resource.reader import read_nodetopology
+from nodetopo.topology.interop import SOURCE as LABELS_SOURCE
 
 #: Condition reasons that make the resource "not Ready": consumers should treat it as partial.
 NOT_READY_REASONS = frozenset(
@@ -81,7 +82,9 @@ def conditions(topology: Topology) -> list[dict[str, Any]]:
     for c in topology.conditions:
         by_source.setdefault(c.source, []).append(c)
     result: list[dict[str, Any]] = []
-    bad = [c for c in topology.conditions if c.reason in NOT_READY_REASONS]
+    # Ready is about whether nodetopo could read; another project's label that disagrees (GFD's) is
+    # said in Consistent only
+    bad = [c for c in topology.conditions if c.reason in NOT_READY_REASONS and c.source != LABELS_SOURCE]
     result.append(
         {
             "type": "Ready",

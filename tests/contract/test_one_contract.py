@@ -38,6 +38,7 @@ NOT_A_PUBLISHED_NODETOPOLOGY = {
     # not NodeTopology objects
     "kube/exec.py": "an exec credential plugin's ExecCredential",
     "extender/cache.py": "a Pod's status.phase",
+    "delivery/pods.py": "a Pod's status.phase (a finished pod holds no GPU)",
     "admission/controller.py": "the summary controller's own NodeTopologySummary",
     "admission/rules.py": "the NodeTopologySummary the admission rules are given",
     "perf/nvbandwidth.py": "an nvbandwidth -j testcase's status (Passed, Waived, Error)",

@@ -35,7 +35,7 @@ def lstopo_argv() -> list[str]:
 
 
 def lstopo_env(root: Path) -> dict[str, str]:
-    # as tests/test_hwloc_referee.py: no CPUID of this machine mixed into a foreign tree
+    # as tests/sources/test_hwloc_referee.py: no CPUID of this machine mixed into a foreign tree
     return child_env(HWLOC_FSROOT=str(root), HWLOC_COMPONENTS="-x86", LANG="C", LC_ALL="C")
 
 

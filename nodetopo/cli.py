@@ -6,7 +6,7 @@ an unusable input (not a bundle, missing file); 3 ``discover --strict`` found th
 Start-up cost: a subcommand imports only what it runs. Module-level imports here are the standard
 library and nodetopo's small leaf modules; each handler imports its own work, and the subcommands that
 live in their own modules (``_MODULE_COMMANDS``) are imported only when one of them is run or the
-whole command list is needed (``--help``, a usage error). ``tests/test_cli_imports.py`` holds
+whole command list is needed (``--help``, a usage error). ``tests/cli/test_cli_imports.py`` holds
 ``discover`` to that.
 """
 

@@ -6,9 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "tests" / "fixtures"
+from helpers import REPO
 
 
 def corpus_dir() -> Path:

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import BUNDLES
 from node import dra
 from node.node import NodeError, _published_order
 
 REPO = Path(__file__).resolve().parent.parent
-BUNDLES = REPO / "tests" / "fixtures" / "bundles"
 
 
 def _required(go_mod: Path, module: str) -> str:

@@ -34,6 +34,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import BUNDLES
 
 import nodetopo
 
@@ -42,7 +43,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 RELEASE = ROOT / ".github" / "workflows" / "release.yml"
 ARCHIVE = ROOT / "plugins" / "archive.py"
-BUNDLES = ROOT / "tests" / "fixtures" / "bundles"
+
 VERSION = nodetopo.__version__
 TAG = f"v{VERSION}"
 

@@ -76,6 +76,7 @@ def ray_gpu_node() -> Iterator[tuple[Any, Path]]:
             stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
         )  # fmt: skip
+    sigterm = signal.getsignal(signal.SIGTERM)  # ray.init installs its own and keeps it
     try:
         deadline = time.monotonic() + 90
         while "Ray runtime started" not in log.read_text(errors="replace"):
@@ -89,6 +90,8 @@ def ray_gpu_node() -> Iterator[tuple[Any, Path]]:
     finally:
         with contextlib.suppress(Exception):
             ray.shutdown()
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
         try:

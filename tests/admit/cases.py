@@ -760,21 +760,10 @@ def _workload(case: Case, name: str, namespace: str, template: dict[str, Any]) -
 
 
 def topology_of(bundle: str, node_name: str | None = None) -> dict[str, Any]:
-    """The NodeTopology object of a fixture bundle (``extender/conftest.py``'s), with the
-    ``nodetopo`` logger's level put back: that helper quiets it, and tests of log output run later."""
-    import logging
-    import sys
-    from pathlib import Path
+    """The NodeTopology object of a fixture bundle (``helpers.nodetopology_of``)."""
+    from helpers import nodetopology_of
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from extender.conftest import nodetopology_of
-
-    logger = logging.getLogger("nodetopo")
-    level = logger.level
-    try:
-        return nodetopology_of(bundle, node_name)
-    finally:
-        logger.setLevel(level)
+    return nodetopology_of(bundle, node_name)
 
 
 @functools.cache

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from helpers import BUNDLES
+
 from nodetopo.agent.config import AgentConfig
 from nodetopo.agent.loop import Agent
 from nodetopo.agent.publisher import DryRunPublisher, PublishOutcome
@@ -21,7 +23,6 @@ from nodetopo.publish.nodetopology import ApplyOutcome
 from nodetopo.sources.base import Context
 from nodetopo.topology.discover import Scan, bundle_context, scan
 
-BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
 DGX_H100 = BUNDLES / "dgx-h100"
 
 NVIDIA_SMI_COMMANDS = (

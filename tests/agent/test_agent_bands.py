@@ -9,6 +9,7 @@ import dataclasses
 import io
 
 import pytest
+from helpers import topology_of
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -25,10 +26,6 @@ from .support import BUNDLES, config
 
 BUSBW = "nodetopo_expected_busbw_bytes_per_second"
 NVLINK_TX = "nodetopo_expected_nvlink_tx_bytes_per_second"
-
-
-def topology_of(bundle: str) -> Topology:
-    return scan(bundle_context(BUNDLES / bundle)).topology
 
 
 def exported(stats: AgentStats) -> list[tuple[str, dict[str, str], float]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import io
 
+from helpers import topology_of
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -42,10 +43,6 @@ def stats_of(topology: Topology, node: str = "gpu-a") -> AgentStats:
     result = scan(bundle_context(BUNDLES / "dgx-h100"))
     stats.record_scan("start", result.results, topology, ())
     return stats
-
-
-def topology_of(bundle: str) -> Topology:
-    return scan(bundle_context(BUNDLES / bundle)).topology
 
 
 def test_dcgm_bus_id_is_the_exporters_form() -> None:

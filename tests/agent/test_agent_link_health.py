@@ -4,9 +4,8 @@ not written again."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from helpers import BUNDLES
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -17,8 +16,6 @@ from nodetopo.health.rules import EdgeReading
 from nodetopo.model import NOT_JUDGED, EdgeHealth, EdgeKind, HealthReport, LinkState
 
 from .support import FakePublisher, config
-
-BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
 
 
 @pytest.mark.parametrize(

@@ -6,12 +6,12 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from helpers import FIXTURES
 
 from nodetopo.expect import Algorithm, ObservedLink, Placement, algorithms_for, expect
 from nodetopo.expect.nvbandwidth import judge_nvbandwidth
 from nodetopo.expect.verdict import EXIT_CODES, Judgement, Measurement, Verdict, judge, measure, worst
 from nodetopo.perf import NcclOutput, parse_benchmark, parse_nccl_json, parse_nccl_tests, parse_nvbandwidth
-from tests.conftest import FIXTURES
 from tests.expect.calibration import POINTS
 from tests.expect.machines import gb300_tray, hgx
 

@@ -2,27 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
-
-
-def nodetopology_of(bundle: str, node_name: str | None = None) -> dict[str, Any]:
-    """The NodeTopology object nodetopo publishes for a fixture bundle (discovered offline)."""
-    from nodetopo.resource.body import to_nodetopology
-    from nodetopo.topology.discover import bundle_context, scan
-
-    logger = logging.getLogger("nodetopo")
-    level = logger.level
-    logger.setLevel(logging.ERROR)  # quiet discovery, for this call only (later tests read the logs)
-    try:
-        return to_nodetopology(scan(bundle_context(BUNDLES / bundle)).topology, node_name or bundle)
-    finally:
-        logger.setLevel(level)
+from helpers import BUNDLES, nodetopology_of
 
 
 @pytest.fixture(scope="session")

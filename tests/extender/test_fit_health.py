@@ -5,12 +5,11 @@ nodetopo publishes for the degraded fixture bundles."""
 from __future__ import annotations
 
 import pytest
+from helpers import nodetopology_of
 
 from nodetopo.model import LinkClass
 from nodetopo.placement.fit import evaluate, node_shape
 from nodetopo.placement.request import PodRequest
-
-from .conftest import nodetopology_of
 
 EIGHT_ON_ONE_ISLAND = PodRequest(gpus=8, one_island=True)
 PIX_RDMA = PodRequest(gpus=8, rdma=True, max_nic_distance=LinkClass.PIX)

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import nodetopology_of
 from prometheus_client.parser import text_string_to_metric_families
 
-from extender.conftest import nodetopology_of
 from extender.process import ExtenderProcess, run_extender
 from nodetopo.extender.limits import MAX_BODY_BYTES, MEMORY_BUDGET_BYTES
 

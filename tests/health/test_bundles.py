@@ -3,7 +3,7 @@ alone, the flapping port from two captures of one node, and rates carry across a
 through what the NodeTopology publishes.
 
 The bundles are generated (tests/fixtures/gen_bundle.py) from their layouts, each with a
-hand-written expected.yaml that tests/test_bundles_expected.py holds nodetopo's whole output to.
+hand-written expected.yaml that tests/bundle/test_bundles_expected.py holds nodetopo's whole output to.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-from pathlib import Path
 
 import pytest
+from helpers import BUNDLES
 
 from nodetopo.health import DEFAULT_POLICY, HealthTracker
 from nodetopo.health.policy import HealthPolicy
@@ -25,7 +25,6 @@ from nodetopo.resource.reader import read_nodetopology
 from nodetopo.topology.derive import derive_topology
 from nodetopo.topology.discover import bundle_context, scan
 
-BUNDLES = Path(__file__).resolve().parent.parent / "fixtures" / "bundles"
 FLAP = "mlx5_6/port1"
 
 

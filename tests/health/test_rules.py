@@ -17,8 +17,6 @@ from nodetopo.sources import links, nvidia_smi
 from nodetopo.topology.derive import derive_topology
 from tests.sysfs_trees import GPUD_INFINIBAND, gpud_infiniband_root
 
-BUNDLES = Path(__file__).resolve().parent.parent / "fixtures" / "bundles"
-
 
 def query_edges(text: str, policy: HealthPolicy = DEFAULT_POLICY) -> dict[str, EdgeReading]:
     """The PCIe edges of a machine known only by its ``nvidia-smi -q -x``."""

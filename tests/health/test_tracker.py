@@ -14,7 +14,6 @@ from nodetopo.health.rules import EdgeReading
 from nodetopo.health.tracker import Sample, counter_rates
 from nodetopo.model import EdgeKind
 
-BUNDLES = Path(__file__).resolve().parent.parent / "fixtures" / "bundles"
 FLAP = "mlx5_6/port1"
 
 

@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from helpers import BUNDLES
 
 from .cluster import REPO, LocalCluster, free_port
-
-BUNDLES = REPO / "tests" / "fixtures" / "bundles"
 
 #: node suffix → fixture bundle. The "ll-" pair differs only in its NICs' link layer.
 MAIN_NODES = {

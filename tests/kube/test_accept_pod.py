@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import BUNDLES
 
 from .cluster import ClusterError, LocalCluster
 
 pytestmark = pytest.mark.k8s
 
 ROOT = Path(__file__).resolve().parents[2]
-BUNDLE = ROOT / "tests/fixtures/bundles/dgx-h100"
+BUNDLE = BUNDLES / "dgx-h100"
 #: our own 8 × H100 run, 482.12 GB/s at 4 GiB: inside the band of an 8-GPU NVSwitch node (relative to
 #: the checkout, as docs/bandwidth-model.md shows it)
 LOG = "tests/fixtures/perf/own/allreduce-per-iteration-I1.txt"

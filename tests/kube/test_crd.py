@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import BUNDLES as BUNDLES_DIR
+from helpers import bundle_dirs
 
 from nodetopo.errors import InvalidError
 from nodetopo.kube.session import ApiSession
@@ -24,7 +26,7 @@ from .cluster import LocalCluster
 
 pytestmark = pytest.mark.k8s
 
-BUNDLES = sorted(p for p in (Path(__file__).parents[1] / "fixtures" / "bundles").glob("*") if p.is_dir())
+BUNDLES = bundle_dirs()
 
 
 def _name() -> str:
@@ -320,7 +322,7 @@ def test_an_allocation_with_holders_is_kept_whole_and_a_bad_state_refused(sessio
     from nodetopo.model import DeviceAssignment, KubeletAllocation, PodRef
 
     for bundle in ("dgx-h100", "a100-mig"):
-        topology = scan(bundle_context(Path(__file__).parents[1] / "fixtures" / "bundles" / bundle)).topology
+        topology = scan(bundle_context(BUNDLES_DIR / bundle)).topology
         holder = PodRef(namespace="ml", name="train-0", container="main")
         ids = [g.uuid for g in topology.gpus if g.uuid][:2] + [m.uuid for m in topology.mig_devices][:1]
         observed = KubeletAllocation(

@@ -11,10 +11,10 @@ import copy
 import datetime
 import json
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import BUNDLES
 
 from nodetopo.errors import InvalidError, PublishError
 from nodetopo.health import DEFAULT_POLICY, HealthTracker
@@ -26,8 +26,6 @@ from nodetopo.resource.reader import read_nodetopology
 from nodetopo.topology.discover import bundle_context, scan
 
 pytestmark = pytest.mark.k8s
-
-BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
 
 
 def _apply(session: ApiSession, body: dict[str, Any]) -> dict[str, Any]:

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import BUNDLES
 
 from .cluster import ClusterError, LocalCluster, free_port
 
 pytestmark = pytest.mark.k8s
 
 ROOT = Path(__file__).resolve().parents[2]
-BUNDLE = ROOT / "tests/fixtures/bundles/dgx-h100"
+BUNDLE = BUNDLES / "dgx-h100"
 
 
 @contextlib.contextmanager

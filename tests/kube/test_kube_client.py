@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import BUNDLES
 
 from kube.cluster import LocalCluster
 from kube.test_publish import _client_certificate, _whoami
@@ -28,7 +29,7 @@ from nodetopo.kube.transport import connect
 
 pytestmark = pytest.mark.k8s
 
-BUNDLE = Path(__file__).resolve().parents[1] / "fixtures" / "bundles" / "dgx-h100"
+BUNDLE = BUNDLES / "dgx-h100"
 
 PLUGIN = """\
 #!{python}

@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import BUNDLES
 
 from .cluster import LocalCluster
 
 pytestmark = pytest.mark.k8s
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-BUNDLES = ROOT / "tests" / "fixtures" / "bundles"
+
 MACHINES = ("dgx-h100", "pcie-4x-nvbridge", "pcie-8x-2socket", "gpu-no-driver")
 
 

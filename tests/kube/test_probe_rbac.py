@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import BUNDLES
 
 from nodetopo.kube.transport import connect
 
@@ -24,7 +25,7 @@ from .cluster import LocalCluster
 pytestmark = pytest.mark.k8s
 
 ROOT = Path(__file__).resolve().parents[2]
-BUNDLE = ROOT / "tests/fixtures/bundles/dgx-h100"
+BUNDLE = BUNDLES / "dgx-h100"
 
 
 def _probe(kubeconfig: Path, tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], str]:

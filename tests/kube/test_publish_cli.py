@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import BUNDLES
 
 from .cluster import LocalCluster
 
 pytestmark = pytest.mark.k8s
 
-BUNDLES = Path(__file__).resolve().parent.parent / "fixtures" / "bundles"
+
 MACHINES = (
     "dgx-h100",
     "dgx-a100",

@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import BUNDLES
 
 from kube.cluster import LocalCluster
 
 pytestmark = pytest.mark.k8s
 
-BUNDLE = Path(__file__).resolve().parents[1] / "fixtures" / "bundles" / "dgx-h100"
+BUNDLE = BUNDLES / "dgx-h100"
 
 
 def publish(cluster: LocalCluster, *argv: str) -> subprocess.CompletedProcess[str]:

@@ -18,6 +18,7 @@ import h2.config
 import h2.connection
 import h2.events
 import pytest
+from helpers import BUNDLES
 
 from nodetopo.errors import ParseError
 from nodetopo.kubelet.allocation import device_key, gpu_allocation, unknown_allocation
@@ -35,9 +36,6 @@ from nodetopo.kubelet.podresources import (
 from nodetopo.model import ClaimDevice, DeviceAssignment, KubeletAllocation, PodRef
 from nodetopo.resource.body import to_nodetopology
 from nodetopo.topology.discover import bundle_context, scan
-
-BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
-
 
 # ---- a minimal protobuf encoder ------------------------------------------------------------
 

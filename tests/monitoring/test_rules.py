@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import BUNDLES
 
 from monitoring.promtool import REPO, RULE_TESTS, RULES, expr_tests_file, input_series, run
 
@@ -235,9 +236,7 @@ def test_the_rule_tests_bands_are_what_the_agent_exports_for_that_machine() -> N
     from nodetopo.topology.discover import bundle_context, scan
 
     stats = AgentStats("d1")
-    stats.record_bands(
-        expected_bands(scan(bundle_context(REPO / "tests/fixtures/bundles/dgx-h100")).topology, "d1")
-    )
+    stats.record_bands(expected_bands(scan(bundle_context(BUNDLES / "dgx-h100")).topology, "d1"))
     text = generate_latest(make_registry(stats, process=False)).decode()
     exported = {
         (s.name, tuple(sorted(s.labels.items())), s.value)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import BUNDLES
 from kube.cluster import LocalCluster
 from kube.scheduler_support import (
     cluster_scheduler_config,
@@ -38,7 +39,7 @@ from kube.scheduler_support import (
     stop,
 )
 
-from .node import REPO, LocalNode, NodeError
+from .node import LocalNode, NodeError
 from .test_probe_node import (
     create_reader,
     delete_reader,
@@ -53,8 +54,8 @@ pytestmark = [pytest.mark.k8s, pytest.mark.node]
 
 NAMESPACE = "default"
 GPU = "nvidia.com/gpu"
-DGX_H100 = REPO / "tests/fixtures/bundles/dgx-h100"  # 8 GPUs, one NVSwitch island
-TWO_ISLANDS = REPO / "tests/fixtures/bundles/pcie-4x-nvbridge"  # 4 GPUs, NVLink bridges: islands {0,1} {2,3}
+DGX_H100 = BUNDLES / "dgx-h100"  # 8 GPUs, one NVSwitch island
+TWO_ISLANDS = BUNDLES / "pcie-4x-nvbridge"  # 4 GPUs, NVLink bridges: islands {0,1} {2,3}
 
 
 def bundle_gpus(bundle: Path) -> tuple[list[str], list[list[str]]]:

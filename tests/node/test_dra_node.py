@@ -22,19 +22,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from helpers import BUNDLES
 from kube.cluster import LocalCluster
 
 from . import dra
 from .dra import GPU_DRIVER, NIC_DRIVER, PCIE_ROOT
-from .node import REPO, LocalNode, NodeError
+from .node import LocalNode, NodeError
 
 pytestmark = [pytest.mark.k8s, pytest.mark.node]
 
 NAMESPACE = "default"
-TWO_ISLANDS = (
-    REPO / "tests/fixtures/bundles/pcie-4x-nvbridge"
-)  # islands {0,1} under pci0000:40, {2,3} under pci0000:c0
-DGX_H100 = REPO / "tests/fixtures/bundles/dgx-h100"  # 8 GPUs, one NVSwitch island, two GPUs per root complex
+TWO_ISLANDS = BUNDLES / "pcie-4x-nvbridge"  # islands {0,1} under pci0000:40, {2,3} under pci0000:c0
+DGX_H100 = BUNDLES / "dgx-h100"  # 8 GPUs, one NVSwitch island, two GPUs per root complex
 #: what the container prints (then it stays running: a claim made from a template is deleted with its pod
 #: as soon as the pod ends, and the devices stay allocated while it runs)
 SHOW = (

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import BUNDLES
 from kube.cluster import LocalCluster
 
 from nodetopo.kube.session import FIELD_MANAGER
@@ -28,7 +29,7 @@ from .node import REPO, LocalNode
 pytestmark = [pytest.mark.k8s, pytest.mark.node]
 
 NAMESPACE = "default"
-BUNDLE = REPO / "tests/fixtures/bundles/dgx-h100"
+BUNDLE = BUNDLES / "dgx-h100"
 
 
 def probe_pod(name: str, image: str, node: LocalNode, sa: str, annotations: dict[str, str]) -> dict[str, Any]:

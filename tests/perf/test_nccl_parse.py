@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import FIXTURES
 
 from nodetopo.errors import ParseError
 from nodetopo.perf import bus_factor, collective_of, parse_benchmark, parse_nccl_json, parse_nccl_tests
-from tests.conftest import FIXTURES
 
 OWN = FIXTURES / "perf" / "own"
 

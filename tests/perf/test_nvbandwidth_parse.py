@@ -4,10 +4,10 @@ v0.8's layout (``tests/fixtures/perf/SOURCES.md``: not measurements)."""
 from __future__ import annotations
 
 import pytest
+from helpers import FIXTURES
 
 from nodetopo.errors import ParseError
 from nodetopo.perf import NvbOutput, parse_benchmark, parse_nvbandwidth
-from tests.conftest import FIXTURES
 
 OWN = FIXTURES / "perf" / "own"
 

@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import BUNDLES
 
 from nodetopo.cli import main
 
 pytestmark = pytest.mark.slow
 
-BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
+
 NODE = "ray-e2e-node"
 
 
@@ -91,6 +92,7 @@ def ray_node() -> Iterator[tuple[Any, dict[str, str]]]:
             start_new_session=True,
             env=env,
         )
+    sigterm = signal.getsignal(signal.SIGTERM)  # ray.init installs its own and keeps it
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -106,6 +108,8 @@ def ray_node() -> Iterator[tuple[Any, dict[str, str]]]:
     finally:
         with contextlib.suppress(Exception):
             ray.shutdown()
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
         try:

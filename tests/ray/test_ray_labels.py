@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from helpers import BUNDLES
+from helpers import nodetopology_of as body_of
 
 from nodetopo.cli import main
 from nodetopo.ray.labels import GPU_DOMAIN, labels_file_text, ray_labels, ray_resources, resources_json
-
-BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
-
-
-def body_of(bundle: str, node: str | None = None) -> dict[str, Any]:
-    from nodetopo.resource.body import to_nodetopology
-    from nodetopo.topology.discover import bundle_context, scan
-
-    logging.getLogger("nodetopo").setLevel(logging.ERROR)
-    return to_nodetopology(scan(bundle_context(BUNDLES / bundle)).topology, node or bundle)
 
 
 def test_multi_node_nvlink_clique_is_the_gpu_domain() -> None:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import BUNDLES as BUNDLES_DIR
+from helpers import bundle_dirs
 
 from nodetopo.ray.labels import GPU_DOMAIN, ray_labels
 from nodetopo.resource.body import to_nodetopology
@@ -18,7 +20,7 @@ from nodetopo.resource.labels import to_labels
 from nodetopo.topology.discover import bundle_context, scan
 
 REPO = Path(__file__).resolve().parents[2]
-BUNDLES = sorted(p for p in (REPO / "tests" / "fixtures" / "bundles").iterdir() if p.is_dir())
+BUNDLES = bundle_dirs()
 
 
 @pytest.mark.parametrize("bundle", BUNDLES, ids=[b.name for b in BUNDLES])
@@ -35,7 +37,7 @@ def test_every_key_both_publish_has_the_same_value(bundle: Path) -> None:
 
 
 def test_the_reported_disagreements_are_gone() -> None:
-    a100 = scan(bundle_context(REPO / "tests" / "fixtures" / "bundles" / "dgx-a100")).topology
+    a100 = scan(bundle_context(BUNDLES_DIR / "dgx-a100")).topology
     ray = ray_labels(to_nodetopology(a100, "a"))
     assert ray["nodetopo.io/rdma.nic-count"] == to_labels(a100)["nodetopo.io/rdma.nic-count"] == "12"
     assert ray["nodetopo.io/rdma.link-layer"] == "InfiniBand"
@@ -43,10 +45,10 @@ def test_the_reported_disagreements_are_gone() -> None:
 
 def test_gpu_domain_is_a_node_label_too() -> None:
     """clique, else NVLink domain, else the node-local island: published on the Node as well."""
-    gh200 = scan(bundle_context(REPO / "tests" / "fixtures" / "bundles" / "gh200-nvl")).topology
+    gh200 = scan(bundle_context(BUNDLES_DIR / "gh200-nvl")).topology
     labels = to_labels(gh200, "g1")
     assert labels[GPU_DOMAIN] == labels["nodetopo.io/nvlink.clique"]
-    h100 = scan(bundle_context(REPO / "tests" / "fixtures" / "bundles" / "dgx-h100")).topology
+    h100 = scan(bundle_context(BUNDLES_DIR / "dgx-h100")).topology
     assert to_labels(h100, "h1")[GPU_DOMAIN] == "h1.nvl0"
     assert GPU_DOMAIN == "nodetopo.io/gpu-domain"
 

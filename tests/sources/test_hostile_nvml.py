@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import BUNDLES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +32,7 @@ from nodetopo.topology.discover import bundle_context
 pytestmark = pytest.mark.timeout(60)
 
 DUMPS = Path(__file__).resolve().parent.parent / "fixtures" / "nvml"
-BUNDLE = Path(__file__).resolve().parent.parent / "fixtures" / "bundles" / "dgx-h100"
+BUNDLE = BUNDLES / "dgx-h100"
 
 
 def dump() -> dict[str, Any]:

@@ -7,12 +7,12 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+from helpers import BUNDLES
 
 from nodetopo.model import PciAddress
 from nodetopo.sources import nvidia_smi
 from nodetopo.sources.nvidia_smi import query
 
-BUNDLES = Path(__file__).resolve().parent.parent / "fixtures" / "bundles"
 PATHS = (
     ("pci", "pci_bus_id"),
     ("pci", "numa_node"),

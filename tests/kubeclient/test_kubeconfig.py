@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import BUNDLES
 
 from nodetopo.kube.config import _environment_proxy, cluster_access, parse_kubeconfig
 from nodetopo.kube.errors import ExecPluginError, KubeConfigError, translate_api_error
@@ -22,7 +23,7 @@ from nodetopo.kube.exec import parse_exec_credential
 
 RUN = [sys.executable, "-m", "nodetopo"]
 SECRET = "s3cr3t-t0ken-do-not-print-0123456789"
-BUNDLE = Path(__file__).parent / "fixtures" / "bundles" / "dgx-h100"
+BUNDLE = BUNDLES / "dgx-h100"
 
 
 def closed_port() -> int:

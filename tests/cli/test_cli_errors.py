@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import BUNDLES, REPO
 
-REPO = Path(__file__).resolve().parents[1]
-BUNDLE = REPO / "tests" / "fixtures" / "bundles" / "dgx-h100"
+BUNDLE = BUNDLES / "dgx-h100"
 
 
 def nodetopo(

@@ -10,16 +10,15 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from nodetopo.agent.config import AgentConfig
 from nodetopo.cli import build_parser
 from nodetopo.kubectl.cli import build_parser as build_kubectl_parser
 
-ROOT = Path(__file__).resolve().parent.parent
-PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+PAGES = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
 SKIPPED = (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)
 
 

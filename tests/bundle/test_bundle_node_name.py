@@ -12,12 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers import BUNDLES
+
 from nodetopo.bundle import bundle_node_name, write_archive
 from nodetopo.capture import write_manifest
 from nodetopo.host import HostRoot
-
-ROOT = Path(__file__).resolve().parent.parent
-BUNDLES = ROOT / "tests" / "fixtures" / "bundles"
 
 
 def _nodetopo(*args: str, stdin: str | None = None) -> str:

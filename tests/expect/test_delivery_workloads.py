@@ -14,7 +14,7 @@ from nodetopo.cli import main
 from nodetopo.delivery import cli as delivery_cli
 from nodetopo.delivery.pods import Workload, gang_of, parse_workload_ref, places_of, read_gang
 from nodetopo.errors import BundleError
-from tests.test_delivery_pods import FakeSession, nodetopology, pod
+from tests.expect.test_delivery_pods import FakeSession, nodetopology, pod
 
 JOB = Workload(kind="Job", namespace="ml", name="allreduce")
 RAY = Workload(kind="RayCluster", namespace="ml", name="train")

@@ -16,6 +16,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from helpers import BUNDLES
 
 from nodetopo import __version__
 from nodetopo.bundle import (
@@ -30,8 +31,6 @@ from nodetopo.bundle import (
 )
 from nodetopo.cli import main
 from nodetopo.errors import BundleError
-
-BUNDLES = Path(__file__).parent / "fixtures" / "bundles"
 
 
 def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:

@@ -10,13 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import BUNDLES, REPO
 
 from nodetopo.cli import main
 from nodetopo.topology.discover import bundle_context, scan
 from nodetopo.views.dot import ISLAND_COLOURS, to_dot
 
-REPO = Path(__file__).resolve().parent.parent
-BUNDLES = REPO / "tests" / "fixtures" / "bundles"
 ALL = sorted(p.name for p in BUNDLES.iterdir() if p.is_dir())
 
 

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import BUNDLES as BUNDLES_DIR
+from helpers import bundle_dirs
 
 from nodetopo.cli import main
 from nodetopo.resource.body import to_nodetopology
 from nodetopo.topology.discover import bundle_context, scan
 
-BUNDLES = sorted(p for p in (Path(__file__).parent / "fixtures" / "bundles").iterdir() if p.is_dir())
+BUNDLES = bundle_dirs()
 
 
 def _wrong_root(tmp_path: Path, kind: str) -> Path:
@@ -44,7 +46,7 @@ def test_missing_sys_is_not_ready_and_strict_fails(
 
 def test_non_essential_absences_leave_ready_true(capsys: pytest.CaptureFixture[str]) -> None:
     """A CPU node's bundle without nvidia-smi, NVML: those are absent, not failed."""
-    bundle = Path(__file__).parent / "fixtures" / "bundles" / "cpu-only"
+    bundle = BUNDLES_DIR / "cpu-only"
     assert main(["discover", "--from", str(bundle), "--strict", "-o", "json"]) == 0
     body = json.loads(capsys.readouterr().out)
     ready = next(c for c in body["status"]["conditions"] if c["type"] == "Ready")

@@ -24,14 +24,12 @@ from typing import Any
 
 import pytest
 import yaml
-from extender.conftest import nodetopology_of
+from helpers import BUNDLES, REPO, nodetopology_of
 
 from nodetopo import output
 from nodetopo.cli import main
 from nodetopo.output import OutputError, open_output, write_output
 
-REPO = Path(__file__).resolve().parents[1]
-BUNDLES = REPO / "tests" / "fixtures" / "bundles"
 FABRIC = "fabric/ibnetdiscover/manpage-voltaire-isr9024-sw6ib4-dualport-hca.topo"
 
 

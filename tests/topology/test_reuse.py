@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from agent.support import FakeClock, FakePublisher, SwitchableScan, make_agent
+from helpers import BUNDLES
 
 from nodetopo.errors import ParseError
 from nodetopo.host import Replay, ReplayRunner
@@ -17,7 +18,6 @@ from nodetopo.reuse import ScanCache, reuse_last
 from nodetopo.sources import ibstat, nvidia_smi, nvml
 from nodetopo.topology.discover import bundle_context, scan
 
-BUNDLES = Path(__file__).resolve().parent / "fixtures" / "bundles"
 DGX1 = BUNDLES / "dgx1-v100"
 DGX_H100 = BUNDLES / "dgx-h100"
 

@@ -25,9 +25,8 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import BUNDLES, FIXTURES
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-BUNDLES = FIXTURES / "bundles"
 NAMES = sorted(p.stem for p in (FIXTURES / "layouts").glob("*.yaml"))
 WITH_SMI = [n for n in NAMES if (BUNDLES / n / "nvml.json").is_file()]
 ORDER = ("PIX", "PXB", "PHB", "NODE", "SYS")

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import bundle_dirs
 
 from nodetopo.model import format_cpulist
 from nodetopo.resource.body import to_nodetopology
@@ -20,7 +21,7 @@ from nodetopo.resource.labels import to_labels
 from nodetopo.resource.reader import read_nodetopology
 from nodetopo.topology.discover import bundle_context, scan
 
-BUNDLES = sorted(p for p in (Path(__file__).parent / "fixtures" / "bundles").glob("*") if p.is_dir())
+BUNDLES = bundle_dirs()
 #: a GPU's NIC facts, which follow the health of its paths (``health.gpus`` of a degraded bundle)
 NIC_KEYS = ("nearestNICs", "nicDistance")
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import BUNDLES, REPO
+from helpers import nodetopology_of as _body
 
 from nodetopo.kubectl.fleet import FleetFilter, fleet_row, fleet_rows, render_fleet
 from nodetopo.model import LinkClass
@@ -19,16 +20,11 @@ from nodetopo.topology.discover import bundle_context, scan
 from nodetopo.views.matrix import gpu_matrix, link_cells, node_matrix
 from nodetopo.views.published import published_gpu_matrix
 
-BUNDLES = Path(__file__).parent / "fixtures" / "bundles"
 MACHINES = sorted(p.name for p in BUNDLES.iterdir() if p.is_dir())
 #: machines whose published NVLinks follow a degraded edge (a GPU out of its island): their links
 #: are not the facts' own matrix by design (tests/health and test_bundles_expected cover them)
 NVLINK_DEGRADED = {"dgx-h100-nvlink-down"}
 AS_THE_FACTS = [m for m in MACHINES if m not in NVLINK_DEGRADED]
-
-
-def _body(machine: str, name: str | None = None) -> dict[str, Any]:
-    return to_nodetopology(scan(bundle_context(str(BUNDLES / machine))).topology, name or machine)
 
 
 @pytest.mark.parametrize("machine", MACHINES)
@@ -110,7 +106,7 @@ def test_without_links_the_matrix_places_what_the_object_implies() -> None:
 
 
 def _synthetic(gpus: int) -> Any:
-    benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    benchmarks = str(REPO / "benchmarks")
     sys.path.insert(0, benchmarks)
     try:
         from synthetic import nvl72_node

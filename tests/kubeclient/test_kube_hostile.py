@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 import yaml
-from test_kubeconfig import SECRET, closed_port, kubeconfig
 
+from kubeclient.test_kubeconfig import SECRET, closed_port, kubeconfig
 from nodetopo.kube.config import cluster_access
 from nodetopo.kube.errors import CredentialError, KubeConfigError, redact_url
 from nodetopo.kube.exec import EXEC_OUTPUT_LIMIT, ExecCredentials, parse_exec_plugin

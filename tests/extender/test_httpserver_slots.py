@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from extender.conftest import nodetopology_of
-from extender.test_http_hardening import self_signed
+from helpers import nodetopology_of
 from prometheus_client.registry import CollectorRegistry
 
+from extender.test_http_hardening import self_signed
 from nodetopo.agent.health import HEALTH_LIMITS, Health, HealthServer
 from nodetopo.extender.cache import ClusterState
 from nodetopo.extender.server import ExtenderHTTPServer

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-BUNDLES = Path(__file__).parent / "fixtures" / "bundles"
+from helpers import BUNDLES
 
 #: modules (and their submodules) that `discover` has no use for
 NOT_FOR_DISCOVER = (

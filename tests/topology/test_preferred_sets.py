@@ -3,18 +3,11 @@ before they count NVLinks (issue 23)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from helpers import BUNDLES
+from helpers import topology_of as topology
 
 from nodetopo.model import Topology
-from nodetopo.topology.discover import bundle_context, scan
-
-BUNDLES = Path(__file__).parent / "fixtures" / "bundles"
-
-
-def topology(bundle: str) -> Topology:
-    return scan(bundle_context(BUNDLES / bundle)).topology
 
 
 def sets_by_size(t: Topology) -> dict[int, list[tuple[int, ...]]]:

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import BUNDLES, FIXTURES
 
 from nodetopo.cli import main
 from nodetopo.resource.body import to_nodetopology
-from tests.conftest import FIXTURES
 from tests.expect.machines import gb300_tray, hgx
 
 OWN = FIXTURES / "perf" / "own"
@@ -66,7 +66,7 @@ def test_expect_from_stdin_and_from_a_bundle(
         ["expect", "-f", "-", "--collective", "all_gather"], capsys, Path(two_h100).read_text(), monkeypatch
     )
     assert code == 0 and out.startswith("all_gather over 16 GPUs")
-    code, out, _ = run(["expect", "--from-bundle", str(FIXTURES / "bundles" / "dgx-h100")], capsys)
+    code, out, _ = run(["expect", "--from-bundle", str(BUNDLES / "dgx-h100")], capsys)
     assert code == 0 and "over 8 GPUs on 1 node" in out
 
 

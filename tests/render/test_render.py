@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import BUNDLES, REPO
 
 from nodetopo.cli import main
 from nodetopo.render import natural_key, render_table
@@ -18,7 +19,6 @@ from nodetopo.topology.discover import bundle_context, scan
 from nodetopo.views.matrix import gpu_matrix
 from nodetopo.views.pciids import find_pci_ids, names_in_database, parse_pci_ids, read_pci_names, short_vendor
 
-BUNDLES = Path(__file__).parent / "fixtures" / "bundles"
 ALL = sorted(p.name for p in BUNDLES.iterdir() if p.is_dir())
 CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
@@ -298,11 +298,11 @@ def test_error_lines_and_text_logs_are_cleaned(tmp_path: Path, capsys: pytest.Ca
 def test_the_readme_example_is_real_output(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     command = "$ nodetopo discover --from tests/fixtures/bundles/dgx-h100 --node-name dgx-h100-01 --matrix\n"
     block = readme.split(command)[1].split("```")[0]
     monkeypatch.setenv("COLUMNS", "80")
-    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    monkeypatch.chdir(REPO)
     out = _discover(
         capsys, "--from", "tests/fixtures/bundles/dgx-h100", "--node-name", "dgx-h100-01", "--matrix"
     )

@@ -1,0 +1,45 @@
+"""Shared test helpers: where the fixture bundles live, and a fixture bundle discovered offline into the
+Topology and the NodeTopology object nodetopo publishes for it.
+
+Tests import it as ``helpers``: pytest puts ``tests/`` on ``sys.path`` (the folder of the rootdir conftest).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nodetopo.model import Topology
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
+BUNDLES = FIXTURES / "bundles"
+
+
+def bundle_dirs() -> list[Path]:
+    """Every fixture bundle, in name order."""
+    return sorted(p for p in BUNDLES.iterdir() if p.is_dir())
+
+
+def topology_of(bundle: str | Path) -> Topology:
+    """The Topology nodetopo discovers from a fixture bundle (a name under ``BUNDLES``, or a path)."""
+    from nodetopo.topology.discover import bundle_context, scan
+
+    return scan(bundle_context(BUNDLES / bundle)).topology
+
+
+def nodetopology_of(bundle: str, node_name: str | None = None) -> dict[str, Any]:
+    """The NodeTopology object nodetopo publishes for a fixture bundle (discovered offline), named
+    ``node_name`` or the bundle's name; the ``nodetopo`` logger is quieted for this call only (later tests
+    read the logs)."""
+    from nodetopo.resource.body import to_nodetopology
+
+    logger = logging.getLogger("nodetopo")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        return to_nodetopology(topology_of(bundle), node_name or bundle)
+    finally:
+        logger.setLevel(level)

@@ -6,7 +6,7 @@ After a deliberate change, regenerate them with::
     NODETOPO_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py
 
 and read the diff before committing. Facts that must hold whatever the goldens say are checked
-against each bundle's hand-written ``expected.yaml`` in tests/test_bundles_expected.py.
+against each bundle's hand-written ``expected.yaml`` in tests/bundle/test_bundles_expected.py.
 """
 
 from __future__ import annotations

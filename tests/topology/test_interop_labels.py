@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 from functools import cache
-from pathlib import Path
 
 import pytest
+from helpers import BUNDLES
 
 from nodetopo.model import Condition, ConditionReason, Topology
 from nodetopo.resource.body import to_nodetopology
@@ -25,7 +25,6 @@ from nodetopo.topology.interop import (
 )
 from nodetopo.topology.network import nvlink_domain
 
-BUNDLES = Path(__file__).resolve().parent / "fixtures" / "bundles"
 GH200_CLIQUE = "7d3f1c2a-5b6e-4f80-9a1d-2c4b6e8f0a13.32766"  # what the gh200-nvl bundle's NVML says
 
 

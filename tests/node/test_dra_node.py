@@ -271,7 +271,9 @@ def nic_class(status: dict[str, Any], gpu_device: str, nic_device: str, inventor
     """The NodeTopology's PCIe class between a GPU device and a NIC device (PIX, PXB, ... SYS)."""
     rdma = {d["device"]["name"]: d["env"][dra.RDMA_ENV] for d in inventory["devices"]}[nic_device]
     gpu = next(g for g in status["gpus"] if f"gpu-{g['index']}" == gpu_device)
-    return str(next(n["distance"] for n in gpu["nics"] if n["name"] == rdma))
+    # nicDistances: the GPU's row of the GPU x NIC matrix, in status.nics order
+    column = [n["name"] for n in status["nics"]].index(rdma)
+    return str(gpu["nicDistances"][column])
 
 
 def allocate(
@@ -611,8 +613,17 @@ def test_in_dra_mode_the_kubelet_lists_claims_and_nodetopo_still_discovers_every
     node.stop_device_plugin()
     start(node, dra.gpu_inventory(two_islands))
     start(node, dra.nic_inventory(two_islands))
-    status, body = node.cluster.request("GET", f"/api/v1/nodes/{node.name}")
-    assert status == 200 and "nvidia.com/gpu" not in body["status"]["allocatable"], body["status"]
+    # No device plugin: the Node offers no nvidia.com/gpu. A plugin an earlier test of the session ran
+    # leaves the resource listed, at 0 once the kubelet has seen the plugin go (its node status update)
+    deadline = time.monotonic() + 90
+    while True:
+        status, body = node.cluster.request("GET", f"/api/v1/nodes/{node.name}")
+        assert status == 200, body
+        offered = body["status"]["allocatable"].get("nvidia.com/gpu", "0")
+        if offered == "0" or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert offered == "0", body["status"]
     pod_name = f"dra-{uuid.uuid4().hex[:6]}"
     claims = {"c": {"resourceClaimTemplateName": "gpu-and-nic-one-pcie-root"}}
     create(

@@ -175,9 +175,9 @@ def _claim_devices(data: bytes, holder: PodRef, where: str) -> list[ClaimDevice]
     return out
 
 
-def parse_list_claims(data: bytes, where: str = LIST_METHOD) -> tuple[ClaimDevice, ...]:
-    """``ListPodResourcesResponse`` → one ``ClaimDevice`` per (container, claim, device), sorted."""
-    out: list[ClaimDevice] = []
+def _pod_containers(data: bytes, where: str) -> Iterator[tuple[str, str, bytes]]:
+    """(namespace, pod name, ContainerResources message) of each container a
+    ``ListPodResourcesResponse`` lists, pod by pod, in the order written."""
     for number, pod_value in _fields(data, where):
         if number != 1:
             continue
@@ -191,47 +191,42 @@ def parse_list_claims(data: bytes, where: str = LIST_METHOD) -> tuple[ClaimDevic
             elif field == 3:
                 containers.append(_message(value, where, "ContainerResources"))
         for container in containers:
-            fields = list(_fields(container, where))
-            container_name = next((_text(v, where, "container name") for f, v in fields if f == 1), "")
-            holder = PodRef(namespace=namespace, name=name, container=container_name)
-            for field, value in fields:
-                if field == 5:
-                    out += _claim_devices(_message(value, where, "DynamicResource"), holder, where)
-            if len(out) > MAX_ASSIGNMENTS:
-                raise ParseError(NAME, where, f"more than {MAX_ASSIGNMENTS} claim devices")
+            yield namespace, name, container
+
+
+def parse_list_claims(data: bytes, where: str = LIST_METHOD) -> tuple[ClaimDevice, ...]:
+    """``ListPodResourcesResponse`` → one ``ClaimDevice`` per (container, claim, device), sorted."""
+    out: list[ClaimDevice] = []
+    for namespace, name, container in _pod_containers(data, where):
+        fields = list(_fields(container, where))
+        container_name = next((_text(v, where, "container name") for f, v in fields if f == 1), "")
+        holder = PodRef(namespace=namespace, name=name, container=container_name)
+        for field, value in fields:
+            if field == 5:
+                out += _claim_devices(_message(value, where, "DynamicResource"), holder, where)
+        if len(out) > MAX_ASSIGNMENTS:
+            raise ParseError(NAME, where, f"more than {MAX_ASSIGNMENTS} claim devices")
     return tuple(sorted(out, key=lambda c: (c.driver, c.pool, c.device, c.claim, c.holder)))
 
 
 def parse_list_response(data: bytes, where: str = LIST_METHOD) -> tuple[DeviceAssignment, ...]:
     """``ListPodResourcesResponse`` → one ``DeviceAssignment`` per (container, device), sorted."""
     out: list[DeviceAssignment] = []
-    for number, pod_value in _fields(data, where):
-        if number != 1:
-            continue
-        name = namespace = ""
-        containers: list[bytes] = []
-        for field, value in _fields(_message(pod_value, where, "PodResources"), where):
+    for namespace, name, container in _pod_containers(data, where):
+        container_name = ""
+        devices: list[tuple[str, tuple[str, ...]]] = []
+        for field, value in _fields(container, where):
             if field == 1:
-                name = _text(value, where, "pod name")
+                container_name = _text(value, where, "container name")
             elif field == 2:
-                namespace = _text(value, where, "pod namespace")
-            elif field == 3:
-                containers.append(_message(value, where, "ContainerResources"))
-        for container in containers:
-            container_name = ""
-            devices: list[tuple[str, tuple[str, ...]]] = []
-            for field, value in _fields(container, where):
-                if field == 1:
-                    container_name = _text(value, where, "container name")
-                elif field == 2:
-                    room = MAX_ASSIGNMENTS - len(out) - sum(len(ids) for _, ids in devices)
-                    message = _message(value, where, "ContainerDevices")
-                    devices.append(_container_devices(message, where, room, "device assignments"))
-            holder = PodRef(namespace=namespace, name=name, container=container_name)
-            for resource, ids in devices:
-                out.extend(DeviceAssignment(resource=resource, device_id=i, holder=holder) for i in ids)
-            if len(out) > MAX_ASSIGNMENTS:
-                raise ParseError(NAME, where, f"more than {MAX_ASSIGNMENTS} device assignments")
+                room = MAX_ASSIGNMENTS - len(out) - sum(len(ids) for _, ids in devices)
+                message = _message(value, where, "ContainerDevices")
+                devices.append(_container_devices(message, where, room, "device assignments"))
+        holder = PodRef(namespace=namespace, name=name, container=container_name)
+        for resource, ids in devices:
+            out.extend(DeviceAssignment(resource=resource, device_id=i, holder=holder) for i in ids)
+        if len(out) > MAX_ASSIGNMENTS:
+            raise ParseError(NAME, where, f"more than {MAX_ASSIGNMENTS} device assignments")
     return tuple(sorted(out, key=lambda a: (a.resource, a.device_id, a.holder)))
 
 

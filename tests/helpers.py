@@ -43,3 +43,15 @@ def nodetopology_of(bundle: str, node_name: str | None = None) -> dict[str, Any]
         return to_nodetopology(topology_of(bundle), node_name or bundle)
     finally:
         logger.setLevel(level)
+
+
+def required_version(go_mod: Path, module: str) -> str | None:
+    """The version ``go_mod`` requires of ``module`` (``require M v`` or a line of a require block,
+    a ``// indirect`` comment or not); None when it does not require it."""
+    for line in go_mod.read_text().splitlines():
+        words = line.split("//", 1)[0].split()
+        if words[:1] == ["require"]:
+            words = words[1:]
+        if len(words) == 2 and words[0] == module:
+            return words[1]
+    return None

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import required_version
 
 from .cluster import LocalCluster, free_port
 
@@ -40,13 +41,10 @@ class KubeRayError(RuntimeError):
 
 
 def kuberay_version() -> str:
-    for line in (MODULE_DIR / "go.mod").read_text().splitlines():
-        words = line.split()
-        if len(words) >= 2 and words[-2] == MODULE:
-            return words[-1]
-        if len(words) >= 3 and words[0] == "require" and words[1] == MODULE:
-            return words[2]
-    raise KubeRayError(f"tests/cluster-kuberay/go.mod does not require {MODULE}")
+    version = required_version(MODULE_DIR / "go.mod", MODULE)
+    if version is None:
+        raise KubeRayError(f"tests/cluster-kuberay/go.mod does not require {MODULE}")
+    return version
 
 
 def kuberay_source() -> Path:

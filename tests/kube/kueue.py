@@ -14,17 +14,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import required_version
 
 HERE = Path(__file__).resolve().parent
 MODULE_DIR = HERE.parent / "cluster-kueue"
 
 
 def kueue_version() -> str:
-    for line in (MODULE_DIR / "go.mod").read_text().splitlines():
-        words = line.split()
-        if len(words) >= 2 and words[-2] == "sigs.k8s.io/kueue":
-            return words[-1]
-    raise AssertionError("tests/cluster-kueue/go.mod does not require sigs.k8s.io/kueue")
+    version = required_version(MODULE_DIR / "go.mod", "sigs.k8s.io/kueue")
+    if version is None:
+        raise AssertionError("tests/cluster-kueue/go.mod does not require sigs.k8s.io/kueue")
+    return version
 
 
 def _fail(message: str) -> None:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import required_version
 
 from .cluster import LocalCluster
 from .kueue import MODULE_DIR as KUEUE_MODULE_DIR
@@ -30,11 +31,10 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "node
 
 
 def apis_version() -> str:
-    for line in (KUEUE_MODULE_DIR / "go.mod").read_text().splitlines():
-        words = line.split()
-        if len(words) >= 2 and words[0] == APIS:
-            return words[1]
-    raise AssertionError(f"tests/cluster-kueue/go.mod does not require {APIS}")
+    version = required_version(KUEUE_MODULE_DIR / "go.mod", APIS)
+    if version is None:
+        raise AssertionError(f"tests/cluster-kueue/go.mod does not require {APIS}")
+    return version
 
 
 def hypernode_crd() -> Path:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import required_version
 
 from .cluster import LocalCluster
 from .kuberay import KubeRayError, apply_crds
@@ -22,11 +23,10 @@ JOBSET = "sigs.k8s.io/jobset"
 
 
 def jobset_version() -> str:
-    for line in (KUEUE_MODULE_DIR / "go.mod").read_text().splitlines():
-        words = line.split()
-        if len(words) >= 2 and words[0] == JOBSET:
-            return words[1]
-    raise AssertionError(f"tests/cluster-kueue/go.mod does not require {JOBSET}")
+    version = required_version(KUEUE_MODULE_DIR / "go.mod", JOBSET)
+    if version is None:
+        raise AssertionError(f"tests/cluster-kueue/go.mod does not require {JOBSET}")
+    return version
 
 
 def jobset_crd() -> Path:

@@ -175,7 +175,7 @@ def _summary(args: argparse.Namespace) -> dict[str, Any] | None:
 def cmd_admit(args: argparse.Namespace) -> int:
     import yaml
 
-    from nodetopo.admission.rules import check_documents
+    from nodetopo.admission.claims import check_documents
     from nodetopo.placement.request import AnnotationError
 
     try:
@@ -187,8 +187,8 @@ def cmd_admit(args: argparse.Namespace) -> int:
         return 2
     if not results:
         print(
-            "nodetopo admit: no Pod, Job (batch/v1), RayCluster, RayJob (ray.io) or JobSet (jobset.x-k8s.io) "
-            "in the input",
+            "nodetopo admit: no Pod, Job (batch/v1), RayCluster, RayJob (ray.io), JobSet (jobset.x-k8s.io), "
+            "ResourceClaim or ResourceClaimTemplate (resource.k8s.io) in the input",
             file=sys.stderr,
         )
         return 2

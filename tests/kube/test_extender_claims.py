@@ -11,8 +11,9 @@ GPUs come from a ResourceClaim that asks a count of ``gpu.nvidia.com`` devices a
 
 kube-scheduler sends an extender only the pods that request one of its ``managedResources``
 (``IsInterested``: container requests and limits by resource name), and a claim is not a resource
-name: the shipped configurations (``managedResources: [nvidia.com/gpu]``) never send a claim-based
-pod. The profile here has no ``managedResources``, so every pod of it is sent (docs/dra.md).
+name: the cluster scheduler's configuration (deploy/extender, ``managedResources: [nvidia.com/gpu]``)
+never sends a claim-based pod. The profile here is deploy/scheduler's (the opt-in second scheduler),
+which has no ``managedResources``: every pod that names it is sent (docs/dra.md).
 
 Run with ``-s`` for each pod's placement and the extender's reason.
 """
@@ -99,11 +100,20 @@ def pool(cluster: LocalCluster) -> Iterator[str]:
 
 
 def _scheduler_config(cluster: LocalCluster, name: str, url: str | None) -> dict[str, Any]:
-    config = s.cluster_scheduler_config(cluster, name, url)
-    if url:
-        extender = config["extenders"][0]
-        del extender["managedResources"]  # a claim is no resource name: send every pod of this profile
-        extender["ignorable"] = False  # an extender failure shows as Pending, never as a blind placement
+    """With ``url``: deploy/scheduler's shipped configuration (the opt-in scheduler: no
+    ``managedResources``, not ignorable) pointed at this cluster and extender; without: the default
+    plugins only."""
+    if url is None:
+        return s.cluster_scheduler_config(cluster, name, None)
+    config: dict[str, Any] = yaml.safe_load(
+        (REPO / "deploy" / "scheduler" / "scheduler-config.yaml").read_text()
+    )
+    config["clientConnection"] = {"kubeconfig": str(cluster.kubeconfig)}
+    config["leaderElection"] = {"leaderElect": False}
+    config["profiles"] = [{"schedulerName": name}]
+    (extender,) = config["extenders"]
+    assert "managedResources" not in extender and extender["ignorable"] is False
+    extender["urlPrefix"] = url
     return config
 
 

@@ -95,8 +95,9 @@ def _write(path: Path, docs: list[Any]) -> Path:
 def test_admit_command_on_claims(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], cli_logging: Any
 ) -> None:
-    """``nodetopo admit`` judges the shipped example templates (admitted: no nodetopo annotation) and a
-    claim asking more GPUs in one island than the cluster has (refused, exit 3)."""
+    """``nodetopo admit`` judges the shipped example templates: DRA's own (no nodetopo annotation:
+    admitted), nodetopo's (admitted where the cluster has the island and the NIC class, refused on a
+    GH200 cluster) and a claim asking more GPUs in one island than the cluster has (exit 3)."""
     now = datetime.datetime.now(datetime.UTC)
     summary_file = _write(tmp_path / "summary.yaml", [summary("mixed", now)])
     assert main(["admit", str(EXAMPLES), "--summary", str(summary_file)]) == 0
@@ -104,6 +105,18 @@ def test_admit_command_on_claims(
         "ResourceClaimTemplate/two-gpus-one-pcie-root: admitted",
         "ResourceClaimTemplate/gpu-and-nic-one-pcie-root: admitted",
         "ResourceClaimTemplate/two-gpus-two-nics-one-pcie-root: admitted",
+    ]
+    annotated = EXAMPLES.with_name("nodetopo-claims.yaml")
+    assert main(["admit", str(annotated), "--summary", str(summary_file)]) == 0
+    capsys.readouterr()
+    gh200 = _write(tmp_path / "gh200.yaml", [summary("gh200", now)])  # islands of 2, NICs at NODE
+    assert main(["admit", str(annotated), "--summary", str(gh200)]) == 3
+    out = capsys.readouterr().out
+    assert out.splitlines() == [
+        "ResourceClaimTemplate/four-gpus-one-nvlink-island: refused by nodetopo-claim-topology: claim needs "
+        "4 GPUs in one NVLink island but the largest island in the cluster has 2",
+        "ResourceClaimTemplate/gpu-and-pix-rdma-nic: refused by nodetopo-claim-topology: claim needs an RDMA "
+        "NIC at PIX or closer but the best GPU-to-RDMA-NIC class in the cluster is NODE",
     ]
     bad = next(c for c in CLAIM_CASES if c.id == "template-island-16-too-big")
     path = _write(tmp_path / "bad.yaml", [claim_manifest(bad, "sixteen", "team")])

@@ -10,15 +10,14 @@ import argparse
 import datetime
 import json
 import logging
-import signal
 import sys
 import threading
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from nodetopo.cliargs import AddArguments, add_command
 from nodetopo.kube.flags import add_kube_args
+from nodetopo.signals import StopSignals
 
 log = logging.getLogger(__name__)
 
@@ -242,14 +241,16 @@ def cmd_summary_controller(args: argparse.Namespace) -> int:
         state, apply_with(session), thresholds=thresholds, debounce_s=args.debounce, stop=stop
     )
 
-    def _terminate(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: shutting down", signum)
+    def on_stop(name: str) -> None:  # the watcher thread, never the signal handler (nodetopo.signals)
+        log.info("%s: shutting down", name)
         stop.set()
         state.changed.set()
 
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGINT, _terminate)
+    signals = StopSignals(on_stop).install()
     log.info("summary controller started")
-    writer.run()
+    try:
+        writer.run()
+    finally:
+        signals.close()
     session.close()
     return 0

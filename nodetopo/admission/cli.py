@@ -17,7 +17,7 @@ from typing import Any
 
 from nodetopo.cliargs import AddArguments, add_command
 from nodetopo.kube.flags import add_kube_args
-from nodetopo.signals import StopSignals
+from nodetopo.signals import run_until_stopped
 
 log = logging.getLogger(__name__)
 
@@ -241,16 +241,6 @@ def cmd_summary_controller(args: argparse.Namespace) -> int:
         state, apply_with(session), thresholds=thresholds, debounce_s=args.debounce, stop=stop
     )
 
-    def on_stop(name: str) -> None:  # the watcher thread, never the signal handler (nodetopo.signals)
-        log.info("%s: shutting down", name)
-        stop.set()
-        state.changed.set()
-
-    signals = StopSignals(on_stop).install()
-    log.info("summary controller started")
-    try:
-        writer.run()
-    finally:
-        signals.close()
+    run_until_stopped(writer.run, log, "summary controller", stop, state.changed)
     session.close()
     return 0

@@ -16,7 +16,7 @@ from nodetopo.errors import BundleError
 from nodetopo.kube.flags import add_kube_args
 from nodetopo.output import output_help, write_output
 from nodetopo.resource.identity import KIND
-from nodetopo.signals import StopSignals
+from nodetopo.signals import run_until_stopped
 
 HELP = "write Kueue/Volcano/KAI/Slurm topology from the published NodeTopology objects"
 DESCRIPTION = """\
@@ -233,16 +233,6 @@ def cmd_export_controller(args: argparse.Namespace) -> int:
     apply, delete = session_writes(session)
     writer = ExportWriter(state, apply, delete, debounce_s=args.debounce, resync_s=args.resync, stop=stop)
 
-    def on_stop(name: str) -> None:  # the watcher thread, never the signal handler (nodetopo.signals)
-        log.info("%s: shutting down", name)
-        stop.set()
-        state.changed.set()
-
-    signals = StopSignals(on_stop).install()
-    log.info("export controller started")
-    try:
-        writer.run()
-    finally:
-        signals.close()
+    run_until_stopped(writer.run, log, "export controller", stop, state.changed)
     session.close()
     return 0

@@ -131,12 +131,30 @@ class Agent:
         assert status == 200, body
         return dict(body["metadata"].get("labels", {}))
 
+    def node_events(self, reason: str) -> list[dict[str, Any]]:
+        """The Events about the agent's Node with ``reason`` (in "default": cluster-scoped objects')."""
+        selector = f"involvedObject.kind=Node,involvedObject.name={self.node.name},reason={reason}"
+        status, body = self.cluster.request(
+            "GET", f"/api/v1/namespaces/default/events?fieldSelector={selector}"
+        )
+        assert status == 200, body
+        return list(body["items"])
+
     def nodetopology(self) -> dict[str, Any]:
         status, body = self.cluster.request(
             "GET", f"/apis/nodetopo.io/v1alpha1/nodetopologies/{self.node.name}"
         )
         assert status == 200, body
         return dict(body)
+
+
+def label_managers(obj: dict[str, Any], key: str) -> set[str]:
+    """The field managers of ``obj``'s label ``key`` (its ``managedFields``, any operation)."""
+    return {
+        str(entry.get("manager"))
+        for entry in obj["metadata"].get("managedFields") or ()
+        if f"f:{key}" in (((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {})
+    }
 
 
 def is_ready(pod: dict[str, Any]) -> bool:

@@ -20,6 +20,8 @@ import pytest
 from monitoring.promtool import expr_tests_file, input_series_from_scrape, series_of
 from monitoring.promtool import run as promtool
 
+from nodetopo.publish.node_labels import owned_label_keys
+from nodetopo.publish.ownership import REASON
 from nodetopo.resource.conditions import condition_type
 
 from .agent import (
@@ -32,6 +34,7 @@ from .agent import (
     is_ready,
     is_running_unready,
     jwt_claims,
+    label_managers,
     normalized,
     write_overlay,
 )
@@ -469,3 +472,86 @@ def test_kubelet_restarted_while_a_new_agent_publishes_loses_nothing(agent: Agen
     for field in ("summary", "gpus", "nics", "numaNodes", "nvlinkIslands"):
         assert after.get(field) == before.get(field), field
     assert "Traceback" not in agent.logs(new)
+
+
+def test_an_admins_label_on_an_agent_key_is_taken_back_with_one_event_and_no_restart(agent: Agent) -> None:
+    """Was: ``kubectl label node N nodetopo.io/numa.count=7 --overwrite``, then an agent restart:
+    every publish failed ``HTTP 409 … conflict with "kubectl-label"`` and the pod went to
+    CrashLoopBackOff until someone removed the label. The new pod takes its key back with a forced
+    apply of its own keys only, says so in one Event on the Node (admitted by deploy/'s policy for
+    the pod's kubelet-minted token) and one log line, and keeps running; the admin's label outside
+    the prefix, set by the same command, stays the admin's."""
+    pod = agent.wait_ready()
+    labels = agent.node_labels()
+    key = "nodetopo.io/numa.count"
+    assert key in labels and labels[key] != "7" and "team" not in labels, labels
+    earlier = {e["metadata"]["name"] for e in agent.node_events(REASON)}
+    agent.cluster.kubectl("label", "node", agent.node.name, "--overwrite", f"{key}=7", "team=ml")
+    try:
+        assert agent.node_labels() == {**labels, key: "7", "team": "ml"}
+        offset = agent.cluster.audit_barrier()
+        agent.cluster.kubectl("delete", "pod", "-n", NAMESPACE, pod["metadata"]["name"], "--wait=false")
+        restarted: list[Any] = []
+
+        def back(p: dict[str, Any]) -> bool:
+            statuses = p.get("status", {}).get("containerStatuses", [])
+            restarted.extend(  # a restart or a back-off seen at any poll, not only at the end
+                (s.get("restartCount"), s.get("state", {}).get("waiting", {}).get("reason"))
+                for s in statuses
+                if s.get("restartCount")
+                or s.get("state", {}).get("waiting", {}).get("reason") == "CrashLoopBackOff"
+            )
+            return (
+                p["metadata"]["uid"] != pod["metadata"]["uid"]
+                and is_ready(p)
+                and agent.node_labels().get(key) == labels[key]
+            )
+
+        new = agent.wait(f"Ready with {key} taken back", back, timeout=180)
+        deadline = time.monotonic() + 30
+        events: list[dict[str, Any]] = []
+        while time.monotonic() < deadline and not events:
+            events = [e for e in agent.node_events(REASON) if e["metadata"]["name"] not in earlier]
+            time.sleep(0.5)
+        time.sleep(3)  # a crash loop would show by now: the conflict was the first publish's
+        new = agent.pod()
+        assert new["status"]["containerStatuses"][0]["restartCount"] == 0, new["status"]
+        assert restarted == [], restarted
+        stored = agent.cluster.request("GET", f"/api/v1/nodes/{agent.node.name}")[1]
+        assert stored["metadata"]["labels"] == {**labels, "team": "ml"}
+        # the agent's keys are its own again, the admin's label is still the admin's
+        assert set(owned_label_keys(stored, field_manager="nodetopo-agent")) == {
+            k for k in labels if k.startswith("nodetopo.io/")
+        }
+        assert label_managers(stored, key) == {"nodetopo-agent"}
+        assert label_managers(stored, "team") == {"kubectl-label"}
+        writes = [
+            (
+                e["verb"],
+                e["objectRef"]["resource"],
+                "force=true" in e["requestURI"],
+                e["responseStatus"]["code"],
+            )
+            for e in agent.writes_since(offset)
+            if e["objectRef"]["resource"] in ("nodes", "events")
+        ]
+        assert writes == [
+            ("patch", "nodes", False, 409),
+            ("patch", "nodes", True, 200),
+            ("create", "events", False, 201),
+        ], writes
+        assert len(events) == 1, events
+        (event,) = events
+        assert (event["type"], event["reason"]) == ("Warning", REASON)
+        assert f"label {key} (set to '7' by field manager 'kubectl-label'" in event["message"], event
+        assert event["involvedObject"]["uid"] == stored["metadata"]["uid"]
+        assert event["source"]["component"] == "nodetopo-agent"
+        said = [
+            r
+            for r in (json.loads(line) for line in agent.logs(new).splitlines() if line.startswith("{"))
+            if r.get("level") == "warning" and "kubectl-label" in str(r.get("msg"))
+        ]
+        assert len(said) == 1 and key in said[0]["msg"], said
+        assert "Traceback" not in agent.logs(new)
+    finally:
+        agent.cluster.kubectl("label", "node", agent.node.name, "team-", check=False)

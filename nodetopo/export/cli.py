@@ -16,6 +16,7 @@ from nodetopo.errors import BundleError
 from nodetopo.kube.flags import add_kube_args
 from nodetopo.output import output_help, write_output
 from nodetopo.resource.identity import KIND
+from nodetopo.signals import run_until_stopped
 
 HELP = "write Kueue/Volcano/KAI/Slurm topology from the published NodeTopology objects"
 DESCRIPTION = """\
@@ -212,9 +213,7 @@ def nothing_to_write(fmt: str, places: Sequence[export.NodePlace], result: expor
 
 def cmd_export_controller(args: argparse.Namespace) -> int:
     import logging
-    import signal
     import threading
-    from types import FrameType
 
     from nodetopo.export.controller import (
         FIELD_MANAGER,
@@ -234,14 +233,6 @@ def cmd_export_controller(args: argparse.Namespace) -> int:
     apply, delete = session_writes(session)
     writer = ExportWriter(state, apply, delete, debounce_s=args.debounce, resync_s=args.resync, stop=stop)
 
-    def _terminate(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: shutting down", signum)
-        stop.set()
-        state.changed.set()
-
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGINT, _terminate)
-    log.info("export controller started")
-    writer.run()
+    run_until_stopped(writer.run, log, "export controller", stop, state.changed)
     session.close()
     return 0

@@ -13,6 +13,7 @@ import yaml
 from nodetopo import export
 from nodetopo.cliargs import AddArguments, add_command
 from nodetopo.errors import BundleError
+from nodetopo.export.keys import KEY_SETS, label_key
 from nodetopo.kube.flags import add_kube_args
 from nodetopo.output import output_help, write_output
 from nodetopo.resource.identity import KIND
@@ -80,7 +81,34 @@ def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> Non
     p.add_argument(
         "--nvlink-level",
         action="store_true",
-        help="kueue/kai: add nodetopo.io/nvlink.domain as a level, where it nests among the fabric tiers",
+        help="kueue/kai: add the NVLink domain as a level (nodetopo.io/nvlink.domain, or the key set's), "
+        "where it nests among the fabric tiers",
+    )
+    p.add_argument(
+        "--levels-from",
+        choices=sorted(KEY_SETS),
+        default="nodetopo",
+        help="kueue/kai: which node label keys the levels name: nodetopo's (nodetopo.io/fabric.tier-N, "
+        "nodetopo.io/nvlink.domain), gfd-topograph (fabric.topograph.run/tier-N, nvidia.com/gpu.clique) or "
+        "gfd-topograph-v0 (topograph before v1.0: network.topology.nvidia.com/leaf|spine|core); the "
+        "levels themselves come from the NodeTopologies (default: %(default)s)",
+    )
+    p.add_argument(
+        "--tier-key",
+        action="append",
+        default=[],
+        type=label_key,
+        metavar="KEY",
+        help="kueue/kai: the key of fabric tier 0, then 1, ... (repeatable, nearest first), e.g. the "
+        "fabricLabels of a topograph that renames its keys; tiers beyond the last given are not levels "
+        "(default: the --levels-from set's)",
+    )
+    p.add_argument(
+        "--nvlink-key",
+        type=label_key,
+        metavar="KEY",
+        help="kueue/kai: the key of the NVLink level (with --nvlink-level), e.g. topograph's "
+        "acceleratorLabel (default: the --levels-from set's)",
     )
     p.add_argument("--plugin", choices=["tree", "block"], default="tree", help="slurm plugin (default: tree)")
     p.add_argument(
@@ -91,7 +119,11 @@ def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> Non
         help="slurm block: BlockSizes= (nodes per block; default: not written, Slurm's own)",
     )
     p.add_argument("-o", "--output", default="-", metavar="FILE", help=output_help("the export"))
-    p.add_argument("--strict", action="store_true", help="exit 4 when a node is missing a level")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 4 when a node is missing a level, or when the input gives nothing to write",
+    )
     add_common(p)
     p.set_defaults(func=cmd_export)
 
@@ -171,13 +203,19 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         objects = _from_cluster(args.kubeconfig, args.kube_context)
     places = export.places_from_nodetopologies(objects)
+    keys = KEY_SETS[args.levels_from].with_keys(tuple(args.tier_key), args.nvlink_key)
     if args.format == "kueue":
         labels = dict(item.split("=", 1) for item in args.flavor_node_label if "=" in item)
         result = export.kueue(
-            places, name=args.name, flavor=args.flavor, flavor_node_labels=labels, nvlink=args.nvlink_level
+            places,
+            name=args.name,
+            flavor=args.flavor,
+            flavor_node_labels=labels,
+            nvlink=args.nvlink_level,
+            keys=keys,
         )
     elif args.format == "kai":
-        result = export.kai(places, name=args.name, nvlink=args.nvlink_level)
+        result = export.kai(places, name=args.name, nvlink=args.nvlink_level, keys=keys)
     elif args.format == "volcano":
         result = export.volcano(places)
     elif args.plugin == "block":

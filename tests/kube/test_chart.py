@@ -94,7 +94,12 @@ def test_chart_and_kustomize_produce_the_same_objects(cluster: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("part", "flag"), [("extender", "extender.enabled"), ("admission", "admission.enabled")]
+    ("part", "flag"),
+    [
+        ("extender", "extender.enabled"),
+        ("admission", "admission.enabled"),
+        ("export", "exportController.enabled"),
+    ],
 )
 def test_optional_parts_match_their_kustomizations(cluster: Any, part: str, flag: str) -> None:
     theirs = by_identity(kustomize(cluster, REPO / "deploy" / part))

@@ -30,6 +30,10 @@ from capture bundles) and write what a gang scheduler reads:
   kai      a Topology (kai.scheduler/v1alpha1)
   slurm    topology.conf: --plugin tree (switches) or block (one block per NVLink domain, else per leaf)
 
+kueue and kai levels name nodetopo's labels, or with --levels-from gfd-topograph the keys GPU feature
+discovery and topograph already write (nvidia.com/gpu.clique, fabric.topograph.run/tier-N); the
+NodeTopologies decide which levels there are either way.
+
 Nodes missing a level the others have are listed on stderr (and exit 4 with --strict), never dropped.
 An input without fabric tiers gives nothing a gang scheduler can use: that is said on stderr (and
 exit 4 with --strict).

@@ -84,7 +84,7 @@ def _topology_target(
 ) -> Target:
     def wants(places: Sequence[export.NodePlace]) -> Wanted:
         if export.depth(places) == 0:
-            return {}, ()
+            return {}, (f"no fabric tiers in the {len(places)} NodeTopology object(s): no Topology written",)
         result = make(places)
         (topology,) = [o for o in result.objects if o["kind"] == "Topology"]
         return _owned([topology]), (*result.notes, *result.missing)

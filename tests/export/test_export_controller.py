@@ -140,6 +140,9 @@ def test_a_topology_is_created_kept_and_replaced_when_its_levels_change(make: An
     # no fabric tier at all: nothing written, the one there kept
     flat = [NodePlace(name="n1", tiers={})]
     assert plan(flat, {}, target).apply == () and plan(flat, seen, target).delete == ()
+    assert plan(flat, {}, target).missing == (
+        "no fabric tiers in the 1 NodeTopology object(s): no Topology written",
+    )
     # renamed: the old one (ours) goes
     renamed = plan(two("n1"), seen, make(topology="gpu"))
     assert [b["metadata"]["name"] for b, _ in renamed.apply] == ["gpu"] and renamed.delete == (

@@ -73,6 +73,22 @@ def places_from_nodetopologies(objects: Iterable[Mapping[str, Any]]) -> tuple[No
     return tuple(sorted(places, key=lambda p: p.name))
 
 
+def tier_groups(
+    places: Sequence[NodePlace], level: int, name_of: Callable[[int, str], str]
+) -> list[tuple[str, set[str]]]:
+    """The groups of tier ``level``, sorted by id, each with its members: the nodes at tier 0, above
+    it the groups of the tier below (named by ``name_of(level, id)``) that the group holds."""
+    groups: dict[str, set[str]] = {}
+    for p in places:
+        if level not in p.tiers:
+            continue
+        if level == 0:
+            groups.setdefault(p.tiers[0], set()).add(p.name)
+        elif level - 1 in p.tiers:
+            groups.setdefault(p.tiers[level], set()).add(name_of(level - 1, p.tiers[level - 1]))
+    return sorted(groups.items())
+
+
 def depth(places: Sequence[NodePlace]) -> int:
     """How many tiers the fleet shows (the deepest node's)."""
     return max((max(p.tiers) + 1 for p in places if p.tiers), default=0)
@@ -220,15 +236,7 @@ def volcano(places: Sequence[NodePlace]) -> Export:
     levels = depth(places)
     objects: list[dict[str, Any]] = []
     for level in range(levels):
-        groups: dict[str, set[str]] = {}
-        for p in places:
-            if level not in p.tiers:
-                continue
-            if level == 0:
-                groups.setdefault(p.tiers[0], set()).add(p.name)
-            elif level - 1 in p.tiers:
-                groups.setdefault(p.tiers[level], set()).add(hypernode_name(level - 1, p.tiers[level - 1]))
-        for group, members in sorted(groups.items()):
+        for group, members in tier_groups(places, level, hypernode_name):
             objects.append(
                 {
                     "apiVersion": "topology.volcano.sh/v1alpha1",
@@ -316,15 +324,7 @@ def slurm_tree(places: Sequence[NodePlace]) -> Export:
     levels = depth(places)
     lines: list[str] = []
     for level in reversed(range(levels)):
-        groups: dict[str, set[str]] = {}
-        for p in places:
-            if level not in p.tiers:
-                continue
-            if level == 0:
-                groups.setdefault(p.tiers[0], set()).add(p.name)
-            elif level - 1 in p.tiers:
-                groups.setdefault(p.tiers[level], set()).add(slurm_switch_name(level - 1, p.tiers[level - 1]))
-        for group, members in sorted(groups.items()):
+        for group, members in tier_groups(places, level, slurm_switch_name):
             key = "Nodes" if level == 0 else "Switches"
             value = hostlist(members) if level == 0 else ",".join(sorted(members))
             lines.append(f"SwitchName={slurm_switch_name(level, group)} {key}={value}")

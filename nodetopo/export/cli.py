@@ -18,6 +18,7 @@ from nodetopo.export.targets import NAMES as TARGET_NAMES
 from nodetopo.kube.flags import add_kube_args
 from nodetopo.output import output_help, write_output
 from nodetopo.resource.identity import KIND
+from nodetopo.signals import run_until_stopped
 
 HELP = "write Kueue/Volcano/KAI/Slurm topology from the published NodeTopology objects"
 DESCRIPTION = """\
@@ -286,9 +287,7 @@ def nothing_to_write(fmt: str, places: Sequence[export.NodePlace], result: expor
 
 def cmd_export_controller(args: argparse.Namespace) -> int:
     import logging
-    import signal
     import threading
-    from types import FrameType
 
     from nodetopo.export.controller import (
         FIELD_MANAGER,
@@ -297,14 +296,13 @@ def cmd_export_controller(args: argparse.Namespace) -> int:
         session_writes,
         start_reflectors,
     )
+    from nodetopo.export.targets import targets
     from nodetopo.kube.session import ApiSession
     from nodetopo.kube.transport import connect
 
     log = logging.getLogger("nodetopo.export.controller")
     session = ApiSession(connect(args.kubeconfig, context=args.kube_context), field_manager=FIELD_MANAGER)
     stop = threading.Event()
-    from nodetopo.export.targets import targets
-
     chosen = targets(
         args.exports or ["volcano"],
         topology=args.topology_name,
@@ -316,14 +314,7 @@ def cmd_export_controller(args: argparse.Namespace) -> int:
     apply, delete = session_writes(session)
     writer = ExportWriter(state, apply, delete, debounce_s=args.debounce, resync_s=args.resync, stop=stop)
 
-    def _terminate(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: shutting down", signum)
-        stop.set()
-        state.changed.set()
-
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGINT, _terminate)
-    log.info("export controller started: %s", ", ".join(f"{t.kind} ({t.name})" for t in chosen))
-    writer.run()
+    log.info("export controller: %s", ", ".join(f"{t.kind} ({t.name})" for t in chosen))
+    run_until_stopped(writer.run, log, "export controller", stop, state.changed)
     session.close()
     return 0

@@ -200,7 +200,8 @@ EXAMPLE = """
 
 
 def test_a_plain_training_loop_serves_its_series_over_http(tmp_path: Path) -> None:
-    """The README's example as a process: the report file from the environment, /metrics on PORT."""
+    """docs/runtime-acceptance.md's example as a process: the report file from the environment,
+    /metrics on PORT."""
     import socket
 
     with socket.socket() as s:

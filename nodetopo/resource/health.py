@@ -38,6 +38,6 @@ def told(edges: Iterable[EdgeHealth]) -> str:
 def unreachable_nics(status: PublishedStatus) -> frozenset[str]:
     """The NICs whose path from every GPU of ``status`` crosses a degraded edge (``degradedNICs``):
     a NIC whose own port or link is degraded, or one behind a degraded bridge. No GPU: none."""
-    if not status.gpus:
+    if not status.gpus or not status.gpus[0].degraded_nics:  # a healthy node: one look
         return frozenset()
     return frozenset.intersection(*(g.degraded_nics for g in status.gpus))

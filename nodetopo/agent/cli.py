@@ -25,13 +25,13 @@ from nodetopo.agent.loop import Agent
 from nodetopo.agent.metrics import AgentStats, make_registry
 from nodetopo.agent.publisher import AgentPublisher, ApiPublisher, DryRunPublisher, read_node_labels
 from nodetopo.agent.udev import EventSource, NoEvents, UdevEventSource
-from nodetopo.cliargs import AddArguments, add_command
+from nodetopo.command.args import AddArguments, add_command
+from nodetopo.command.logs import configure_logging
+from nodetopo.command.signals import StopSignals
 from nodetopo.kube.flags import HELP as KUBECONFIG_HELP
 from nodetopo.kube.pacing import TokenBucket
 from nodetopo.kubelet.allocation import GPU_DRA_DRIVERS
-from nodetopo.logs import configure_logging
 from nodetopo.model import KubeletAllocation, SliceDevice
-from nodetopo.signals import StopSignals
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ import subprocess
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 
+from nodetopo.command.terminal import strip_control
 from nodetopo.errors import NodetopoError
 from nodetopo.model import (
     EdgeHealth,
@@ -42,9 +43,8 @@ from nodetopo.model import (
     Topology,
     format_cpulist,
 )
-from nodetopo.render import natural_key
 from nodetopo.resource.body import islands_text
-from nodetopo.terminal import strip_control
+from nodetopo.views.render import natural_key
 
 #: island fill colours (a colour-blind-safe qualitative palette), reused cyclically
 ISLAND_COLOURS = ("#88CCEE", "#DDCC77", "#CC6677", "#117733", "#AA4499", "#44AA99", "#999933", "#882255")

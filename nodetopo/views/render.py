@@ -25,10 +25,10 @@ import textwrap
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
+from nodetopo.command.terminal import strip_control
 from nodetopo.model import EdgeKind, PciDevice, Topology, format_cpulist
 from nodetopo.resource.body import islands_text, model_of, worst_nic_distance
 from nodetopo.resource.conditions import typed_conditions
-from nodetopo.terminal import strip_control
 
 # A few PCI class names for the roots view (PCI code and ID assignment specification).
 _CLASS_NAMES = {

@@ -190,7 +190,8 @@ def test_the_readme_deploy_block_runs_the_agent_from_the_image_it_built(
     cluster = node.cluster
     built = json.loads(result(followed, plan.build).stdout)  # build_oci.py's summary
     archive = followed["clone"] / plan.archive
-    assert Path(built["archive"]).resolve() == archive.resolve() and built["name"] == IMAGE, built
+    assert (followed["clone"] / built["archive"]).resolve() == archive.resolve(), built
+    assert built["name"] == IMAGE, built
     listed = cluster.kubectl(
         "get", "pods", "-n", plan.namespace, "-l", f"app.kubernetes.io/instance={plan.release}", "-o", "json"
     )  # fmt: skip

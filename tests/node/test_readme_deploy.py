@@ -192,10 +192,11 @@ def test_the_readme_deploy_block_runs_the_agent_from_the_image_it_built(
     archive = followed["clone"] / plan.archive
     assert (followed["clone"] / built["archive"]).resolve() == archive.resolve(), built
     assert built["name"] == IMAGE, built
+    # the chart's agent pods carry its selector labels (name, component), not the release's instance
     listed = cluster.kubectl(
-        "get", "pods", "-n", plan.namespace, "-l", f"app.kubernetes.io/instance={plan.release}", "-o", "json"
-    )  # fmt: skip
-    pods = [  # the DaemonSet's (not `helm test`'s pod)
+        "get", "pods", "-n", plan.namespace, "-l", "app.kubernetes.io/component=agent", "-o", "json"
+    )
+    pods = [  # the DaemonSet's
         p
         for p in json.loads(listed.stdout)["items"]
         if [o["kind"] for o in p["metadata"].get("ownerReferences", [])] == ["DaemonSet"]

@@ -58,8 +58,11 @@ def run(quick: bool) -> Section:
     ratios: dict[str, float] = {}
     try:
         for name in INPUTS:
-            # one context per variant: each keeps its own last scan, as one agent would
-            contexts = {True: bundle_context(BUNDLES / name), False: bundle_context(BUNDLES / name)}
+            # one context per variant: each keeps its own last scan (and its link files), as one agent would
+            contexts = {
+                True: bundle_context(BUNDLES / name, rescans=True),
+                False: bundle_context(BUNDLES / name, rescans=True),
+            }
 
             def one(with_links: bool, ctx_of: dict[bool, Any] = contexts) -> float:
                 links.collect = real if with_links else unread

@@ -160,8 +160,9 @@ def build_agent(
     from nodetopo.health import DEFAULT_POLICY, HealthTracker
     from nodetopo.topology.discover import bundle_context, host_context, scan
 
+    # the agent scans its context every interval: it keeps its link files open between scans
     ctx = (
-        bundle_context(config.bundle)
+        bundle_context(config.bundle, rescans=True)
         if config.bundle
         else host_context(
             config.host_root,
@@ -170,6 +171,7 @@ def build_agent(
             # the fabric sources' settings come from the DaemonSet's env (see `nodetopo fabric`)
             fabric_map=os.environ.get("NODETOPO_FABRIC_MAP") or None,
             cloud_metadata=os.environ.get("NODETOPO_CLOUD_METADATA") or None,
+            rescans=True,
         )
     )
     node_name = config.node_name

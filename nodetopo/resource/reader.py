@@ -819,7 +819,10 @@ class _Reader:
             else:
                 self._here("baseline counters: not an object of at most the edges' bound")
             baseline = CounterBaseline(
-                at=at, edges=self.get(raw_baseline, "edges", STR) or "", counters=tuple(sorted(kept))
+                at=at,
+                edges=self.get(raw_baseline, "edges", STR) or "",
+                counters=tuple(sorted(kept)),
+                boot=self.get(raw_baseline, "boot", STR) or "",
             )
         out["health"] = HealthReport(
             judged=True,

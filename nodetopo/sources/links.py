@@ -317,9 +317,9 @@ def read_pcie_links(
     reader = _Reader(root)
     base = os.fspath(root.sys(PCI_DEVICES_DIR))
     readings: list[PcieLinkReading] = []
+    last, conditions = memo.last, reader.conditions
     try:
-        for address in addresses:
-            entry = f"{base}/{address}"
+        for address, entry in memo.entries(base, addresses):
             early = read.take(address) if read is not None else None
             if early is not None:
                 texts = reader.kept(*early)
@@ -337,20 +337,22 @@ def read_pcie_links(
                 finally:
                     if fd is not None:
                         os.close(fd)
-            if not any(t is not None for t in texts):
+            if texts.count(None) == len(texts):
                 continue
-            key = (entry, address, *texts)
-            parsed = memo.last.get(key)
+            # the entry names the address (``entry`` is ``<base>/<address>``)
+            key = (entry, *texts)
+            parsed = last.get(key)
             if parsed is None:
                 parsed = _parse_pcie(root, entry, address, texts)
             memo.keep(key, parsed, len(entry) + sum(map(len, filter(None, texts))))
             readings.append(parsed[0])
-            reader.conditions.extend(parsed[1])
+            if parsed[1]:
+                conditions.extend(parsed[1])
     finally:
         memo.done()
         if read is not None:
             read.done()
-    return tuple(readings), tuple(reader.conditions)
+    return tuple(readings), tuple(conditions)
 
 
 def _parse_pcie(
@@ -395,6 +397,18 @@ class LinkMemo:
         self._now: dict[tuple[object, ...], tuple[PcieLinkReading, tuple[Condition, ...]]] = {}
         self._size = 0
         self._functions: tuple[tuple[PciDevice, ...], tuple[PciAddress, ...]] | None = None
+        self._entries: tuple[tuple[PciAddress, ...], str, tuple[tuple[PciAddress, str], ...]] | None = None
+
+    def entries(self, base: str, addresses: Iterable[PciAddress]) -> Sequence[tuple[PciAddress, str]]:
+        """Each of ``addresses`` with its entry ``<base>/<address>``; given back for the very same
+        ``addresses`` (``functions``'s answer) under the same ``base``."""
+        last = self._entries
+        if last is not None and last[0] is addresses and last[1] == base:
+            return last[2]
+        entries = tuple((address, f"{base}/{address}") for address in addresses)
+        if isinstance(addresses, tuple):
+            self._entries = (addresses, base, entries)
+        return entries
 
     def functions(self, devices: tuple[PciDevice, ...]) -> tuple[PciAddress, ...]:
         """``link_functions(devices)``, given back for devices equal to the last read's."""

@@ -128,6 +128,11 @@ class HealthTracker:
         self._edges: dict[str, _Edge] = {}
         self._baseline: CounterBaseline | None = None
         self._baseline_at: float | None = None
+        #: the last scan's readings (the very same sequence: an unchanged node's, given back by
+        #: ``edge_readings``), with what the baseline made of them: its counters, its edge-set hash
+        self._last: (
+            tuple[Sequence[EdgeReading], tuple[tuple[str, tuple[tuple[str, int], ...]], ...], str] | None
+        ) = None
         #: the rates of the last scan, by edge (what the metrics show), non-zero only
         self.rates: dict[str, dict[str, float]] = {}
 
@@ -165,6 +170,7 @@ class HealthTracker:
         policy = self.policy
         before = {edge: state.published for edge, state in self._edges.items() if state.published is not None}
         self.rates = {}
+        given = readings
         readings = [r for r in readings if r.known]
         edges = self._edges
         for reading in readings:
@@ -206,18 +212,25 @@ class HealthTracker:
         )
         changed = {h.edge: h for h in degraded} != before
         if self.keep_baseline:
-            self._refresh_baseline(readings, now, changed=changed)
+            self._refresh_baseline(readings, now, changed=changed, given=given)
         return HealthReport(judged=True, checked=len(readings), degraded=degraded, baseline=self._baseline)
 
-    def _refresh_baseline(self, readings: Sequence[EdgeReading], now: float, *, changed: bool) -> None:
-        counters = tuple(
-            sorted(
-                (r.edge, tuple((k, v) for k, v in r.counters if v))
-                for r in readings
-                if any(v for _, v in r.counters)
+    def _refresh_baseline(
+        self, readings: Sequence[EdgeReading], now: float, *, changed: bool, given: Sequence[EdgeReading]
+    ) -> None:
+        last = self._last
+        if last is not None and last[0] is given and isinstance(given, tuple):
+            counters, edges = last[1], last[2]
+        else:
+            counters = tuple(
+                sorted(
+                    (r.edge, tuple((k, v) for k, v in r.counters if v))
+                    for r in readings
+                    if any(v for _, v in r.counters)
+                )
             )
-        )
-        edges = edge_set_hash([r.edge for r in readings])
+            edges = edge_set_hash([r.edge for r in readings])
+            self._last = (given, counters, edges)
         current = self._baseline
         moved = current is None or current.counters != counters or current.edges != edges
         due = (

@@ -49,7 +49,9 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -63,6 +65,13 @@ from prometheus_client.registry import CollectorRegistry
 REPORT_ENV = "NODETOPO_PROBE_REPORT"
 DEFAULT_REPORT = "/run/nodetopo/probe.json"
 BUCKETS: tuple[float, ...] = tuple(round(0.001 * 1.25**i, 6) for i in range(53))
+#: the longest report read (characters, and bytes of the file): the probe writes a few KB (its
+#: checks, the pod's GPUs); anything longer is not its report
+MAX_REPORT_CHARS = 4 * 1024 * 1024
+#: the deepest report read: the probe's is 4 levels deep
+MAX_REPORT_DEPTH = 32
+#: a JSON string (brackets inside do not nest), or a run of opening or of closing brackets
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{]+|[\]}]+')
 
 
 class PlacementError(ValueError):
@@ -101,13 +110,43 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _deep_line(text: str, max_depth: int) -> int | None:
+    """The 1-based line where ``text`` opens JSON level ``max_depth + 1``, None when it never does;
+    one pass, no recursion (``json.loads`` recurses once a level: 60,000 ``[`` is a RecursionError,
+    which no ``except ValueError`` catches).
+
+    nodetopo's bounded JSON reader does this for every other parser; this module imports only the
+    standard library and prometheus-client (it is the workload's, installed beside its framework),
+    so it measures the nesting itself."""
+    depth = 0
+    for match in _JSON_TOKEN.finditer(text):
+        token = match.group()
+        if token[0] == '"':
+            continue
+        if token[0] in "[{":
+            if depth + len(token) > max_depth:
+                return text.count("\n", 0, match.start() + max_depth - depth) + 1
+            depth += len(token)
+        else:
+            depth -= len(token)
+    return None
+
+
 def parse_report(text: str, source: str = "<report>") -> Placement:
     """The ``placement`` section of a ``nodetopo probe`` JSON report. A field of the wrong type is
-    unknown; text that is not a report is a ``PlacementError`` naming ``source``."""
+    unknown; text that is not a report (not JSON, longer than ``MAX_REPORT_CHARS``, nested deeper
+    than ``MAX_REPORT_DEPTH``) is a ``PlacementError`` naming ``source``."""
+    if len(text) > MAX_REPORT_CHARS:
+        raise PlacementError(
+            f"{source}: more than {MAX_REPORT_CHARS} characters: not a report of nodetopo probe"
+        )
+    line = _deep_line(text, MAX_REPORT_DEPTH)
+    if line is not None:
+        raise PlacementError(f"{source}:{line}: JSON nested deeper than {MAX_REPORT_DEPTH} levels")
     try:
         report = json.loads(text)
-    except ValueError as e:
-        raise PlacementError(f"{source}: not JSON ({e})") from e
+    except (ValueError, RecursionError) as e:  # RecursionError: a safety net under the depth
+        raise PlacementError(f"{source}: not JSON ({str(e)[:200]})") from None
     if not isinstance(report, Mapping) or not isinstance(report.get("placement"), Mapping):
         raise PlacementError(f"{source}: no 'placement' object (a report of nodetopo probe --report)")
     section = report["placement"]
@@ -159,13 +198,41 @@ def read_placement(
     report that is there but unreadable is a ``PlacementError`` (a mistake to see, not to hide)."""
     env = os.environ if environ is None else environ
     chosen = Path(path if path is not None else env.get(REPORT_ENV) or DEFAULT_REPORT)
-    try:
-        text = chosen.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    text = _read_report(chosen)
+    if text is None:
         return Placement(node=env.get("NODE_NAME") or None)
-    except OSError as e:
-        raise PlacementError(f"{chosen}: {e.strerror or e}") from e
     return visible(parse_report(text, str(chosen)), env.get("CUDA_VISIBLE_DEVICES"))
+
+
+def _read_report(path: Path) -> str | None:
+    """The report's text, None when there is none; a ``PlacementError`` for anything but a regular
+    file of at most ``MAX_REPORT_CHARS`` bytes of UTF-8. Opened without blocking (a FIFO with no
+    writer would hang the workload's start), read bounded (``/dev/zero`` never ends)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise PlacementError(f"{path}: {e.strerror or e}") from e
+    chunks: list[bytes] = []
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PlacementError(f"{path}: not a regular file")
+        left = MAX_REPORT_CHARS + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as e:
+        raise PlacementError(f"{path}: {e.strerror or e}") from e
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MAX_REPORT_CHARS:
+        raise PlacementError(f"{path}: more than {MAX_REPORT_CHARS} bytes: not a report of nodetopo probe")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PlacementError(f"{path}: not UTF-8 (byte {e.start})") from None
 
 
 def _labels(pairs: Sequence[tuple[str, str | None]]) -> dict[str, str]:

@@ -62,16 +62,21 @@ def load_json(
     *,
     source: str,
     path: str,
-    max_depth: int = MAX_DEPTH,
-    max_chars: int = MAX_CHARS,
+    max_depth: int | None = MAX_DEPTH,
+    max_chars: int | None = MAX_CHARS,
     parse_int: Callable[[str], object] | None = None,
 ) -> object:
     """``json.loads(text)`` for text from outside; ``ParseError(source, path, …, line=…)`` when it is
     longer than ``max_chars``, nested deeper than ``max_depth`` or not JSON (a number of more
-    digits than Python converts included)."""
-    if len(text) > max_chars:
+    digits than Python converts included).
+
+    ``max_chars=None``: no length bound here, for a caller whose read is the bound (an API server's
+    list of every NodeTopology has no useful ceiling). ``max_depth=None``: no measuring pass (it
+    costs about as much as decoding, for a caller decoding large answers often); the decoder's own
+    recursion limit is the bound, reached without cost, and refused as nested too deep."""
+    if max_chars is not None and len(text) > max_chars:
         raise ParseError(source, path, f"{len(text)} characters of JSON, more than {max_chars}")
-    if nesting_depth(text) > max_depth:
+    if max_depth is not None and nesting_depth(text) > max_depth:
         raise ParseError(
             source, path, f"JSON nested deeper than {max_depth} levels", line=deep_line(text, max_depth)
         )
@@ -79,5 +84,7 @@ def load_json(
         return json.loads(text, parse_int=parse_int)
     except json.JSONDecodeError as e:
         raise ParseError(source, path, f"not JSON: {e.msg}", line=e.lineno) from None
-    except (ValueError, RecursionError) as e:  # int() of 4,301+ digits; a safety net under the depth
+    except RecursionError:  # max_depth=None, or a safety net under the depth
+        raise ParseError(source, path, "JSON nested deeper than the decoder recurses") from None
+    except ValueError as e:  # int() of 4,301+ digits
         raise ParseError(source, path, f"not JSON: {str(e)[:120]}") from None

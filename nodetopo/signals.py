@@ -12,6 +12,7 @@ thread context, where taking locks and logging are safe.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import threading
@@ -71,3 +72,23 @@ class StopSignals:
         if self._thread.is_alive():
             self._thread.join(5)
         os.close(self._read_fd)
+
+
+def run_until_stopped(
+    run: Callable[[], None], log: logging.Logger, what: str, *events: threading.Event
+) -> None:
+    """``run()`` (a controller's loop, which returns once its stop event is set) with SIGTERM and
+    SIGINT logged (``SIGTERM: shutting down``) and setting ``events`` (its stop event and whatever
+    wakes it), from the watcher thread; the previous handlers are back when it returns."""
+
+    def on_stop(name: str) -> None:
+        log.info("%s: shutting down", name)
+        for event in events:
+            event.set()
+
+    signals = StopSignals(on_stop).install()
+    log.info("%s started", what)
+    try:
+        run()
+    finally:
+        signals.close()

@@ -2,5 +2,6 @@
 
 ``summary``: what the NodeTopology objects offer, as one cluster-scoped ``NodeTopologySummary``;
 ``controller``: keeps it current from a watch; ``rules``: the admission rules offline (``nodetopo
-admit``), the same rules and messages as the ValidatingAdmissionPolicies in ``deploy/admission/``.
+admit``), the same rules and messages as the ValidatingAdmissionPolicies in ``deploy/admission/``;
+``claims``: the same feasibility rules for DRA ResourceClaims and ResourceClaimTemplates.
 """

@@ -10,15 +10,14 @@ import argparse
 import datetime
 import json
 import logging
-import signal
 import sys
 import threading
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from nodetopo.cliargs import AddArguments, add_command
 from nodetopo.kube.flags import add_kube_args
+from nodetopo.signals import run_until_stopped
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +174,7 @@ def _summary(args: argparse.Namespace) -> dict[str, Any] | None:
 def cmd_admit(args: argparse.Namespace) -> int:
     import yaml
 
-    from nodetopo.admission.rules import check_documents
+    from nodetopo.admission.claims import check_documents
     from nodetopo.placement.request import AnnotationError
 
     try:
@@ -187,8 +186,8 @@ def cmd_admit(args: argparse.Namespace) -> int:
         return 2
     if not results:
         print(
-            "nodetopo admit: no Pod, Job (batch/v1), RayCluster, RayJob (ray.io) or JobSet (jobset.x-k8s.io) "
-            "in the input",
+            "nodetopo admit: no Pod, Job (batch/v1), RayCluster, RayJob (ray.io), JobSet (jobset.x-k8s.io), "
+            "ResourceClaim or ResourceClaimTemplate (resource.k8s.io) in the input",
             file=sys.stderr,
         )
         return 2
@@ -242,14 +241,6 @@ def cmd_summary_controller(args: argparse.Namespace) -> int:
         state, apply_with(session), thresholds=thresholds, debounce_s=args.debounce, stop=stop
     )
 
-    def _terminate(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: shutting down", signum)
-        stop.set()
-        state.changed.set()
-
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGINT, _terminate)
-    log.info("summary controller started")
-    writer.run()
+    run_until_stopped(writer.run, log, "summary controller", stop, state.changed)
     session.close()
     return 0

@@ -362,18 +362,24 @@ def declaration_errors(group: PodGroup, ann: Mapping[str, str], summary: Mapping
 
 
 def feasibility_errors(
-    group: PodGroup, annotations: Mapping[str, str], summary: Mapping[str, Any]
+    group: PodGroup,
+    annotations: Mapping[str, str],
+    summary: Mapping[str, Any],
+    *,
+    gpus: int | None = None,
+    noun: str = "pod",
 ) -> list[str]:
     """What no node in the summary can offer. Unknown facts (missing fields) skip their check.
 
     A pod whose ``nodeSelector`` names a ``nodetopo.io/gpu.model`` is judged against the nodes whose
     model labels as that value (``status.models``, a map keyed by the label value: one lookup)
     instead of the whole cluster. A gang (several pods at once that declare ``topology-scope``)
-    needs all its GPUs at once: no more than those nodes have.
+    needs all its GPUs at once: no more than those nodes have. ``gpus`` and ``noun``: a ResourceClaim's
+    GPUs and "claim" (``nodetopo.admission.claims``), the same checks and messages.
     """
     status = summary.get("status") or {}
     spec = _mapping(group.template.get("spec"))
-    gpus = gpu_request(spec)
+    gpus = gpu_request(spec) if gpus is None else gpus
     if gpus < 1:
         return []
     model = str((spec.get("nodeSelector") or {}).get(GPU_MODEL_LABEL, ""))
@@ -386,7 +392,7 @@ def feasibility_errors(
         if model not in models:
             if status.get("modelsOmitted"):  # not every label is listed: absent is not "none"
                 return []
-            return [f"pod selects {GPU_MODEL_LABEL}={model} but no node in the cluster has that GPU model"]
+            return [f"{noun} selects {GPU_MODEL_LABEL}={model} but no node in the cluster has that GPU model"]
         total, where = models[model], f"among {GPU_MODEL_LABEL}={model} nodes"
     if not isinstance(total, Mapping):
         return []
@@ -395,18 +401,18 @@ def feasibility_errors(
     island = total.get("largestIsland")
     if ann.get(ONE_ISLAND) in ("true", "yes", "1") and gpus > 1 and isinstance(island, int) and gpus > island:
         has = f"the largest island {where} has {island}" if island else f"no node {where} has an island"
-        errors.append(f"pod needs {gpus} GPUs in one NVLink island but {has}")
+        errors.append(f"{noun} needs {gpus} GPUs in one NVLink island but {has}")
     numa = total.get("largestNUMAGroup")
     if ann.get(NUMA_ALIGNED) in ("true", "yes", "1") and isinstance(numa, int) and gpus > numa:
         errors.append(
-            f"pod needs {gpus} GPUs on one NUMA node but the most on one NUMA node {where} is {numa}"
+            f"{noun} needs {gpus} GPUs on one NUMA node but the most on one NUMA node {where} is {numa}"
         )
     rdma = ann.get(RDMA) in ("required", "true")
     layer = {"infiniband": "InfiniBand", "ethernet": "Ethernet"}.get(ann.get(LINK_LAYER, ""))
     rdma_nodes = total.get("rdmaNodes")
     layers = total.get("rdmaLinkLayers")
     if rdma and rdma_nodes == 0:
-        errors.append(f"pod requires RDMA but no node {where} has a usable RDMA NIC")
+        errors.append(f"{noun} requires RDMA but no node {where} has a usable RDMA NIC")
     elif (
         rdma
         and layer
@@ -416,7 +422,7 @@ def feasibility_errors(
         and UNKNOWN_LAYER not in layers  # an unknown layer may be the one asked for
     ):
         errors.append(
-            f"pod requires RDMA over {layer} but the usable RDMA NICs {where} are {', '.join(layers)}"
+            f"{noun} requires RDMA over {layer} but the usable RDMA NICs {where} are {', '.join(layers)}"
         )
     if MAX_NIC_DISTANCE in ann:
         wanted = LinkClass[ann[MAX_NIC_DISTANCE].upper()]
@@ -425,10 +431,10 @@ def feasibility_errors(
         kind = "an RDMA NIC" if to_rdma else "a NIC"
         best = str(total.get(field))
         if best == NO_NIC and not rdma:
-            errors.append(f"pod needs {kind} at {wanted.name} or closer but no GPU {where} has {kind}")
+            errors.append(f"{noun} needs {kind} at {wanted.name} or closer but no GPU {where} has {kind}")
         elif best in LinkClass.__members__ and wanted < LinkClass[best]:
             errors.append(
-                f"pod needs {kind} at {wanted.name} or closer but the best GPU-to-"
+                f"{noun} needs {kind} at {wanted.name} or closer but the best GPU-to-"
                 f"{'RDMA-NIC' if to_rdma else 'NIC'} class {where} is {best}"
             )
     whole = total.get("gpus")

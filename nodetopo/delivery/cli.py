@@ -26,24 +26,28 @@ An Event that cannot be posted is said on stderr and leaves the exit code the ve
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nodetopo.cliargs import AddArguments, add_command, number, require
 from nodetopo.delivery.inputs import flag_pairs, gpu_indices, placements_for, read_input, read_topologies
-from nodetopo.delivery.report import band_json, expectation_json, expectation_text, grouped_links, link_json
+from nodetopo.delivery.judging import (
+    event_line,
+    judge_nccl,
+    judge_nvbandwidth_output,
+    judgement_json,
+    judgement_text,
+    nccl_algorithms,
+)
+from nodetopo.delivery.report import expectation_json, expectation_text
 from nodetopo.errors import BundleError, NodetopoError, ParseError
 from nodetopo.expect import (
     COLLECTIVE_ALGORITHMS,
-    Algorithm,
     Expectation,
     ExpectError,
-    ObservedLink,
-    algorithms_for,
     expect,
 )
 from nodetopo.model import Topology
@@ -249,21 +253,6 @@ def _add_placement(p: argparse.ArgumentParser) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-def _algorithms(
-    args: argparse.Namespace, collective: str, from_output: str | None = None
-) -> tuple[Algorithm, ...] | None:
-    text = args.nccl_algo or from_output
-    if not text:
-        return None
-    picked = algorithms_for(collective, text)
-    if picked is None:
-        raise ExpectError(
-            f"NCCL_ALGO={text}: none of the model's algorithms for {collective} "
-            f"({', '.join(map(str, COLLECTIVE_ALGORITHMS[collective]))})"
-        )
-    return picked
-
-
 def cmd_expect(args: argparse.Namespace) -> int:
     stdin_used = [False]
     objects: dict[str, Mapping[str, Any]] = {}
@@ -286,7 +275,7 @@ def cmd_expect(args: argparse.Namespace) -> int:
         e = expect(
             placements,
             args.collective,
-            algorithms=_algorithms(args, args.collective),
+            algorithms=nccl_algorithms(args, args.collective),
             oversubscription=args.oversubscription,
         )
     except ExpectError as err:
@@ -328,31 +317,6 @@ def _place_json(p: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def _inferred_gpus(
-    ranks: Iterable[Any], topologies: Mapping[str, Topology]
-) -> dict[str, tuple[int, ...]] | None:
-    """The placement the rank list shows, when every rank's host names a known node: GPUs by PCI bus id
-    where printed in full (domain:bus:device), else by device index."""
-    from nodetopo.model import PciAddress
-
-    held: dict[str, set[int]] = {}
-    for r in ranks:
-        topology = topologies.get(r.host)
-        if topology is None:
-            return None
-        index = r.device
-        if r.bus_id and r.bus_id.count(":") == 2:
-            try:
-                address = PciAddress.parse(r.bus_id + ".0")
-            except ValueError:
-                address = None
-            match = [g.index for g in topology.gpus if g.address is not None and g.address == address]
-            if match:
-                index = match[0]
-        held.setdefault(r.host, set()).add(index)
-    return {node: tuple(sorted(v)) for node, v in held.items()} or None
-
-
 def cmd_accept(args: argparse.Namespace) -> int:
     from nodetopo.expect.verdict import Judgement, Verdict, worst
     from nodetopo.perf import NvbOutput, parse_benchmark
@@ -382,9 +346,9 @@ def cmd_accept(args: argparse.Namespace) -> int:
                 )
                 continue
             if isinstance(output, NvbOutput):
-                judgements.append((_accept_nvbandwidth(output, args, topologies, fixed), None))
+                judgements.append((judge_nvbandwidth_output(output, args, topologies, fixed), None))
             else:
-                judgements.append(_accept_nccl(output, args, topologies, fixed, need, need_from))
+                judgements.append(judge_nccl(output, args, topologies, fixed, need, need_from))
         verdict = worst([j for j, _ in judgements])
         events = _post_events(args, session, places, verdict, [j for j, _ in judgements])
     finally:
@@ -395,14 +359,14 @@ def cmd_accept(args: argparse.Namespace) -> int:
             "apiVersion": API_VERSION,
             "kind": "AcceptanceReport",
             "verdict": str(verdict),
-            "results": [_judgement_json(j, e) for j, e in judgements],
+            "results": [judgement_json(j, e) for j, e in judgements],
         }
         if places:
             report["pods"] = [{**_place_json(p), "event": events[p.ref]} for p in places]
         sys.stdout.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     else:
         for j, _ in judgements:
-            sys.stdout.write(_judgement_text(j))
+            sys.stdout.write(judgement_text(j))
         for p in places:
             sys.stdout.write(strip_control(f"pod {p.ref}: {_where(p)}; Event {events[p.ref]}") + "\n")
     for ref, said in events.items():
@@ -470,17 +434,6 @@ def _pod_places(
     return places, left
 
 
-def _event_line(judgements: Sequence[Any], verdict: Any) -> str:
-    """One line for the Event: the worst result's, with how many results there were."""
-    j = next(x for x in judgements if x.verdict == verdict)
-    line = f"{j.source}: {j.reason}"
-    if j.suspects:
-        line += "; suspect: " + "; ".join(grouped_links(j.suspects)[:3])
-    if len(judgements) > 1:
-        line = f"{len(judgements)} results, the worst: {line}"
-    return line
-
-
 def _post_events(
     args: argparse.Namespace, session: Any, places: Sequence[Any], verdict: Any, judgements: Sequence[Any]
 ) -> dict[str, str]:
@@ -491,7 +444,7 @@ def _post_events(
     said: dict[str, str] = {}
     if not places:
         return said
-    line = _event_line(judgements, verdict)
+    line = event_line(judgements, verdict)
     for p in places:
         if args.no_event:
             said[p.ref] = "not posted (--no-event)"
@@ -503,119 +456,3 @@ def _post_events(
         except NodetopoError as e:
             said[p.ref] = f"not posted: {e}"
     return said
-
-
-def _accept_nccl(
-    output: Any,
-    args: argparse.Namespace,
-    topologies: Mapping[str, Topology],
-    fixed: Mapping[str, tuple[int, ...] | None] | None = None,
-    need: float | None = None,
-    need_from: str = "--min-busbw",
-) -> tuple[Any, Expectation | None]:
-    from nodetopo.expect.verdict import Judgement, Measurement, Verdict, judge, measure
-
-    measured = measure(output, args.collective)
-    if not isinstance(measured, Measurement):
-        return measured, None
-    collective = measured.collective
-    notes: list[str] = []
-    if collective is None:
-        collective = "all_reduce"
-        notes.append("the output does not name its benchmark: all_reduce assumed (give --collective)")
-    if collective not in COLLECTIVE_ALGORITHMS:
-        return (
-            Judgement(
-                verdict=Verdict.HARNESS_ERROR,
-                reason=f"{collective}: the model has no expectation for it",
-                source=measured.source,
-                measured=measured,
-            ),
-            None,
-        )
-    inferred = (
-        _inferred_gpus(output.ranks, topologies)
-        if fixed is None and not args.gpus and output.ranks and not output.ranks_elided
-        else None
-    )
-    placements = placements_for(args, topologies, inferred, fixed)
-    observed: tuple[ObservedLink, ...] = ()
-    try:
-        algos = _algorithms(args, collective, measured.nccl_algo)
-        expected = expect(
-            placements,
-            collective,
-            algorithms=algos,
-            observed=observed,
-            oversubscription=args.oversubscription,
-        )
-    except ExpectError as e:
-        return (
-            Judgement(
-                verdict=Verdict.HARNESS_ERROR,
-                reason=f"no expectation: {e}",
-                source=measured.source,
-                measured=measured,
-            ),
-            None,
-        )
-    if need is not None and need_from != "--min-busbw":
-        notes.append(f"the need, {need:g} GB/s: {need_from}")
-    if notes:
-        measured = dataclasses.replace(measured, notes=(*measured.notes, *notes))
-    return judge(output, measured, expected, min_busbw=need), expected
-
-
-def _accept_nvbandwidth(
-    output: Any,
-    args: argparse.Namespace,
-    topologies: Mapping[str, Topology],
-    fixed: Mapping[str, tuple[int, ...] | None] | None = None,
-) -> Any:
-    from nodetopo.expect.nvbandwidth import judge_nvbandwidth
-
-    placements = placements_for(args, topologies, None, fixed)
-    if len(placements) != 1:
-        from nodetopo.expect.verdict import Judgement, Verdict
-
-        return Judgement(
-            verdict=Verdict.HARNESS_ERROR,
-            reason=f"nvbandwidth measures one node; {len(placements)} are given (name one with --gpus "
-            "NODE=...)",
-            source=output.source,
-        )
-    return judge_nvbandwidth(output, placements[0])
-
-
-def _judgement_json(j: Any, e: Expectation | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"source": j.source, "verdict": str(j.verdict), "reason": j.reason}
-    if j.measured is not None:
-        m = j.measured
-        out["measured"] = {
-            "collective": m.collective,
-            "ranks": m.ranks,
-            "sizeBytes": m.size,
-            "busbwGBps": m.busbw,
-            "algbwGBps": m.algbw,
-            "peakBusbwGBps": m.peak_busbw,
-            "avgBusBandwidth": m.avg_busbw,
-            "ncclVersion": m.nccl_version,
-            "ncclAlgo": m.nccl_algo,
-            "hosts": list(m.hosts),
-        }
-    if j.expected is not None:
-        out["expected"] = band_json(j.expected.low, j.expected.high, j.expected.expected)
-    if e is not None:
-        out["expectation"] = expectation_json(e)
-    out["suspects"] = [link_json(x) for x in j.suspects]
-    out["notes"] = list(j.notes)
-    return out
-
-
-def _judgement_text(j: Any) -> str:
-    lines = [f"{j.source}: {j.verdict}: {j.reason}"]
-    if j.suspects:
-        lines.append("  suspect:")
-        lines += [f"    {x}" for x in grouped_links(j.suspects)]
-    lines += [f"  note: {n}" for n in j.notes]
-    return "".join(strip_control(line) + "\n" for line in lines)

@@ -10,7 +10,8 @@ NodeTopology objects (``status.network``). Outputs:
 * Slurm: ``topology.conf`` for the tree plugin (switches and their nodes) or the block plugin (one block per
   NVLink domain, else per leaf).
 
-Label-based outputs (Kueue, KAI) rely on the ``nodetopo.io/fabric.tier-N`` node labels the agent writes;
+Label-based outputs (Kueue, KAI) rely on the ``nodetopo.io/fabric.tier-N`` node labels the agent
+writes, or name the keys GFD and topograph write for the same levels (``nodetopo.export.keys``);
 object-based ones (Volcano, Slurm) list nodes by name. A node that lacks a level the others have is
 reported in ``Export.missing`` (and by the CLI on stderr), never silently dropped: in the tree outputs it
 sits under no switch at that level.
@@ -25,15 +26,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from nodetopo.errors import clip
+from nodetopo.export.keys import HOSTNAME_LABEL, NODETOPO, NVLINK_LABEL, KeySet, tier_label
 from nodetopo.resource.identity import PREFIX as LABEL_PREFIX
 from nodetopo.resource.reader import read_nodetopology
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-NVLINK_LABEL = LABEL_PREFIX + "nvlink.domain"
-
-
-def tier_label(level: int) -> str:
-    return f"{LABEL_PREFIX}fabric.tier-{level}"
+__all__ = ["HOSTNAME_LABEL", "NVLINK_LABEL", "KeySet", "tier_label"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +71,22 @@ def places_from_nodetopologies(objects: Iterable[Mapping[str, Any]]) -> tuple[No
             )
         )
     return tuple(sorted(places, key=lambda p: p.name))
+
+
+def tier_groups(
+    places: Sequence[NodePlace], level: int, name_of: Callable[[int, str], str]
+) -> list[tuple[str, set[str]]]:
+    """The groups of tier ``level``, sorted by id, each with its members: the nodes at tier 0, above
+    it the groups of the tier below (named by ``name_of(level, id)``) that the group holds."""
+    groups: dict[str, set[str]] = {}
+    for p in places:
+        if level not in p.tiers:
+            continue
+        if level == 0:
+            groups.setdefault(p.tiers[0], set()).add(p.name)
+        elif level - 1 in p.tiers:
+            groups.setdefault(p.tiers[level], set()).add(name_of(level - 1, p.tiers[level - 1]))
+    return sorted(groups.items())
 
 
 def depth(places: Sequence[NodePlace]) -> int:
@@ -122,18 +135,33 @@ def nvlink_position(places: Sequence[NodePlace]) -> int | None:
     return None
 
 
-def label_levels(places: Sequence[NodePlace], *, nvlink: bool = False) -> tuple[list[str], str | None]:
-    """Node labels, coarsest first, ending with the hostname (Kueue's and KAI's ``levels``), and a
-    note when the NVLink domain was asked for but does not nest with the fabric tiers."""
-    levels = [tier_label(level) for level in reversed(range(depth(places)))]
-    note = None
+def label_levels(
+    places: Sequence[NodePlace], *, nvlink: bool = False, keys: KeySet = NODETOPO
+) -> tuple[list[str], tuple[str, ...]]:
+    """Node label keys, coarsest first, ending with the hostname (Kueue's and KAI's ``levels``), named
+    by ``keys``; and notes: the NVLink domain asked for but not nesting with the fabric tiers, a tier
+    ``keys`` has no key for (left out: the levels above it are the coarser ones, never a gap), levels
+    naming keys nodetopo does not write."""
+    levels = depth(places)
+    named: list[str | None] = [keys.tier(level) for level in reversed(range(levels))]
+    notes: list[str] = []
+    unnamed = [level for level in range(levels) if keys.tier(level) is None]
+    if unnamed:
+        notes.append(f"fabric tier(s) {', '.join(map(str, unnamed))} have no key in {keys.name}: not a level")
     if nvlink:
         position = nvlink_position(places)
         if position is None:
-            note = f"{NVLINK_LABEL} does not nest with the fabric tiers: not a level"
+            notes.append(f"{NVLINK_LABEL} does not nest with the fabric tiers: not a level")
         else:
-            levels.insert(position, NVLINK_LABEL)
-    return [*levels, HOSTNAME_LABEL], note
+            named.insert(position, keys.nvlink)
+    result = [key for key in named if key is not None]
+    foreign = [key for key in result if not key.startswith(LABEL_PREFIX)]
+    if foreign:
+        notes.append(
+            f"levels name keys nodetopo does not write ({', '.join(foreign)}): a node without them is "
+            f"outside the Topology"
+        )
+    return [*result, HOSTNAME_LABEL], tuple(notes)
 
 
 # --------------------------------------------------------------------------------------------
@@ -148,8 +176,9 @@ def kueue(
     flavor: str = "nodetopo",
     flavor_node_labels: Mapping[str, str] | None = None,
     nvlink: bool = False,
+    keys: KeySet = NODETOPO,
 ) -> Export:
-    levels, note = label_levels(places, nvlink=nvlink)
+    levels, notes = label_levels(places, nvlink=nvlink, keys=keys)
     topology = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "Topology",
@@ -166,22 +195,22 @@ def kueue(
         "spec": spec,
     }
     missing = missing_levels(places, depth(places))
-    if nvlink and note is None:
+    if nvlink and keys.nvlink in levels:
         missing += tuple(f"{p.name}: no {NVLINK_LABEL}" for p in places if p.nvlink_domain is None)
-    return Export(objects=(topology, resource_flavor), missing=missing, notes=(note,) if note else ())
+    return Export(objects=(topology, resource_flavor), missing=missing, notes=notes)
 
 
-def kai(places: Sequence[NodePlace], *, name: str = "nodetopo", nvlink: bool = False) -> Export:
-    levels, note = label_levels(places, nvlink=nvlink)
+def kai(
+    places: Sequence[NodePlace], *, name: str = "nodetopo", nvlink: bool = False, keys: KeySet = NODETOPO
+) -> Export:
+    levels, notes = label_levels(places, nvlink=nvlink, keys=keys)
     topology = {
         "apiVersion": "kai.scheduler/v1alpha1",
         "kind": "Topology",
         "metadata": {"name": name},
         "spec": {"levels": [{"nodeLabel": level} for level in levels]},
     }
-    return Export(
-        objects=(topology,), missing=missing_levels(places, depth(places)), notes=(note,) if note else ()
-    )
+    return Export(objects=(topology,), missing=missing_levels(places, depth(places)), notes=notes)
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,15 +236,7 @@ def volcano(places: Sequence[NodePlace]) -> Export:
     levels = depth(places)
     objects: list[dict[str, Any]] = []
     for level in range(levels):
-        groups: dict[str, set[str]] = {}
-        for p in places:
-            if level not in p.tiers:
-                continue
-            if level == 0:
-                groups.setdefault(p.tiers[0], set()).add(p.name)
-            elif level - 1 in p.tiers:
-                groups.setdefault(p.tiers[level], set()).add(hypernode_name(level - 1, p.tiers[level - 1]))
-        for group, members in sorted(groups.items()):
+        for group, members in tier_groups(places, level, hypernode_name):
             objects.append(
                 {
                     "apiVersion": "topology.volcano.sh/v1alpha1",
@@ -303,15 +324,7 @@ def slurm_tree(places: Sequence[NodePlace]) -> Export:
     levels = depth(places)
     lines: list[str] = []
     for level in reversed(range(levels)):
-        groups: dict[str, set[str]] = {}
-        for p in places:
-            if level not in p.tiers:
-                continue
-            if level == 0:
-                groups.setdefault(p.tiers[0], set()).add(p.name)
-            elif level - 1 in p.tiers:
-                groups.setdefault(p.tiers[level], set()).add(slurm_switch_name(level - 1, p.tiers[level - 1]))
-        for group, members in sorted(groups.items()):
+        for group, members in tier_groups(places, level, slurm_switch_name):
             key = "Nodes" if level == 0 else "Switches"
             value = hostlist(members) if level == 0 else ",".join(sorted(members))
             lines.append(f"SwitchName={slurm_switch_name(level, group)} {key}={value}")

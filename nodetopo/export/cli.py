@@ -13,9 +13,12 @@ import yaml
 from nodetopo import export
 from nodetopo.cliargs import AddArguments, add_command
 from nodetopo.errors import BundleError
+from nodetopo.export.keys import KEY_SETS, KeySet, label_key
+from nodetopo.export.targets import NAMES as TARGET_NAMES
 from nodetopo.kube.flags import add_kube_args
 from nodetopo.output import output_help, write_output
 from nodetopo.resource.identity import KIND
+from nodetopo.signals import run_until_stopped
 
 HELP = "write Kueue/Volcano/KAI/Slurm topology from the published NodeTopology objects"
 DESCRIPTION = """\
@@ -28,18 +31,28 @@ from capture bundles) and write what a gang scheduler reads:
   kai      a Topology (kai.scheduler/v1alpha1)
   slurm    topology.conf: --plugin tree (switches) or block (one block per NVLink domain, else per leaf)
 
+kueue and kai levels name nodetopo's labels, or with --levels-from gfd-topograph the keys GPU feature
+discovery and topograph already write (nvidia.com/gpu.clique, fabric.topograph.run/tier-N); the
+NodeTopologies decide which levels there are either way.
+
 Nodes missing a level the others have are listed on stderr (and exit 4 with --strict), never dropped.
 An input without fabric tiers gives nothing a gang scheduler can use: that is said on stderr (and
 exit 4 with --strict).
 """
 
-CONTROLLER_HELP = "keep Volcano HyperNodes current from a watch of the NodeTopology objects"
+CONTROLLER_HELP = "keep Volcano HyperNodes, Kueue's and KAI's Topology current from the NodeTopology objects"
 CONTROLLER_DESCRIPTION = """\
-Keep the HyperNodes `nodetopo export volcano` would write current as nodes join and leave: watch the
-NodeTopology and HyperNode objects, server-side apply (field manager nodetopo-export-controller) the
-HyperNodes the NodeTopologies call for, labelled app.kubernetes.io/managed-by=nodetopo-export-controller,
-and delete the labelled ones no longer called for. A HyperNode without that label is never written or
-deleted, even when its name is one the export wants. See deploy/export/ for its RBAC.
+Keep what `nodetopo export volcano|kueue|kai` would write current as nodes join and leave: watch the
+NodeTopology objects and the exported kind, server-side apply (field manager nodetopo-export-controller)
+the objects the NodeTopologies call for, labelled app.kubernetes.io/managed-by=nodetopo-export-controller,
+and delete the labelled ones no longer called for. An object without that label is never written or
+deleted, even when its name is one the export wants.
+
+HyperNodes follow their member nodes. A Kueue or KAI Topology names label keys, not nodes: it changes
+when the fleet's levels do, and as its levels are immutable it is deleted and created again (a Topology
+held by a finalizer is waited for). Without any fabric tier no Topology is written; one written before
+is kept. Kueue's ResourceFlavor is not written: `nodetopo export kueue` writes it once. See
+deploy/export/ for the RBAC of the Volcano export, and the chart's exportController values for all three.
 """
 
 
@@ -77,11 +90,7 @@ def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> Non
         metavar="KEY=VALUE",
         help="Kueue ResourceFlavor spec.nodeLabels entry (repeatable)",
     )
-    p.add_argument(
-        "--nvlink-level",
-        action="store_true",
-        help="kueue/kai: add nodetopo.io/nvlink.domain as a level, where it nests among the fabric tiers",
-    )
+    add_level_args(p)
     p.add_argument("--plugin", choices=["tree", "block"], default="tree", help="slurm plugin (default: tree)")
     p.add_argument(
         "--block-size",
@@ -91,7 +100,11 @@ def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> Non
         help="slurm block: BlockSizes= (nodes per block; default: not written, Slurm's own)",
     )
     p.add_argument("-o", "--output", default="-", metavar="FILE", help=output_help("the export"))
-    p.add_argument("--strict", action="store_true", help="exit 4 when a node is missing a level")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 4 when a node is missing a level, or when the input gives nothing to write",
+    )
     add_common(p)
     p.set_defaults(func=cmd_export)
 
@@ -102,6 +115,22 @@ def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> Non
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_kube_args(p)
+    p.add_argument(
+        "--export",
+        dest="exports",
+        action="append",
+        choices=list(TARGET_NAMES),
+        metavar="{" + ",".join(TARGET_NAMES) + "}",
+        help="what to keep current (repeatable; default: volcano): Volcano HyperNodes, Kueue's Topology "
+        "(kueue.x-k8s.io/v1beta2), KAI's Topology (kai.scheduler/v1alpha1); each needs its CRD and RBAC",
+    )
+    p.add_argument(
+        "--topology-name",
+        default="nodetopo",
+        metavar="NAME",
+        help="kueue, kai: the Topology's name (default: %(default)s)",
+    )
+    add_level_args(p)
     p.add_argument(
         "--page-size",
         type=int,
@@ -125,6 +154,46 @@ def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> Non
     )
     add_common(p)
     p.set_defaults(func=cmd_export_controller)
+
+
+def add_level_args(p: argparse.ArgumentParser) -> None:
+    """The flags that decide how a Kueue or KAI Topology's levels are named (export and controller)."""
+    p.add_argument(
+        "--nvlink-level",
+        action="store_true",
+        help="kueue/kai: add the NVLink domain as a level (nodetopo.io/nvlink.domain, or the key set's), "
+        "where it nests among the fabric tiers",
+    )
+    p.add_argument(
+        "--levels-from",
+        choices=sorted(KEY_SETS),
+        default="nodetopo",
+        help="kueue/kai: which node label keys the levels name: nodetopo's (nodetopo.io/fabric.tier-N, "
+        "nodetopo.io/nvlink.domain), gfd-topograph (fabric.topograph.run/tier-N, nvidia.com/gpu.clique) or "
+        "gfd-topograph-v0 (topograph before v1.0: network.topology.nvidia.com/leaf|spine|core); the "
+        "levels themselves come from the NodeTopologies (default: %(default)s)",
+    )
+    p.add_argument(
+        "--tier-key",
+        action="append",
+        default=[],
+        type=label_key,
+        metavar="KEY",
+        help="kueue/kai: the key of fabric tier 0, then 1, ... (repeatable, nearest first), e.g. the "
+        "fabricLabels of a topograph that renames its keys; tiers beyond the last given are not levels "
+        "(default: the --levels-from set's)",
+    )
+    p.add_argument(
+        "--nvlink-key",
+        type=label_key,
+        metavar="KEY",
+        help="kueue/kai: the key of the NVLink level (with --nvlink-level), e.g. topograph's "
+        "acceleratorLabel (default: the --levels-from set's)",
+    )
+
+
+def level_keys(args: argparse.Namespace) -> KeySet:
+    return KEY_SETS[args.levels_from].with_keys(tuple(args.tier_key), args.nvlink_key)
 
 
 def load_objects(paths: Iterable[str]) -> list[dict[str, Any]]:
@@ -171,13 +240,19 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         objects = _from_cluster(args.kubeconfig, args.kube_context)
     places = export.places_from_nodetopologies(objects)
+    keys = level_keys(args)
     if args.format == "kueue":
         labels = dict(item.split("=", 1) for item in args.flavor_node_label if "=" in item)
         result = export.kueue(
-            places, name=args.name, flavor=args.flavor, flavor_node_labels=labels, nvlink=args.nvlink_level
+            places,
+            name=args.name,
+            flavor=args.flavor,
+            flavor_node_labels=labels,
+            nvlink=args.nvlink_level,
+            keys=keys,
         )
     elif args.format == "kai":
-        result = export.kai(places, name=args.name, nvlink=args.nvlink_level)
+        result = export.kai(places, name=args.name, nvlink=args.nvlink_level, keys=keys)
     elif args.format == "volcano":
         result = export.volcano(places)
     elif args.plugin == "block":
@@ -212,9 +287,7 @@ def nothing_to_write(fmt: str, places: Sequence[export.NodePlace], result: expor
 
 def cmd_export_controller(args: argparse.Namespace) -> int:
     import logging
-    import signal
     import threading
-    from types import FrameType
 
     from nodetopo.export.controller import (
         FIELD_MANAGER,
@@ -223,25 +296,25 @@ def cmd_export_controller(args: argparse.Namespace) -> int:
         session_writes,
         start_reflectors,
     )
+    from nodetopo.export.targets import targets
     from nodetopo.kube.session import ApiSession
     from nodetopo.kube.transport import connect
 
     log = logging.getLogger("nodetopo.export.controller")
     session = ApiSession(connect(args.kubeconfig, context=args.kube_context), field_manager=FIELD_MANAGER)
     stop = threading.Event()
-    state = ExportState()
+    chosen = targets(
+        args.exports or ["volcano"],
+        topology=args.topology_name,
+        nvlink=args.nvlink_level,
+        keys=level_keys(args),
+    )
+    state = ExportState(chosen)
     start_reflectors(session.connection, state, page_size=args.page_size, stop=stop)
     apply, delete = session_writes(session)
     writer = ExportWriter(state, apply, delete, debounce_s=args.debounce, resync_s=args.resync, stop=stop)
 
-    def _terminate(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: shutting down", signum)
-        stop.set()
-        state.changed.set()
-
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGINT, _terminate)
-    log.info("export controller started")
-    writer.run()
+    log.info("export controller: %s", ", ".join(f"{t.kind} ({t.name})" for t in chosen))
+    run_until_stopped(writer.run, log, "export controller", stop, state.changed)
     session.close()
     return 0

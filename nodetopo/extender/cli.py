@@ -137,9 +137,11 @@ def cmd_extender(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from nodetopo.extender.cache import ClusterState, start_reflectors
+    from nodetopo.extender.claims import ClaimReader, session_getter
     from nodetopo.extender.limits import RequestLimits
     from nodetopo.extender.server import make_server
     from nodetopo.httpserver import Limits
+    from nodetopo.kube.session import ApiSession
     from nodetopo.kube.transport import connect
     from nodetopo.signals import StopSignals
 
@@ -169,6 +171,11 @@ def _run(args: argparse.Namespace) -> int:
             raise
         raise NodetopoError(f"no usable Kubernetes configuration: {_first_line(e)}") from None
     start_reflectors(connection, state, page_size=args.page_size, stop=stop)
+    # claim-based pods' ResourceClaims: GETs on a connection of their own (the reflectors' relists
+    # never delay a /filter)
+    server.claims = ClaimReader(
+        session_getter(ApiSession(connect(args.kubeconfig, context=args.kube_context)))
+    )
 
     def on_stop(name: str) -> None:  # the watcher thread, never the signal handler (nodetopo.signals)
         log.info("%s: shutting down", name)

@@ -57,8 +57,10 @@ from prometheus_client import (
 )
 
 from nodetopo.extender.cache import ClusterState
+from nodetopo.extender.claims import ClaimReader, ClaimReadError, ClaimUnavailable, with_claims
 from nodetopo.extender.limits import RequestLimits, decode_cost
 from nodetopo.httpserver import BoundedHandler, BoundedHTTPServer, HttpError, Limits
+from nodetopo.placement.claims import ClaimRef, pod_claims
 from nodetopo.placement.fit import REASON_PREFIX
 from nodetopo.placement.request import AnnotationError, PodRequest, PodShapeError, parse_pod_request
 
@@ -105,6 +107,8 @@ class ExtenderArgs:
     request: PodRequest | AnnotationError
     pod: str  #: namespace/name, for logs
     nodes: dict[str, Any] | None = None  #: without the node cache: the Node objects by name, for the answer
+    namespace: str = ""  #: the pod's, where its claims are
+    claims: tuple[ClaimRef, ...] = ()  #: the DRA ResourceClaims the pod uses (``pod_claims``)
 
 
 def parse_extender_args(args: Any) -> ExtenderArgs:
@@ -115,25 +119,24 @@ def parse_extender_args(args: Any) -> ExtenderArgs:
     if not isinstance(pod, Mapping):
         raise ProtocolError(f"Pod must be an object, not {type(pod).__name__}")
     try:
+        claims = pod_claims(pod)
         request: PodRequest | AnnotationError = parse_pod_request(pod)
     except PodShapeError as e:
         raise ProtocolError(f"Pod: {e}") from None
     except AnnotationError as e:
         request = e
     meta = pod.get("metadata")
-    ref = (
-        f"{str(meta.get('namespace'))[:253]}/{str(meta.get('name'))[:253]}"
-        if isinstance(meta, Mapping)
-        else "?"
-    )
+    namespace = str(meta.get("namespace") or "")[:253] if isinstance(meta, Mapping) else ""
+    ref = f"{namespace}/{str(meta.get('name'))[:253]}" if isinstance(meta, Mapping) else "?"
+    common: dict[str, Any] = {"request": request, "pod": ref, "namespace": namespace, "claims": claims}
     names = args.get("NodeNames")
     if names is not None:
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ProtocolError("NodeNames must be a list of strings")
-        return ExtenderArgs(names=names, request=request, pod=ref)
+        return ExtenderArgs(names=names, **common)
     nodes = args.get("Nodes")
     if nodes is None:
-        return ExtenderArgs(names=[], request=request, pod=ref)
+        return ExtenderArgs(names=[], **common)
     items = nodes.get("items") if isinstance(nodes, Mapping) else None
     if not isinstance(nodes, Mapping) or not isinstance(items if items is not None else [], list):
         raise ProtocolError("Nodes must be an object with a list of items")
@@ -144,7 +147,7 @@ def parse_extender_args(args: Any) -> ExtenderArgs:
         if not isinstance(name, str):
             raise ProtocolError("every Nodes item needs metadata.name (a string)")
         by_name[name] = item
-    return ExtenderArgs(names=list(by_name), request=request, pod=ref, nodes=by_name)
+    return ExtenderArgs(names=list(by_name), nodes=by_name, **common)
 
 
 def filter_nodes(state: ClusterState, args: Mapping[str, Any] | ExtenderArgs) -> dict[str, Any]:
@@ -155,7 +158,9 @@ def filter_nodes(state: ClusterState, args: Mapping[str, Any] | ExtenderArgs) ->
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     request = parsed.request
-    if isinstance(request, AnnotationError):
+    if isinstance(request, ClaimUnavailable):  # the claim may appear: worth another try
+        failed = {n: f"{REASON_PREFIX}{request}" for n in names}
+    elif isinstance(request, AnnotationError):
         unresolvable = {n: f"{REASON_PREFIX}{request}" for n in names}
     else:
         for node, verdict in zip(names, state.verdict_list(names, request), strict=True):
@@ -337,6 +342,11 @@ class _Handler(BoundedHandler):
                 log.info("bad %s request: %s", verb, e)
                 raise HttpError(400, f"bad ExtenderArgs: {e}") from None
             del decoded
+            try:  # a claim-based pod: what its ResourceClaims ask (one GET each, cached briefly)
+                request = with_claims(self.server.claims, args.namespace, args.claims, args.request)
+            except ClaimReadError as e:
+                raise HttpError(503, f"cannot read the pod's claims: {e}") from None
+            args = dataclasses.replace(args, request=request)
             answer: Any
             if verb == "filter":
                 answer = filter_nodes(state, args)
@@ -365,8 +375,10 @@ class ExtenderHTTPServer(BoundedHTTPServer):
         limits: Limits | None = None,
         request_limits: RequestLimits | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        claims: ClaimReader | None = None,
     ) -> None:
         self.state = state
+        self.claims = claims  #: None: claim-based pods are judged by what the pod itself asks
         self.request_limits = request_limits or RequestLimits()
         self.budget = MemoryBudget(self.request_limits.memory_budget_bytes)
         self.metrics = ExtenderMetrics(state)
@@ -394,7 +406,13 @@ def make_server(
     limits: Limits | None = None,
     request_limits: RequestLimits | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    claims: ClaimReader | None = None,
 ) -> ExtenderHTTPServer:
     return ExtenderHTTPServer(
-        (host, port), state, limits=limits, request_limits=request_limits, ssl_context=ssl_context
+        (host, port),
+        state,
+        limits=limits,
+        request_limits=request_limits,
+        ssl_context=ssl_context,
+        claims=claims,
     )

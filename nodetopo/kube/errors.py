@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import email.utils
-import json
 import re
 import time
 import urllib.parse
@@ -16,10 +15,18 @@ from nodetopo.errors import (
     ForbiddenError,
     InvalidError,
     NodetopoError,
+    ParseError,
     PublishError,
     TransientError,
     clip,
 )
+from nodetopo.jsonread import load_json
+
+#: the longest error body decoded: a ``metav1.Status`` is a few KB (a 409 names each conflicting
+#: field in ``details.causes``, ~200 bytes a field); a longer body is quoted, clipped, not decoded
+STATUS_BODY_LIMIT = 1024 * 1024
+#: the deepest error body decoded (a ``metav1.Status`` is 4 levels deep)
+STATUS_BODY_DEPTH = 8
 
 
 class KubeConfigError(NodetopoError):
@@ -89,6 +96,22 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
+def _status(body: str | None) -> object:
+    """The decoded ``metav1.Status`` of an error body, None when it is not one: not JSON, longer or
+    deeper than a Status is (the bounded reader: a body of the API server or of whatever answers at
+    its address, e.g. to the probe's Event)."""
+    try:
+        return load_json(
+            body or "",
+            source="kube",
+            path="error body",
+            max_depth=STATUS_BODY_DEPTH,
+            max_chars=STATUS_BODY_LIMIT,
+        )
+    except ParseError:
+        return None
+
+
 _MANAGER = re.compile(r'conflict with "([^"]*)"')
 
 
@@ -96,10 +119,7 @@ def field_conflicts(body: str | None) -> tuple[tuple[str, str], ...]:
     """The (field, manager) pairs of a server-side apply conflict (``metav1.Status`` 409 whose
     ``details.causes`` are ``FieldManagerConflict``: ``conflict with "kubectl-label" using v1``
     on ``.metadata.labels.nodetopo.io/numa.count``); empty when the body says none."""
-    try:
-        status = json.loads(body or "")
-    except (ValueError, RecursionError):
-        return ()
+    status = _status(body)
     causes = (status.get("details") or {}).get("causes") if isinstance(status, dict) else None
     found = []
     for cause in causes if isinstance(causes, list) else ():
@@ -116,10 +136,7 @@ def status_message(body: str | None) -> str:
     """The ``message`` of a ``metav1.Status`` body, else the raw body (shortened)."""
     if not body:
         return ""
-    try:
-        status = json.loads(body)
-    except (ValueError, RecursionError):
-        return body[:500]
+    status = _status(body)
     if isinstance(status, dict) and isinstance(status.get("message"), str):
         return str(status["message"])
     return body[:500]

@@ -23,13 +23,13 @@ method of the official client fits as well (the benchmark's peer, benchmarks/ben
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import random
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from nodetopo.jsonread import load_json
 from nodetopo.kube.errors import ApiStatusError
 from nodetopo.kube.pacing import Backoff
 
@@ -102,7 +102,7 @@ class Reflector:
         token: str | None = None
         while True:
             response = self._get(limit=self.page_size, _continue=token, read_timeout=60.0)
-            page = json.loads(response.data)
+            page = _decode(response.data, f"list {self.what}")
             items.extend(self.handlers.compact(obj) for obj in page.get("items") or [])
             meta = page.get("metadata") or {}
             token = meta.get("continue") or None
@@ -128,7 +128,7 @@ class Reflector:
             for line in _lines(response):
                 if self.stop.is_set():
                     return
-                event = json.loads(line)
+                event = _decode(line, f"watch {self.what}")
                 kind = event.get("type")
                 obj = event.get("object") or {}
                 if kind == "ERROR":
@@ -164,6 +164,14 @@ class Reflector:
                 if getattr(e, "status", None) == 410 or backoff.failures >= 5:
                     self.resource_version = None
                 self.stop.wait(delay)
+
+
+def _decode(data: bytes, what: str) -> Any:
+    """A list page or a watch event through the bounded JSON reader: nesting past what the decoder
+    recurses to is a ``ParseError`` (retried like any failure), never a ``RecursionError``. No
+    measuring pass (pages are decoded often, and it costs about what decoding does) and no length
+    bound beyond the page's."""
+    return load_json(data.decode("utf-8"), source="kube", path=what, max_depth=None, max_chars=None)
 
 
 def _lines(response: Any) -> Iterator[bytes]:

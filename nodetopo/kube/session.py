@@ -10,7 +10,8 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from nodetopo.errors import TransientError
+from nodetopo.errors import ParseError, TransientError
+from nodetopo.jsonread import load_json
 from nodetopo.kube.errors import ApiStatusError, translate_api_error
 from nodetopo.kube.pacing import TokenBucket
 from nodetopo.kube.transport import KubeConnection
@@ -134,10 +135,17 @@ class ApiSession:
                 body=response.data.decode("utf-8", "replace"),
             )
             raise translate_api_error(error, action=action) from error
+        # The bounded reader without its bounds' costs: the read is whole (an unpaged list of every
+        # NodeTopology has no useful length ceiling) and a list of thousands of objects is decoded
+        # once without a measuring pass; nesting deeper than the decoder recurses is a typed error.
         try:
-            data = json.loads(response.data)
-        except ValueError as e:
-            raise TransientError(f"{action}: the answer is not JSON: {response.data[:200]!r}") from e
+            text = response.data.decode("utf-8")
+            data = load_json(text, source="kube", path=action, max_depth=None, max_chars=None)
+        except (UnicodeDecodeError, ParseError) as e:
+            why = e.detail if isinstance(e, ParseError) else "not UTF-8"
+            raise TransientError(
+                f"{action}: the answer is not JSON ({why}): {response.data[:200]!r}"
+            ) from None
         if not isinstance(data, dict):
             raise TransientError(f"{action}: unexpected API response: {str(data)[:200]}")
         return data

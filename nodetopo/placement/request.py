@@ -46,7 +46,7 @@ NUMA_ALIGNED = PREFIX + "numa-aligned"
 RDMA = PREFIX + "rdma"
 LINK_LAYER = PREFIX + "link-layer"
 
-#: Every annotation the extender reads, in the order the README documents them.
+#: Every annotation the extender reads, in the order docs/scheduler-extender.md documents them.
 ANNOTATIONS = (ONE_ISLAND, MAX_NIC_DISTANCE, NUMA_ALIGNED, RDMA, LINK_LAYER)
 #: The bus bandwidth (GB/s) the workload needs: read by ``nodetopo accept --pod`` and ``nodetopo probe``.
 MIN_BUSBW = PREFIX + "min-busbw"

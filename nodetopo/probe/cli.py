@@ -317,14 +317,19 @@ def _promised(args: argparse.Namespace, connection: Any) -> tuple[Any, str | Non
     from nodetopo.probe.promised import parse_nodetopology
 
     if args.nodetopology:
+        from nodetopo.errors import ParseError
         from nodetopo.host import Refused, read_regular_file
+        from nodetopo.jsonread import load_json
 
         try:
             data = read_regular_file(args.nodetopology, limit=NODETOPOLOGY_FILE_LIMIT)
-            return parse_nodetopology(json.loads(data)), None
+            obj = load_json(data.decode("utf-8"), source="--nodetopology", path=args.nodetopology)
+            return parse_nodetopology(obj), None
         except Refused as e:
             return None, f"--nodetopology {args.nodetopology}: refused: {e.why}"
-        except (OSError, ValueError, RecursionError) as e:
+        except ParseError as e:  # not JSON, or nested deeper than any NodeTopology
+            return None, str(e)
+        except (OSError, ValueError) as e:
             return None, f"--nodetopology {args.nodetopology}: {e}"
     if not args.node_name:
         return None, "no node name (--node-name or $NODE_NAME): the NodeTopology cannot be read"

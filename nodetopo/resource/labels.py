@@ -1,7 +1,7 @@
 """Node labels: the coarse, public projection of a NodeTopology body (details live in the resource).
 
-Every key is under ``nodetopo.io/`` and is a public API, documented in the README's label
-reference. Names are a dotted hierarchy of kebab-case words; values are valid label values
+Every key is under ``nodetopo.io/`` and is a public API, documented in the label
+reference (docs/labels.md). Names are a dotted hierarchy of kebab-case words; values are valid label values
 (≤ 63 characters; longer ones are shortened deterministically with a hash suffix).
 
 ``node_labels`` (of the body the agent publishes) and ``to_labels`` (of a ``Topology``) return what

@@ -39,37 +39,33 @@ the API server can store (the CRD's types and bounds) the reader finds no proble
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from nodetopo.model import (
-    CounterBaseline,
-    CounterRate,
     CpuSet,
-    EdgeHealth,
     EdgeKind,
     FabricInfo,
     FabricTier,
     Gpu,
     GpuLink,
-    HealthReport,
     LinkClass,
-    LinkState,
     MigDevice,
     NetworkPosition,
     Nic,
     NumaNode,
     NvlinkIsland,
-    PciAddress,
     PodRef,
     PreferredGpuSets,
     SourceStatus,
     SwitchPort,
 )
+from nodetopo.resource.edges import read_health
+from nodetopo.resource.fields import BOOL, INT, NUMBER, STR, FieldReader, T, fields_of
 from nodetopo.resource.limits import (
     MAX_CONDITIONS,
-    MAX_EDGES,
     MAX_GPU_LINKS,
     MAX_GPUS,
     MAX_HOLDERS,
@@ -79,8 +75,6 @@ from nodetopo.resource.limits import (
     MAX_NEIGHBOURS,
     MAX_NICS,
     MAX_NUMA_NODES,
-    MAX_RATES,
-    MAX_REASONS,
     MAX_SOURCES,
     MAX_TIER_MEMBERS,
     MAX_TIERS,
@@ -88,7 +82,6 @@ from nodetopo.resource.limits import (
 from nodetopo.resource.published import (
     ALL,
     SECTIONS,
-    Problem,
     Published,
     PublishedAllocation,
     PublishedCondition,
@@ -127,40 +120,15 @@ def read_status(raw: Any, *, sections: Collection[str] = ALL) -> Published:
     return Published(name=None, status=status, problems=tuple(reader.problems))
 
 
-# --------------------------------------------------------------------------------------------
-# Values
-# --------------------------------------------------------------------------------------------
-
-
-#: The JSON types a field takes (``True`` is not an integer: ``bool`` is a type of its own).
-Kind = tuple[type, ...]
-INT: Kind = (int,)
-STR: Kind = (str,)
-BOOL: Kind = (bool,)
-NUMBER: Kind = (int, float)
-_KINDS = {INT: "an integer", STR: "a string", BOOL: "true or false", NUMBER: "a number"}
-
-
-#: (JSON key, attribute, kind) of the plain fields of an entry, read by ``_Reader.fields``
-Fields = tuple[tuple[str, str, Kind], ...]
-
-
-def _fields(**kinds: Kind) -> Fields:
-    """``Fields`` from the JSON keys (the attribute is the key in snake case: ``pcieRoot``, ``pcie_root``)."""
-    return tuple(
-        (key, re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower(), kind) for key, kind in kinds.items()
-    )
-
-
-_GPU = _fields(uuid=STR, model=STR, pcieRoot=STR, gpuNumaNode=INT, migEnabled=BOOL, memoryBytes=INT)
-_NIC = _fields(netdev=STR, pcieRoot=STR, numaNode=INT, linkLayer=STR, state=STR, rateGbps=NUMBER, rdma=BOOL)
-_NIC_PLACED = _fields(linkLayer=STR, state=STR, rdma=BOOL)
-_CONDITION = _fields(status=STR, reason=STR, message=STR, lastTransitionTime=STR)
-_SUMMARY = _fields(gpuCount=INT, gpuModel=STR, islands=STR)
-_ALLOCATION = _fields(state=STR, message=STR)
-_MIG = _fields(parentUUID=STR, parentIndex=INT, profile=STR, gpuInstance=INT, computeInstance=INT)
-_NEIGHBOUR = _fields(port=INT, state=STR, switchID=STR, switchName=STR, switchPort=STR, peerIsSwitch=BOOL)
-_EDGE = _fields(gpu=INT, nic=STR, port=INT, peer=STR, since=STR)
+_GPU = fields_of(uuid=STR, model=STR, pcieRoot=STR, gpuNumaNode=INT, migEnabled=BOOL, memoryBytes=INT)
+_NIC = fields_of(netdev=STR, pcieRoot=STR, numaNode=INT, linkLayer=STR, state=STR, rateGbps=NUMBER, rdma=BOOL)
+_NIC_PLACED = fields_of(linkLayer=STR, state=STR, rdma=BOOL)
+_CONDITION = fields_of(status=STR, reason=STR, message=STR, lastTransitionTime=STR)
+_SUMMARY = fields_of(gpuCount=INT, gpuModel=STR, islands=STR)
+_ALLOCATION = fields_of(state=STR, message=STR)
+_MIG = fields_of(parentUUID=STR, parentIndex=INT, profile=STR, gpuInstance=INT, computeInstance=INT)
+_NEIGHBOUR = fields_of(port=INT, state=STR, switchID=STR, switchName=STR, switchPort=STR, peerIsSwitch=BOOL)
+_EDGE = fields_of(gpu=INT, nic=STR, port=INT, peer=STR, since=STR)
 _KINDS_OF_EDGE: dict[str, EdgeKind] = {k.value: k for k in EdgeKind}
 _CLASSES: dict[str, LinkClass] = dict(LinkClass.__members__)
 _GPU_DEVICE = re.compile(r"GPU(\d{1,9})")  #: an edge's device that is a GPU, by index
@@ -168,191 +136,12 @@ _TEXT = (str, type(None))  #: a string field that may be absent
 _NONE_DEGRADED: frozenset[str] = frozenset()
 
 
-def _of(value: Any, kind: Kind) -> bool:
-    """``value`` is of ``kind`` (exactly, as JSON gives it, or a subclass: an enum member)."""
-    if type(value) in kind:
-        return True
-    return isinstance(value, kind) and not (isinstance(value, bool) and bool not in kind)
+#: a section's reader: (the status, the values read so far, the sections asked for) → fills values
+_Section = Callable[[Mapping[str, Any], dict[str, Any], frozenset[str]], None]
 
 
-T = TypeVar("T")
-
-
-class _Reader:
-    """One read: the problems found so far, and the readers of each part."""
-
-    def __init__(self) -> None:
-        self.problems: list[Problem] = []
-        self.section = "status"
-        self._field = "status"
-        self._cpulists: dict[str, CpuSet] = {}
-        #: the GPUs and NICs by ("index", i) and ("name", n), for the addresses edges leave out
-        self._addresses: dict[tuple[str, int | str | None], Mapping[str, Any]] | None = None
-
-    def note(self, section: str, what: str, severity: Severity = Severity.UNKNOWN, field: str = "") -> None:
-        self.problems.append(Problem(section, field or f"status.{section}", what, severity))
-
-    def _here(self, what: str, severity: Severity = Severity.UNKNOWN) -> None:
-        self.note(self.section, what, severity, field=self._field)
-
-    # ---- fields -------------------------------------------------------------------------
-
-    def get(self, item: Mapping[str, Any], key: str, kind: Kind, *, required: bool = False) -> Any:
-        """``item[key]`` when it is of ``kind`` (``INT``, ``STR``, ...); else None, noted when it
-        is present and wrong, or missing though ``required``."""
-        raw = item.get(key)
-        if raw is None:
-            if required:
-                self._here(f"missing {key!r}")
-            return None
-        if _of(raw, kind):
-            return raw
-        self._here(_wrong(key, raw, kind))
-        return None
-
-    def fields(self, item: Mapping[str, Any], spec: Fields) -> dict[str, Any]:
-        """``get`` of each (key, attribute, kind) of ``spec``, by attribute: one pass, cheap when
-        every value is of its kind (the common case, the cost of reading every object)."""
-        out = {attr: item.get(key) for key, attr, _ in spec}
-        for key, attr, kind in spec:
-            if type(out[attr]) not in kind and out[attr] is not None:
-                out[attr] = self.get(item, key, kind)
-        return out
-
-    def key(
-        self, item: Mapping[str, Any], key: str, kind: Kind, severity: Severity = Severity.UNKNOWN
-    ) -> Any:
-        """A key of an entry: its value, or None (the entry is left out) with the reason noted."""
-        raw = item.get(key)
-        if raw is not None and _of(raw, kind):
-            return raw
-        self._here(f"missing {key!r}" if raw is None else _wrong(key, raw, kind), severity)
-        return None
-
-    def link_class(self, item: Mapping[str, Any], key: str) -> LinkClass | None:
-        raw = item.get(key)
-        if not raw:
-            return None
-        if isinstance(raw, str) and raw in _CLASSES:
-            return _CLASSES[raw]
-        self._here(f"missing {str(raw)[:32]!r}")  # the word is not a class: the round trip's wording
-        return None
-
-    def identifier(self, item: Mapping[str, Any], key: str, what: str) -> int | None:
-        """A GPU's ``island`` or ``numaNode``: an int from 0 to 2^31-1, else unknown and malformed."""
-        raw = item.get(key)
-        if raw is None or (type(raw) is int and 0 <= raw < MAX_ID):
-            return raw
-        if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw < MAX_ID:
-            self._here(f"GPU {what} {str(raw)[:32]!r}", Severity.MALFORMED)
-            return None
-        return raw
-
-    def cpus(self, item: Mapping[str, Any], key: str) -> CpuSet | None:
-        """A CPU (or NUMA node) list: its ranges, never expanded, so a list costs what it says in
-        characters (the CRD's maxLength), whatever ids it names (``0-65535`` is one range)."""
-        text = self.get(item, key, STR)
-        if text is None:
-            return None
-        cpus = self._cpulists.get(text)  # the GPUs of one NUMA node share their lists
-        if cpus is None:
-            try:
-                cpus = self._cpulists[text] = CpuSet.parse(text)
-            except ValueError as e:
-                self._here(str(e))
-        return cpus
-
-    def address(self, item: Mapping[str, Any]) -> PciAddress | None:
-        text = self.get(item, "pciBusID", STR)
-        if not text:
-            return None
-        try:
-            return PciAddress.parse(text)
-        except ValueError as e:
-            self._here(str(e))
-            return None
-
-    def strings(self, value: Any, what: str, bound: int) -> tuple[str, ...]:
-        if type(value) is list and len(value) <= bound and all(type(v) is str for v in value):
-            return tuple(value)
-        items = self.items(value, what, bound, objects=False)
-        kept = tuple(v for v in items if isinstance(v, str))
-        if len(kept) < len(items):
-            self._here(f"{what}: not all strings")
-        return kept
-
-    def ints(self, item: Mapping[str, Any], key: str, what: str, bound: int) -> tuple[int, ...] | None:
-        """The list of ints ``item[key]`` (a key of the entry), or None (noted) when it is missing, not
-        a list of ints or over ``bound``: the entry holding it is left out."""
-        value = item.get(key)
-        if value is None:
-            self._here(f"missing {key!r}")
-            return None
-        if not isinstance(value, list) or len(value) > bound:
-            self.items(value, what, bound, objects=False)
-            return None
-        kept = tuple(v for v in value if _of(v, INT))
-        if len(kept) < len(value):
-            self._here(f"{what}: not all integers")
-            return None
-        return kept
-
-    # ---- lists --------------------------------------------------------------------------
-
-    def items(self, value: Any, what: str, bound: int, *, objects: bool = True, one: str = "") -> list[Any]:
-        """The entries of a list field: [] when absent; not a list or over ``bound``: [] and
-        malformed; with ``objects`` an entry that is not an object is left out (malformed)."""
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            self._here(f"{what} is not a list", Severity.MALFORMED)
-            return []
-        if len(value) > bound:
-            self._here(f"{len(value)} {what}, at most {bound}", Severity.BOUNDS)
-            return []
-        if not objects:
-            return value
-        kept = [v for v in value if type(v) is dict or isinstance(v, Mapping)]
-        if len(kept) < len(value):
-            self._here(f"{one or 'an entry of ' + what} is not an object", Severity.MALFORMED)
-        return kept
-
-    def mapping(
-        self, raw: Mapping[str, Any], key: str, severity: Severity = Severity.UNKNOWN
-    ) -> Mapping[str, Any] | None:
-        """The object ``raw[key]``; None when absent, or (noted) when it is not an object."""
-        body = raw.get(key)
-        if body is None or isinstance(body, Mapping):
-            return body
-        self._here(f"{key} is not an object", severity)
-        return None
-
-    def keyed(
-        self, value: Any, what: tuple[str, str, int], key: str, make: Callable[[str, Any], T]
-    ) -> tuple[T, ...]:
-        """The entries of a list (``what``: its name, an entry's, its bound) whose string ``key`` is
-        readable, each made by ``make(key, entry)``; the others are left out (rule 5)."""
-        name, one, bound = what
-        made = []
-        for entry in self.items(value, name, bound, one=one):
-            ident = self.key(entry, key, STR)
-            if ident is not None:
-                made.append(make(ident, entry))
-        return tuple(made)
-
-    def plain(
-        self, value: Any, what: tuple[str, str, int], key: str, record: Callable[..., T], spec: Fields
-    ) -> tuple[T, ...]:
-        """``keyed`` entries that are their key and plain ``fields``: ``record(key=..., **fields)``."""
-        return self.keyed(
-            value, what, key, lambda ident, entry: record(**{key: ident}, **self.fields(entry, spec))
-        )
-
-    # ---- the status ---------------------------------------------------------------------
-
-    def enter(self, section: str, field: str = "") -> None:
-        self.section = section
-        self._field = field or f"status.{section}"
+class _Reader(FieldReader):
+    """One read: ``FieldReader``'s problems and field readers, and the reader of each section."""
 
     def status(self, raw: Mapping[str, Any], sections: frozenset[str]) -> PublishedStatus:
         self.enter("status", "status")
@@ -361,7 +150,7 @@ class _Reader:
             "agent_version": self.get(raw, "agentVersion", STR),
             "content_hash": self.get(raw, "contentHash", STR),
         }
-        readers = {
+        readers: dict[str, _Section] = {
             "gpus": self._gpus,
             "nics": self._nics,
             "nvlinkIslands": self._islands,
@@ -375,7 +164,7 @@ class _Reader:
             "conditions": self._conditions,
             "allocation": self._allocation,
             "summary": self._summary,
-            "health": self._health,
+            "health": functools.partial(read_health, self),
         }
         for section in SECTIONS:
             if section in readers and section in sections:
@@ -394,13 +183,13 @@ class _Reader:
         for g in self.items(raw.get("gpus"), "GPUs", MAX_GPUS, one="a GPU"):
             index = g.get("index")
             if index is None:
-                self._here("missing 'index'", Severity.MALFORMED)
+                self.here("missing 'index'", Severity.MALFORMED)
                 continue
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < MAX_ID:
-                self._here(f"GPU index {str(index)[:32]!r}", Severity.MALFORMED)
+                self.here(f"GPU index {str(index)[:32]!r}", Severity.MALFORMED)
                 continue
             if index in seen:
-                self._here(f"GPU index {index} listed twice", Severity.MALFORMED)
+                self.here(f"GPU index {index} listed twice", Severity.MALFORMED)
                 continue
             seen.add(index)
             row = g.get("nicDistances")
@@ -471,7 +260,7 @@ class _Reader:
         if columns is None:
             return ()  # the NIC list itself is unreadable (noted where it is read)
         if type(row) is not list or len(row) != len(columns):
-            self._here(f"nicDistances: not a list of {len(columns)} classes (one per NIC)")
+            self.here(f"nicDistances: not a list of {len(columns)} classes (one per NIC)")
             return ()
         if None not in columns:
             try:  # the common case: a class for every NIC, every NIC named
@@ -492,7 +281,7 @@ class _Reader:
                 continue
             cls = _CLASSES.get(word) if type(word) is str else None
             if cls is None:
-                self._here(f"missing {str(word)[:32]!r}")  # the word is not a class: the round trip's wording
+                self.here(f"missing {str(word)[:32]!r}")  # the word is not a class: the round trip's wording
                 return ()
             pairs.append((cls, name))
         pairs.sort()
@@ -507,7 +296,7 @@ class _Reader:
         row = {name for name, _ in nics}
         kept = frozenset(n for n in names if n in row)
         if len(kept) < len(set(names)):
-            self._here("degradedNICs: a NIC the GPU's nicDistances has no class for")
+            self.here("degradedNICs: a NIC the GPU's nicDistances has no class for")
         return kept
 
     def _nic_list(self, value: Any) -> tuple[tuple[tuple[str, LinkClass], ...], frozenset[str]]:
@@ -535,13 +324,13 @@ class _Reader:
         self.enter("allocation", "status.gpus[].heldBy")
         try:
             if not isinstance(value, list) or len(value) > MAX_HOLDERS:
-                self._here(f"holders of a GPU: not a list of at most {MAX_HOLDERS}")
+                self.here(f"holders of a GPU: not a list of at most {MAX_HOLDERS}")
                 return None
             holders = []
             for h in value:
                 ns, name = (h.get("namespace"), h.get("name")) if isinstance(h, Mapping) else (None, None)
                 if not (isinstance(ns, str) and isinstance(name, str)):
-                    self._here("a holder without a namespace and name")
+                    self.here("a holder without a namespace and name")
                     return None
                 container = h.get("container")
                 holders.append(
@@ -560,7 +349,7 @@ class _Reader:
             if name is None:
                 continue
             if name in seen:
-                self._here(f"NIC {name[:64]!r} listed twice", Severity.MALFORMED)
+                self.here(f"NIC {name[:64]!r} listed twice", Severity.MALFORMED)
                 continue
             seen.add(name)
             address = self.address(n) if "addresses" in sections else None
@@ -648,7 +437,7 @@ class _Reader:
             size = self.key(p, "size", INT)
             raw_sets = p.get("sets")
             if raw_sets is None:
-                self._here("missing 'sets'")
+                self.here("missing 'sets'")
             sets = [
                 self.ints({"set": s}, "set", "GPUs of a set", MAX_GPUS)
                 for s in self.items(raw_sets, "sets", MAX_GPUS, objects=False)
@@ -671,7 +460,7 @@ class _Reader:
     def _network(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
         body = raw.get("network") or {}
         if not isinstance(body, Mapping):
-            self._here("network is not an object", Severity.MALFORMED)
+            self.here("network is not an object", Severity.MALFORMED)
             return
         neighbours = self.keyed(
             body.get("neighbours"),
@@ -700,7 +489,7 @@ class _Reader:
         if isinstance(domain, Mapping):
             out["nvlink_domain"] = (self.get(domain, "id", STR), self.get(domain, "healthy", BOOL))
         elif domain:
-            self._here("nvlinkDomain is not an object")
+            self.here("nvlinkDomain is not an object")
 
     def _sources(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
         out["sources"] = self.keyed(
@@ -747,123 +536,6 @@ class _Reader:
         if body is not None:
             out["allocation"] = PublishedAllocation(**self.fields(body, _ALLOCATION))
 
-    def _health(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
-        """``status.health``: absent is *not judged* (an older agent); an edge without its ``edge`` or a
-        known ``kind`` is left out (unknown); the baseline's counters that are not integers too."""
-        body = self.mapping(raw, "health")
-        if body is None:
-            return
-        edges = []
-        seen: set[str] = set()
-        for e in self.items(body.get("degraded"), "degraded edges", MAX_EDGES, one="a degraded edge"):
-            ident, kind = self.key(e, "edge", STR), self.key(e, "kind", STR)
-            if ident is None or kind is None:
-                continue
-            if ident in seen:  # the list is atomic: the API server does not keep the ids unique
-                self._here(f"edge {ident[:64]!r} listed twice")
-                continue
-            seen.add(ident)
-            if kind not in _KINDS_OF_EDGE:
-                self._here(f"edge kind {kind[:32]!r}")
-                continue
-            fields = self.fields(e, _EDGE)
-            device = self.get(e, "device", STR) or ident.partition("/")[0]
-            the_kind = _KINDS_OF_EDGE[kind]
-            # each fact once (``body.edge_json``): what the object leaves out is the edge's own
-            if fields["gpu"] is None and (gpu := _GPU_DEVICE.fullmatch(device)) is not None:
-                fields["gpu"] = int(gpu[1])
-            if fields["nic"] is None and the_kind is EdgeKind.PORT:
-                fields["nic"] = device
-            if fields["port"] is None and the_kind is EdgeKind.PORT and ident.startswith(device + "/port"):
-                number = ident[len(device) + 5 :]
-                fields["port"] = int(number) if number.isdigit() and len(number) < 10 else None
-            address = self.address(e)
-            if address is None and "pciBusID" not in e:
-                address = self._placed_address(raw, fields["gpu"], fields["nic"])
-            rates = []
-            for r in self.items(e.get("rates"), "rates of an edge", MAX_RATES, one="a rate"):
-                counter, per_hour = self.key(r, "counter", STR), self.key(r, "perHour", NUMBER)
-                if counter is not None and per_hour is not None:
-                    rates.append(CounterRate(counter=counter, per_hour=float(per_hour)))
-            edges.append(
-                EdgeHealth(
-                    edge=ident,
-                    kind=the_kind,
-                    device=device,
-                    address=address,
-                    reasons=self.strings(e.get("reasons"), "reasons", MAX_REASONS),
-                    message=self.get(e, "message", STR) or "",
-                    observed=self._link_state(e.get("observed")),
-                    capability=self._link_state(e.get("capability")),
-                    rates=tuple(rates),
-                    **fields,
-                )
-            )
-        baseline = None
-        raw_baseline = self.mapping(body, "baseline")
-        if raw_baseline is not None and (at := self.get(raw_baseline, "at", STR)) is not None:
-            counters = raw_baseline.get("counters") or {}
-            kept: list[tuple[str, tuple[tuple[str, int], ...]]] = []
-            if isinstance(counters, Mapping) and len(counters) <= MAX_EDGES:
-                for edge, values in counters.items():
-                    if isinstance(values, Mapping) and len(values) <= MAX_RATES:
-                        pairs = tuple(
-                            (str(k), v)
-                            for k, v in values.items()
-                            if type(v) is int and v >= 0 and isinstance(k, str)
-                        )
-                        if len(pairs) == len(values) and isinstance(edge, str):
-                            kept.append((edge, tuple(sorted(pairs))))
-                            continue
-                    self._here("a baseline counter that is not a count")
-            else:
-                self._here("baseline counters: not an object of at most the edges' bound")
-            baseline = CounterBaseline(
-                at=at,
-                edges=self.get(raw_baseline, "edges", STR) or "",
-                counters=tuple(sorted(kept)),
-                boot=self.get(raw_baseline, "boot", STR) or "",
-            )
-        out["health"] = HealthReport(
-            judged=True,
-            checked=self.get(body, "checked", INT) or 0,
-            degraded=tuple(edges),
-            baseline=baseline,
-        )
-
-    def _placed_address(self, raw: Mapping[str, Any], gpu: int | None, nic: str | None) -> PciAddress | None:
-        """The ``pciBusID`` an edge left out: its GPU's in ``status.gpus`` (else its NIC's in
-        ``status.nics``); None when that entry does not say it (not known)."""
-        if self._addresses is None:
-            self._addresses = {}
-            for key, listed, bound in (
-                ("index", raw.get("gpus"), MAX_GPUS),
-                ("name", raw.get("nics"), MAX_NICS),
-            ):
-                if type(listed) is not list or len(listed) > bound:
-                    continue  # the list's own problem is noted where it is read
-                for entry in listed:
-                    ident = entry.get(key) if isinstance(entry, Mapping) else None
-                    if type(ident) is (int if key == "index" else str):
-                        self._addresses.setdefault((key, ident), entry)
-        owner = ("index", gpu) if gpu is not None else ("name", nic) if nic is not None else None
-        entry = self._addresses.get(owner) if owner is not None else None
-        return self.address(entry) if entry is not None else None
-
-    def _link_state(self, raw: Any) -> LinkState:
-        if not isinstance(raw, Mapping):
-            if raw is not None:
-                self._here("a link state that is not an object")
-            return LinkState()
-        gts, rate = self.get(raw, "speedGTs", NUMBER), self.get(raw, "rateGbps", NUMBER)
-        return LinkState(
-            width=self.get(raw, "width", INT),
-            gts=float(gts) if gts is not None else None,
-            links=self.get(raw, "links", INT),
-            rate_gbps=float(rate) if rate is not None else None,
-            state=self.get(raw, "state", STR),
-        )
-
     def _summary(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
         body = self.mapping(raw, "summary")
         if body is not None:
@@ -909,9 +581,3 @@ def _numa_cpus(value: Any) -> dict[int, CpuSet]:
             except ValueError:
                 continue
     return out
-
-
-def _wrong(key: str, value: Any, kind: Kind) -> str:
-    """``rateGbps '400' is not a number``: a value of the wrong type, shown short."""
-    shown = repr(value)[:32] if isinstance(value, (str, int, float, bool)) else f"a {type(value).__name__}"
-    return f"{key} {shown} is not {_KINDS.get(kind, 'readable')}"

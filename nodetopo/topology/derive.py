@@ -1,6 +1,6 @@
 """Derivations: small pure functions over the graph that ``nodetopo.topology.graph.build_graph`` returns.
 
-Precedence when several sources know the same fact (see README "Sources and precedence"):
+Precedence when several sources know the same fact (see docs/sources.md):
 
 * GPU–GPU NVLink: NVML links > ``nvidia-smi topo -m`` ``NV#`` cells.
 * GPU–NIC PCIe class: ``nvidia-smi topo -m`` (the driver's view) is published when present; the

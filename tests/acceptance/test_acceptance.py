@@ -4,6 +4,7 @@ Prometheus text parser reads back, and the two-line use in a plain loop (no fram
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -97,6 +98,40 @@ def test_read_placement_without_a_report_knows_only_the_node(tmp_path: Path) -> 
         acceptance.read_placement(path, {})
 
 
+def test_a_deep_or_huge_report_is_a_placement_error() -> None:
+    """Was: 60,000 ``[`` raised ``RecursionError`` out of ``parse_report`` (past every ``except
+    ValueError`` of the workload), and a report of any length was decoded."""
+    with pytest.raises(PlacementError, match=r"^/x/probe.json:2: JSON nested deeper than 32 levels$"):
+        acceptance.parse_report('{"passed": true,\n"checks": ' + "[" * 60_000, "/x/probe.json")
+    assert acceptance.parse_report(report(gpus=[{"index": 0, "x": [[[[[[[[1]]]]]]]]}])).gpus  # shallow reads
+    huge = report(padding="x" * acceptance.MAX_REPORT_CHARS)
+    with pytest.raises(PlacementError, match=rf"^/x/probe.json: more than {acceptance.MAX_REPORT_CHARS} "):
+        acceptance.parse_report(huge, "/x/probe.json")
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "fifo", "directory"])
+def test_a_report_path_that_is_no_regular_file_is_a_placement_error(tmp_path: Path, kind: str) -> None:
+    """Was: ``/dev/zero`` read until MemoryError, a FIFO with no writer hung the workload at start.
+    Run in a child under 600 MB of address space and a timeout."""
+    path = {"/dev/zero": "/dev/zero", "fifo": str(tmp_path / "fifo"), "directory": str(tmp_path)}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    code = textwrap.dedent(
+        f"""
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (600 * 2**20, 600 * 2**20))
+        from nodetopo import acceptance
+        try:
+            acceptance.read_placement({path!r}, {{}})
+        except acceptance.PlacementError as e:
+            print("refused:", e)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stdout.startswith(f"refused: {path}: not a regular file"), done.stdout
+
+
 def test_series_carry_the_placement_and_leave_unknown_facts_out() -> None:
     registry = CollectorRegistry()
     placement = acceptance.parse_report(report())
@@ -165,7 +200,8 @@ EXAMPLE = """
 
 
 def test_a_plain_training_loop_serves_its_series_over_http(tmp_path: Path) -> None:
-    """The README's example as a process: the report file from the environment, /metrics on PORT."""
+    """docs/runtime-acceptance.md's example as a process: the report file from the environment,
+    /metrics on PORT."""
     import socket
 
     with socket.socket() as s:

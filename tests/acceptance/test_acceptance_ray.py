@@ -110,8 +110,8 @@ def test_ray_actors_label_their_steps_with_the_gpu_ray_gave_them(ray_gpu_node: t
     ray, report = ray_gpu_node
 
     class Trainer:
-        """The README's Ray example: a GPU actor that times its steps and serves them on `port`
-        (defined here, so that Ray ships it by value: the workers cannot import the tests)."""
+        """docs/runtime-acceptance.md's Ray example: a GPU actor that times its steps and serves them
+        on `port` (defined here, so that Ray ships it by value: the workers cannot import the tests)."""
 
         def __init__(self, port: int) -> None:
             from nodetopo import acceptance

@@ -212,20 +212,7 @@ def test_summarize_caps_models_keeping_the_most_nodes() -> None:
     assert "Z-big" in models and "M00000" in models and f"M{MAX_MODELS + 9:05d}" not in models
 
 
-# ---- the command ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-def cli_logging() -> Any:
-    """``nodetopo.cli.main`` configures the root logger (handler and level) for the process: put it
-    back, or later tests that read log records see a WARNING-level root."""
-    import logging
-
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
+# ---- the command (cli_logging: conftest.py) ---------------------------------------------
 
 
 def _write(path: Path, docs: list[Any]) -> Path:
@@ -323,7 +310,7 @@ def test_admit_bad_input_exits_2(
         tmp_path / "svc.yaml", [{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}]
     )
     assert main(["admit", str(service), "--summary", str(summary_file)]) == 2
-    assert "no Pod, Job (batch/v1), RayCluster, RayJob (ray.io) or JobSet" in capsys.readouterr().err
+    assert "no Pod, Job (batch/v1), RayCluster, RayJob (ray.io), JobSet" in capsys.readouterr().err
     broken = tmp_path / "broken.yaml"
     broken.write_text("kind: Pod\n  metadata: [\n")
     assert main(["admit", str(broken), "--summary", str(summary_file)]) == 2

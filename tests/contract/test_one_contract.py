@@ -41,6 +41,7 @@ NOT_A_PUBLISHED_NODETOPOLOGY = {
     "delivery/pods.py": "a Pod's status.phase (a finished pod holds no GPU)",
     "admission/controller.py": "the summary controller's own NodeTopologySummary",
     "admission/rules.py": "the NodeTopologySummary the admission rules are given",
+    "placement/claims.py": "a ResourceClaim's status.allocation and a Pod's status.resourceClaimStatuses",
     "perf/nvbandwidth.py": "an nvbandwidth -j testcase's status (Passed, Waived, Error)",
 }
 

@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from nodetopo.cli import main
-from nodetopo.export import NodePlace
+from nodetopo.export import NodePlace, targets
 from nodetopo.export.controller import OWNER_LABEL, OWNER_VALUE, ExportState, ExportWriter, observe, plan
+from nodetopo.export.keys import KEY_SETS
 from nodetopo.model import FabricTier, Facts, NetworkObservation
 from nodetopo.resource.body import to_nodetopology
 from nodetopo.topology.derive import derive_topology
@@ -78,8 +79,8 @@ def test_writer_waits_for_both_lists_and_follows_events() -> None:
     deleted: list[str] = []
     writer = ExportWriter(
         state,
-        lambda name, body, force: applied.append((name, members(body))),
-        lambda name, uid: deleted.append(name),
+        lambda target, name, body, force: applied.append((name, members(body))),
+        lambda target, name, uid: deleted.append(name),
     )
     state.places.replace([])
     for name in ("n1", "n2"):
@@ -103,6 +104,86 @@ def test_writer_waits_for_both_lists_and_follows_events() -> None:
     applied.clear()
     writer.reconcile_once()
     assert applied == [("t0-leaf-a", ["n1"])]
+
+
+def topology(
+    name: str, levels: list[str], *, owned: bool = True, uid: str = "u", deleting: bool = False
+) -> Any:
+    meta: dict[str, Any] = {"name": name, "uid": uid, "labels": {OWNER_LABEL: OWNER_VALUE} if owned else {}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "spec": {"levels": [{"nodeLabel": level} for level in levels]}}
+
+
+def levels(body: dict[str, Any]) -> list[str]:
+    return [level["nodeLabel"] for level in body["spec"]["levels"]]
+
+
+ONE_TIER = ["nodetopo.io/fabric.tier-0", "kubernetes.io/hostname"]
+
+
+@pytest.mark.parametrize("make", [targets.kueue, targets.kai])
+def test_a_topology_is_created_kept_and_replaced_when_its_levels_change(make: Any) -> None:
+    target = make()
+    first = plan(two("n1", "n2"), {}, target)
+    assert [(b["metadata"]["name"], levels(b), f) for b, f in first.apply] == [("nodetopo", ONE_TIER, False)]
+    assert first.apply[0][0]["apiVersion"] == f"{target.group}/{target.version}"
+    assert first.apply[0][0]["metadata"]["labels"] == {OWNER_LABEL: OWNER_VALUE}
+    seen = dict([observe(topology("nodetopo", ONE_TIER, uid="u1"))])
+    assert plan(two("n1", "n2", "n3"), seen, target).apply == ()  # a node joins: the levels stay
+    deeper = [NodePlace(name=n, tiers={0: "leaf-a", 1: "spine"}) for n in ("n1", "n2")]
+    replaced = plan(deeper, seen, target)  # a tier appears: levels are immutable, delete first
+    assert replaced.apply == () and replaced.delete == (("nodetopo", "u1"),)
+    assert [levels(b) for b, _ in plan(deeper, {}, target).apply] == [
+        ["nodetopo.io/fabric.tier-1", *ONE_TIER]
+    ]  # and created again once it is gone
+    # no fabric tier at all: nothing written, the one there kept
+    flat = [NodePlace(name="n1", tiers={})]
+    assert plan(flat, {}, target).apply == () and plan(flat, seen, target).delete == ()
+    assert plan(flat, {}, target).missing == (
+        "no fabric tiers in the 1 NodeTopology object(s): no Topology written",
+    )
+    # renamed: the old one (ours) goes
+    renamed = plan(two("n1"), seen, make(topology="gpu"))
+    assert [b["metadata"]["name"] for b, _ in renamed.apply] == ["gpu"] and renamed.delete == (
+        ("nodetopo", "u1"),
+    )
+
+
+def test_a_topology_held_by_a_finalizer_or_not_ours_is_left_alone() -> None:
+    target = targets.kueue()
+    held = dict([observe(topology("nodetopo", ["x/y", "kubernetes.io/hostname"], deleting=True))])
+    todo = plan(two("n1"), held, target)
+    assert todo.apply == () and todo.delete == () and todo.waiting == ("nodetopo",)
+    theirs = dict([observe(topology("nodetopo", ["x/y", "kubernetes.io/hostname"], owned=False))])
+    todo = plan(two("n1"), theirs, target)
+    assert todo.apply == () and todo.delete == () and todo.foreign == ("nodetopo",)
+
+
+def test_controller_topology_names_the_keys_asked_for() -> None:
+    target = targets.kai(keys=KEY_SETS["gfd-topograph"])
+    ((body, _),) = plan(two("n1"), {}, target).apply
+    assert levels(body) == ["fabric.topograph.run/tier-0", "kubernetes.io/hostname"]
+
+
+def test_writer_reconciles_each_target_once_its_own_list_completed() -> None:
+    chosen = targets.targets(["kai", "volcano", "kueue"])
+    assert [t.name for t in chosen] == ["volcano", "kueue", "kai"]
+    state = ExportState(chosen)
+    writes: list[tuple[str, str]] = []
+    writer = ExportWriter(
+        state, lambda target, name, body, force: writes.append((target.name, name)), lambda *a: None
+    )
+    state.places.replace([])
+    state.places.upsert(nodetopology("n1", "leaf-a"))
+    state.places.synced.set()
+    state.observed["kueue"].synced.set()  # Volcano's and KAI's lists have not completed (no CRD yet)
+    writer.reconcile_once()
+    assert writes == [("kueue", "nodetopo")]
+    state.observed["volcano"].synced.set()
+    writes.clear()
+    writer.reconcile_once()
+    assert sorted(writes) == [("kueue", "nodetopo"), ("volcano", "t0-leaf-a")]  # kueue: not observed yet
 
 
 @pytest.mark.parametrize("fmt", ["volcano", "kueue", "kai", "slurm"])

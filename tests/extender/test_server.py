@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from nodetopo.errors import ParseError
 from nodetopo.extender.cache import ClusterState
 from nodetopo.extender.server import (
     NO_TOPOLOGY,
@@ -218,6 +219,32 @@ class _FakeApi:
 
 def _obj(name: str, rv: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "resourceVersion": rv}, "status": {}}
+
+
+def test_a_list_page_or_a_watch_event_nested_too_deep_is_a_parse_error() -> None:
+    """Was: ``RecursionError`` out of the reflector's list and watch (json.loads of the server's
+    answer); now the bounded reader's ``ParseError``, which the run loop retries like any failure."""
+    stop = threading.Event()
+
+    def ignore(*args: Any) -> None:
+        pass
+
+    handlers = Handlers(replace=ignore, upsert=ignore, delete=ignore, synced=threading.Event())
+    deep = "[" * 100_000 + "]" * 100_000
+    page = _Response()
+    page.data = ('{"items": ' + deep + "}").encode()
+    reflector = Reflector(_FakeApi([page], stop), "things", handlers, stop=stop)
+    with pytest.raises(
+        ParseError, match=r"^kube: list things: JSON nested deeper than the decoder recurses$"
+    ):
+        reflector.list_all()
+    event = _Response(lines=[{"type": "ADDED", "object": {}}])
+    event.stream = lambda amt, decode_content=True: iter([('{"object": ' + deep + "}\n").encode()])
+    reflector = Reflector(_FakeApi([event], stop), "things", handlers, stop=stop)
+    reflector.resource_version = "1"
+    with pytest.raises(ParseError, match=r"^kube: watch things: JSON nested deeper than"):
+        reflector.watch_once()
+    assert not handlers.synced.is_set()
 
 
 def test_reflector_pages_watches_and_relists_on_410() -> None:

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 from admit.cases import CASES, USER_WORKLOADS, Case, manifest, summary, topology_of
+from admit.claim_cases import CLAIM_CASES, ClaimCase, claim_manifest
 
 from nodetopo.admission.controller import FIELD_MANAGER
 from nodetopo.admission.rules import check
@@ -50,13 +51,23 @@ def _now() -> datetime.datetime:
 
 
 #: Where each kind of the table is created (RayCluster, RayJob and JobSet from their CRDs).
-PLURALS = {"Job": "jobs", "RayCluster": "rayclusters", "RayJob": "rayjobs", "JobSet": "jobsets"}
+PLURALS = {
+    "Job": "jobs",
+    "RayCluster": "rayclusters",
+    "RayJob": "rayjobs",
+    "JobSet": "jobsets",
+    "ResourceClaim": "resourceclaims",
+    "ResourceClaimTemplate": "resourceclaimtemplates",
+}
 POLICIES = (
     "nodetopo-annotations",
     "nodetopo-topology",
     "nodetopo-workload-annotations",
     "nodetopo-workload-topology",
+    "nodetopo-claim-annotations",
+    "nodetopo-claim-topology",
 )
+CLAIM_TABLE = sorted(CLAIM_CASES, key=lambda c: ORDER.index(c.summary))
 
 
 def _path(obj: dict[str, Any], namespace: str) -> str:
@@ -176,6 +187,36 @@ def test_case_on_the_api_server(admission: Admission, case: Case) -> None:
     obj = manifest(case, f"{case.id}-{uuid.uuid4().hex[:6]}", admission.namespaces["deny"])
     admission.settled(obj, case.expected)
     assert admission.verdict(obj, admission.namespaces["deny"]) == case.expected
+
+
+@pytest.mark.parametrize("case", CLAIM_TABLE, ids=[f"{c.summary}-{c.id}" for c in CLAIM_TABLE])
+def test_claim_case_on_the_api_server(admission: Admission, case: ClaimCase) -> None:
+    """The API server serves resource.k8s.io/v1 (DRA is GA in 1.34) and its claim policies give each
+    ResourceClaim and ResourceClaimTemplate of the table exactly the verdict of ``nodetopo admit``."""
+    admission.set_summary(case.summary)
+    obj = claim_manifest(case, f"{case.id}-{uuid.uuid4().hex[:6]}", admission.namespaces["deny"])
+    admission.settled(obj, case.expected)
+    assert admission.verdict(obj, admission.namespaces["deny"]) == case.expected
+
+
+def test_a_refused_claim_template_in_warn_mode(admission: Admission, cluster: LocalCluster) -> None:
+    """``kubectl create`` of a claim template asking 16 GPUs in one island: warn mode admits it and
+    kubectl prints the claim policy's message."""
+    case = next(c for c in CLAIM_CASES if c.id == "template-island-16-too-big")
+    assert case.expected is not None
+    admission.set_summary(case.summary)
+    namespace = admission.namespaces["warn"]
+    obj = claim_manifest(case, f"warn-{uuid.uuid4().hex[:6]}", namespace)
+    admission.settled(claim_manifest(case, obj["metadata"]["name"], namespace), case.expected)
+    done = _kubectl_create(cluster, obj)
+    assert done.returncode == 0, done.stderr
+    admission.created.append(f"{_path(obj, namespace)}/{obj['metadata']['name']}")
+    policy, message = case.expected
+    print(done.stderr)
+    assert (
+        f"Warning: Validation failed for ValidatingAdmissionPolicy '{policy}' with binding "
+        f"'{policy}-warn': {message}"
+    ) in done.stderr
 
 
 @pytest.mark.parametrize("index", range(3), ids=["raycluster", "rayjob-attached", "jobset"])

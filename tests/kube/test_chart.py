@@ -37,6 +37,8 @@ ALL_OPTIONAL = (
     "--set", "metrics.serviceMonitor.enabled=true",
     "--set", "metrics.podMonitor.enabled=true",
     "--set", "metrics.prometheusRule.enabled=true",
+    "--set", "exportController.enabled=true",
+    "--set", "exportController.exports={volcano,kueue,kai}",
 )  # fmt: skip
 MONITORING = "monitoring.coreos.com"
 
@@ -94,7 +96,12 @@ def test_chart_and_kustomize_produce_the_same_objects(cluster: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("part", "flag"), [("extender", "extender.enabled"), ("admission", "admission.enabled")]
+    ("part", "flag"),
+    [
+        ("extender", "extender.enabled"),
+        ("admission", "admission.enabled"),
+        ("export", "exportController.enabled"),
+    ],
 )
 def test_optional_parts_match_their_kustomizations(cluster: Any, part: str, flag: str) -> None:
     theirs = by_identity(kustomize(cluster, REPO / "deploy" / part))
@@ -319,7 +326,8 @@ VALUE_SETS = {
     # every component's pod values at once: the API server checks each field lands in a valid place
     "components": (
         *ALL_OPTIONAL,
-        *(a for c in ("agent", "extender", "scheduler", "admission.summaryController") for a in (
+        *(a for c in ("agent", "extender", "scheduler", "admission.summaryController", "exportController")
+          for a in (
             "--set-json", f'{c}.nodeSelector={{"pool": "gpu"}}',
             "--set-json", f'{c}.tolerations=[{{"key": "dedicated", "operator": "Exists"}}]',
             "--set-json", f"{c}.affinity={json.dumps(PREFER_POOL)}",
@@ -490,6 +498,7 @@ def test_notes_say_what_to_run_next(cluster: Any) -> None:
         "install", "gpu", str(CHART), "--namespace", "topo", "--dry-run=client",
         "--kubeconfig", str(cluster.kubeconfig_for("admin")), "--set", "crds.install=false",
         *ALL_OPTIONAL[:6],  # not the monitoring.coreos.com objects: their CRDs are not installed here
+        *ALL_OPTIONAL[-4:],
     )  # fmt: skip
     notes = done.stdout.split("NOTES:", 1)[1]
     commands = [line.strip() for line in notes.splitlines() if line.startswith("  ")]
@@ -500,7 +509,8 @@ def test_notes_say_what_to_run_next(cluster: Any) -> None:
         "nodetopo.io/gpu.count,nodetopo.io/nvlink.island-size,nodetopo.io/gpu-nic.distance",
         "helm test gpu -n topo --logs",
     ]
-    for part in ("extender", "scheduler", "summary-controller"):
+    assert "The export controller (volcano, kueue, kai):" in notes
+    for part in ("extender", "scheduler", "summary-controller", "export-controller"):
         assert f"kubectl -n topo rollout status deployment/gpu-nodetopo-{part}" in commands
     assert "http://gpu-nodetopo-extender.topo.svc:8888" in notes
     assert "schedulerName: gpu-nodetopo-scheduler" in notes

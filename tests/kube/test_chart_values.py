@@ -1,7 +1,8 @@
 """Every value of the chart (charts/nodetopo/values.yaml) is in values.schema.json and rendered by a
 test here: each case sets values with the real ``helm template`` and checks where they land; a value
-that no case covers fails ``test_every_value_is_rendered_by_a_case``. The four components (agent,
-extender, second scheduler, summary controller) take the same pod values, checked for each."""
+that no case covers fails ``test_every_value_is_rendered_by_a_case``. The five components (agent,
+extender, second scheduler, summary controller, export controller) take the same pod values, checked
+for each."""
 
 from __future__ import annotations
 
@@ -82,6 +83,9 @@ COMPONENTS = {
     ),
     "admission.summaryController": (
         "Deployment", "summary-controller", "summary-controller", ("admission.enabled=true",),
+    ),
+    "exportController": (
+        "Deployment", "export-controller", "export-controller", ("exportController.enabled=true",),
     ),
 }  # fmt: skip
 
@@ -280,7 +284,10 @@ def hook_pod(docs: Docs) -> dict[str, Any]:
 
 def every_nodetopo_image(expected: Callable[[str], bool]) -> Callable[[Docs], None]:
     def check(docs: Docs) -> None:
-        images = [container(docs, c)["image"] for c in ("agent", "extender", "admission.summaryController")]
+        images = [
+            container(docs, c)["image"]
+            for c in ("agent", "extender", "admission.summaryController", "exportController")
+        ]
         images.append(hook_pod(docs)["spec"]["containers"][0]["image"])
         assert all(expected(i) for i in images), images
         assert container(docs, "scheduler")["image"].startswith("registry.k8s.io/kube-scheduler:")
@@ -322,6 +329,20 @@ def nfd(docs: Docs) -> None:
     assert "--nfd" in agent["spec"]["template"]["spec"]["containers"][0]["args"]
     assert ("Role", "nodetopo", f"{FULL}-agent-nfd") in docs
     assert ("ValidatingAdmissionPolicy", "", f"{FULL}-agent-own-nodefeature") in docs
+
+
+def export_rules(docs: Docs) -> None:
+    """Each export enabled is granted its own kind, and no other export's."""
+    role = docs[("ClusterRole", "", f"{FULL}-export-controller")]
+    groups = [(r["apiGroups"], r["resources"]) for r in role["rules"]]
+    assert groups == [
+        (["nodetopo.io"], ["nodetopologies"]),
+        (["kueue.x-k8s.io"], ["topologies"]),
+        (["kai.scheduler"], ["topologies"]),
+    ], groups
+    args = argv(docs, "exportController")
+    assert args[:5] == ["export-controller", "--export=kueue", "--export=kai", "--topology-name=nodetopo",
+                        "--levels-from=nodetopo"], args  # fmt: skip
 
 
 def no_probe_roles(docs: Docs) -> None:
@@ -398,7 +419,10 @@ DASHBOARD = ("metrics.dashboard.enabled=true", "metrics.dashboard.labels.team=gp
 
 MONITORING = ("metrics.serviceMonitor.enabled=true", "metrics.podMonitor.enabled=true",
               "metrics.prometheusRule.enabled=true")  # fmt: skip
-OPTIONAL = ("extender.enabled=true", "scheduler.enabled=true", "admission.enabled=true")
+OPTIONAL = (
+    "extender.enabled=true", "scheduler.enabled=true", "admission.enabled=true",
+    "exportController.enabled=true",
+)  # fmt: skip
 
 CASES: list[Case] = [
     *(case for component in COMPONENTS for case in common_cases(component)),
@@ -411,7 +435,7 @@ CASES: list[Case] = [
          every_nodetopo_image(lambda i: i == f"ghcr.io/nodetopo/nodetopo@{DIGEST}"), OPTIONAL),
     Case(("image.pullPolicy",), s("image.pullPolicy=Never"),
          lambda d: that([container(d, c)["imagePullPolicy"] for c in COMPONENTS if c != "scheduler"]
-                        == ["Never"] * 3), OPTIONAL),
+                        == ["Never"] * 4), OPTIONAL),
     Case(("imagePullSecrets",), sj("imagePullSecrets", [{"name": "registry"}]), pull_secrets, OPTIONAL),
     Case(("namespace.create",), s("namespace.create=true"), namespace_object),
     Case(("crds.install",), s("crds.install=false"), no_crds),
@@ -455,6 +479,18 @@ CASES: list[Case] = [
          lambda d: that(workload(d, "scheduler")["spec"]["replicas"] == 3), COMPONENTS["scheduler"][3]),
     Case(("admission.enabled",), s("admission.enabled=true"),
          lambda d: that(("ValidatingAdmissionPolicy", "", f"{FULL}-topology") in d)),
+    # the export controller: which exports (each its own rule), how a Topology's levels are named
+    Case(("exportController.enabled",), s("exportController.enabled=true"),
+         lambda d: that(("Deployment", NAMESPACE, f"{FULL}-export-controller") in d, d)),
+    Case(("exportController.exports",), s("exportController.exports={kueue,kai}"), export_rules,
+         ("exportController.enabled=true",)),
+    Case(("exportController.topologyName", "exportController.levelsFrom", "exportController.nvlinkLevel"),
+         s("exportController.exports={kueue}", "exportController.topologyName=fabric",
+           "exportController.levelsFrom=gfd-topograph", "exportController.nvlinkLevel=true"),
+         lambda d: that(argv(d, "exportController")[1:5] == [
+             "--export=kueue", "--topology-name=fabric", "--levels-from=gfd-topograph", "--nvlink-level"],
+             argv(d, "exportController")),
+         ("exportController.enabled=true",)),
     # the probe's roles, helm test
     Case(("probe.rbac.create",), s("probe.rbac.create=false"), no_probe_roles),
     Case(("probe.serviceAccounts",),
@@ -565,6 +601,9 @@ def test_combinations_that_cannot_work_are_refused(values: tuple[str, ...], comp
         (sj("probe.serviceAccounts", [{"name": "x"}]), "/probe/serviceAccounts/0"),
         (s("tests.timeoutSeconds=0"), "/tests/timeoutSeconds"),
         (sj("extender.extraEnv", [{"value": "x"}]), "/extender/extraEnv/0"),
+        (s("exportController.exports={slurm}"), "/exportController/exports/0"),
+        (s("exportController.levelsFrom=topograph"), "/exportController/levelsFrom"),
+        (s("exportController.topologyName=Not_A_Name"), "/exportController/topologyName"),
     ],
 )  # fmt: skip
 def test_schema_refuses_bad_component_values(values: tuple[str, ...], complaint: str) -> None:

@@ -73,13 +73,13 @@ def controller_kubeconfig(cluster: LocalCluster, tmp_path_factory: pytest.TempPa
 
 
 @contextlib.contextmanager
-def _controller(kubeconfig: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def _controller(kubeconfig: Path, log: Path, *extra: str) -> Iterator[subprocess.Popen[bytes]]:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
     argv = [sys.executable, "-m", "nodetopo", "export-controller", "--kubeconfig", str(kubeconfig)]
-    argv += ["--debounce", "0.2", "--log-level", "info"]
+    argv += ["--debounce", "0.2", "--log-level", "info", *extra]
     with log.open("ab") as handle:
         process = subprocess.Popen(
             argv, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True, env=env

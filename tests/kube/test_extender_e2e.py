@@ -55,12 +55,18 @@ def _as_token(cluster: LocalCluster, token: str, method: str, path: str, body: A
 
 
 def test_extender_service_account_is_read_only(cluster: LocalCluster) -> None:
-    """deploy/extender/rbac.yaml: list/watch NodeTopology objects and pods, nothing else."""
+    """deploy/extender/rbac.yaml: list/watch NodeTopology objects and pods, get a ResourceClaim by
+    name (404: allowed, not there), nothing else."""
     token = s.extender_token(cluster)
     assert _as_token(cluster, token, "GET", "/apis/nodetopo.io/v1alpha1/nodetopologies?limit=1") == 200
     assert _as_token(cluster, token, "GET", "/api/v1/pods?limit=1") == 200
     assert _as_token(cluster, token, "GET", "/api/v1/pods?watch=1&timeoutSeconds=1") == 200
+    claims = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
+    assert _as_token(cluster, token, "GET", f"{claims}/absent") == 404
     denied = [
+        ("GET", claims, None),
+        ("GET", "/apis/resource.k8s.io/v1/resourceclaims", None),
+        ("GET", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaimtemplates/absent", None),
         ("GET", "/api/v1/nodes", None),
         ("GET", "/api/v1/secrets", None),
         ("DELETE", "/apis/nodetopo.io/v1alpha1/nodetopologies/anything", None),

@@ -2,8 +2,8 @@
 on PATH as a plugin, against the real API server holding NodeTopology objects published from
 fixture bundles.
 
-It also produces the README's "Look at a node from your laptop" example: run with ``-s`` to see the
-real output (`python -m pytest tests/kube/test_kubectl_ntopo.py -s`).
+It also produces the "Look at a node from your laptop" example of docs/kubectl-ntopo.md: run with
+``-s`` to see the real output (`python -m pytest tests/kube/test_kubectl_ntopo.py -s`).
 """
 
 from __future__ import annotations
@@ -406,8 +406,9 @@ def test_one_line_errors(installed: dict[str, str], published: dict[str, str], k
 def test_the_readme_example_is_real_output(
     installed: dict[str, str], published: dict[str, str], kubeconfig: Path
 ) -> None:
-    """README's "Look at a node from your laptop" block, node names aside, is what these commands print."""
-    readme = (ROOT / "README.md").read_text()
+    """docs/kubectl-ntopo.md's "Look at a node from your laptop" block, node names aside, is what these
+    commands print."""
+    readme = (ROOT / "docs" / "kubectl-ntopo.md").read_text()
     block = readme.split("```\n$ kubectl ntopo nodes\n", 1)[1].split("```")[0]
     suffix = next(iter(published.values())).rsplit("-", 1)[1]
     block = re.sub(r"(ntopo-[a-z0-9-]+)-[0-9a-f]{6}\b", lambda m: f"{m[1]}-{suffix}", block)

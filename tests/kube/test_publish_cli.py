@@ -1,7 +1,7 @@
 """`nodetopo publish --from BUNDLE` as a user runs it, against the real API server.
 
-It also produces the README's `kubectl get ntopo` example: run with ``-s`` to see the real output
-(`python -m pytest tests/kube/test_publish_cli.py -s`).
+It also produces the `kubectl get ntopo` example of docs/nodetopology.md: run with ``-s`` to see the
+real output (`python -m pytest tests/kube/test_publish_cli.py -s`).
 """
 
 from __future__ import annotations

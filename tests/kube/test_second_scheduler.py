@@ -141,7 +141,8 @@ def test_the_shipped_config_opts_pods_in_and_blocks_only_them(cluster: LocalClus
     assert "kubeconfig" not in config.get("clientConnection", {})  # in-cluster: the service account
     (extender,) = config["extenders"]
     assert extender["urlPrefix"] == "http://nodetopo-extender.nodetopo.svc:8888"
-    assert extender["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
+    # every opted-in pod is sent, claim-based ones included (no resource name to match a claim by)
+    assert "managedResources" not in extender
     assert extender["nodeCacheCapable"] is True
     # Only opted-in pods depend on it: they wait for the extender rather than land topology-blind.
     assert extender["ignorable"] is False

@@ -10,6 +10,7 @@ server is a closed port or a listener on loopback.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import stat
@@ -23,10 +24,12 @@ import pytest
 import yaml
 
 from kubeclient.test_kubeconfig import SECRET, closed_port, kubeconfig
-from nodetopo.kube.config import cluster_access
-from nodetopo.kube.errors import CredentialError, KubeConfigError, redact_url
+from nodetopo.errors import ForbiddenError, TransientError
+from nodetopo.kube.config import ClusterAccess, cluster_access
+from nodetopo.kube.errors import CredentialError, KubeConfigError, field_conflicts, redact_url, status_message
 from nodetopo.kube.exec import EXEC_OUTPUT_LIMIT, ExecCredentials, parse_exec_plugin
-from nodetopo.kube.transport import KubeConnection
+from nodetopo.kube.session import ApiSession
+from nodetopo.kube.transport import ApiResponse, KubeConnection
 
 RUN = [sys.executable, "-m", "nodetopo"]
 MEMORY_LIMIT = 600 * 2**20
@@ -253,6 +256,85 @@ def test_the_probe_refuses_a_device_as_nodetopology_file() -> None:
     done = run(["probe", "--no-event", "--nodetopology", "/dev/zero", "--root", "/"], timeout=60)
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert "--nodetopology /dev/zero" in done.stdout and "a character device" in done.stdout, done.stdout
+
+
+def test_the_probe_reads_a_deeply_nested_nodetopology_file_as_a_parse_error(tmp_path: Path) -> None:
+    """Was: ``--nodetopology F: maximum recursion depth exceeded while decoding a JSON array``
+    (json.loads' RecursionError in the report): now the bounded reader's typed refusal."""
+    nested = tmp_path / "nt.json"
+    nested.write_text('{"kind": "NodeTopology",\n"status": ' + "[" * 60_000 + "]" * 60_000 + "}")
+    done = run(["probe", "--no-event", "--nodetopology", str(nested), "--root", "/"], timeout=60)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    said = f"--nodetopology: {nested}:2: JSON nested deeper than 32 levels"
+    assert said in done.stdout and "recursion" not in done.stdout, done.stdout[-3000:]
+
+
+# ---- the API server's answers ------------------------------------------------------------------
+
+
+class _Answers(KubeConnection):
+    """A connection whose every request is answered ``status`` with ``data`` (nothing is sent)."""
+
+    def __init__(self, status: int, data: bytes) -> None:
+        super().__init__(ClusterAccess(server="https://127.0.0.1:1", source="test"))
+        self.status, self.data = status, data
+
+    def request(self, method: str, path: str, **kwargs: Any) -> ApiResponse:
+        return ApiResponse(status=self.status, reason="", headers={}, data=self.data)
+
+
+def test_an_api_answer_nested_too_deep_is_a_typed_error_not_a_recursion_error() -> None:
+    """Was: ``RecursionError`` out of the session (json.loads of a 200 answer), past every
+    ``except PublishError``; the probe's NodeTopology read and the agent's reads alike."""
+    deep = ('{"kind": "Node",\n"metadata": ' + "[" * 100_000 + "]" * 100_000 + "}").encode()
+    session = ApiSession(_Answers(200, deep))
+    with pytest.raises(
+        TransientError,
+        match=r"^read Node n1: the answer is not JSON \(JSON nested deeper than the decoder recurses\): ",
+    ):
+        session.read_node("n1")
+    with pytest.raises(TransientError, match=r"the answer is not JSON \(JSON nested deeper than"):
+        session.read_cluster_object("nodetopo.io", "v1alpha1", "nodetopologies", "n1")
+
+
+def test_an_error_body_nested_or_huge_is_clipped_not_decoded() -> None:
+    """An Event the API server refuses (the probe's, the agent's): its ``metav1.Status`` body is
+    read through the bounded reader. Was: a 32 MiB body decoded whole (the message it holds
+    allocated again, then clipped to 300 characters)."""
+    import tracemalloc
+
+    deep = '{"message":\n' + "[" * 100_000 + "]" * 100_000 + "}"
+    session = ApiSession(_Answers(403, deep.encode()))
+    with pytest.raises(ForbiddenError) as refused:
+        session.create_event("default", {"kind": "Event"})
+    assert str(refused.value).startswith('create Event in default: HTTP 403: {"message":'), refused.value
+    huge = '{"kind": "Status", "message": "' + "x" * (32 * 2**20) + '"}'
+    tracemalloc.start()
+    try:
+        said = status_message(huge)
+        assert field_conflicts(huge) == ()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert said == huge[:500]
+    assert peak < 4 * 2**20, f"{peak / 2**20:.1f} MiB to read a 32 MiB error body"
+    conflict = json.dumps(
+        {
+            "kind": "Status",
+            "message": "Apply failed with 1 conflict",
+            "details": {
+                "causes": [
+                    {
+                        "reason": "FieldManagerConflict",
+                        "message": 'conflict with "kubectl-label" using v1',
+                        "field": ".metadata.labels.nodetopo.io/numa.count",
+                    }
+                ]
+            },
+        }
+    )
+    assert status_message(conflict) == "Apply failed with 1 conflict"
+    assert field_conflicts(conflict) == ((".metadata.labels.nodetopo.io/numa.count", "kubectl-label"),)
 
 
 # ---- credentials in the server URL --------------------------------------------------------------

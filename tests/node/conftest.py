@@ -123,7 +123,7 @@ def node(node_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -
 
 @pytest.fixture(scope="session")
 def image_archive(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The image, built exactly as README documents (``python3 image/build_oci.py --out ...``):
+    """The image, built exactly as docs/deploy.md documents (``python3 image/build_oci.py --out ...``):
     build_oci.py's summary plus ``archive_bytes``."""
     archive = Path(tmp_path_factory.mktemp("image")) / "nodetopo.oci.tar"
     done = subprocess.run(

@@ -7,164 +7,40 @@ The tests run in file order on one DaemonSet (module fixture); each leaves the a
 
 from __future__ import annotations
 
-import base64
 import json
-import os
-import ssl
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from kube.cluster import LocalCluster
 from monitoring.promtool import expr_tests_file, input_series_from_scrape, series_of
 from monitoring.promtool import run as promtool
 
+from nodetopo.publish.node_labels import owned_label_keys
+from nodetopo.publish.ownership import REASON
 from nodetopo.resource.conditions import condition_type
 
-from .node import REPO, LocalNode
+from .agent import (
+    AGENT_USER,
+    NAMESPACE,
+    NODE_NAME_EXTRA,
+    WRITES,
+    Agent,
+    bearer,
+    is_ready,
+    is_running_unready,
+    jwt_claims,
+    label_managers,
+    normalized,
+    write_overlay,
+)
+from .node import LocalNode
 
 pytestmark = [pytest.mark.k8s, pytest.mark.node]
-
-NAMESPACE = "nodetopo"
-SELECTOR = "app.kubernetes.io/name=nodetopo-agent"
-AGENT_USER = f"system:serviceaccount:{NAMESPACE}:nodetopo-agent"
-WRITES = {"create", "update", "patch", "delete", "deletecollection"}
-NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
-
-
-def write_overlay(directory: Path, node: LocalNode) -> Path:
-    """The test overlay: deploy/ + pull policy Never + the API server's address for the pod + the
-    test kubelet's root directory (it is not /var/lib/kubelet) for the PodResources socket."""
-    directory.mkdir(parents=True, exist_ok=True)
-    deployed = yaml.safe_load((REPO / "deploy" / "daemonset.yaml").read_text())
-    volumes = [v["name"] for v in deployed["spec"]["template"]["spec"]["volumes"]]
-    patch = [
-        {"op": "replace", "path": "/spec/template/spec/containers/0/imagePullPolicy", "value": "Never"},
-        {
-            "op": "replace",
-            "path": f"/spec/template/spec/volumes/{volumes.index('pod-resources')}/hostPath/path",
-            "value": str(node.kubelet_root / "pod-resources"),
-        },
-        {
-            "op": "add",
-            "path": "/spec/template/spec/containers/0/env/-",
-            "value": {"name": "KUBERNETES_SERVICE_HOST", "value": node.api_host},
-        },
-        {
-            "op": "add",
-            "path": "/spec/template/spec/containers/0/env/-",
-            "value": {"name": "KUBERNETES_SERVICE_PORT", "value": str(node.api_port)},
-        },
-    ]
-    kustomization = {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": [os.path.relpath(REPO / "deploy", directory)],
-        "patches": [
-            {"target": {"kind": "DaemonSet", "name": "nodetopo-agent"}, "patch": yaml.safe_dump(patch)}
-        ],
-    }
-    (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
-    return directory
-
-
-class Agent:
-    """The installed DaemonSet and its pod on ``node``."""
-
-    def __init__(self, node: LocalNode) -> None:
-        self.node = node
-        self.cluster: LocalCluster = node.cluster
-        self.installed_at = 0.0
-        self.ready_after = 0.0
-
-    def pods(self) -> list[dict[str, Any]]:
-        done = self.cluster.kubectl("get", "pods", "-n", NAMESPACE, "-l", SELECTOR, "-o", "json")
-        return [p for p in json.loads(done.stdout)["items"] if not p["metadata"].get("deletionTimestamp")]
-
-    def pod(self) -> dict[str, Any]:
-        pods = self.pods()
-        assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
-        return pods[0]
-
-    def wait(
-        self, what: str, check: Callable[[dict[str, Any]], bool], timeout: float = 120
-    ) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        last: Any = None
-        while time.monotonic() < deadline:
-            pods = self.pods()
-            if len(pods) == 1 and check(pods[0]):
-                return pods[0]
-            last = [(p["metadata"]["name"], p.get("status")) for p in pods]
-            time.sleep(0.5)
-        raise AssertionError(
-            f"agent pod not {what} after {timeout:.0f}s: {json.dumps(last)[-3000:]}\n{self.events()}"
-        )
-
-    def wait_ready(self, timeout: float = 120) -> dict[str, Any]:
-        assert self.node.forwarder is not None
-        if self.node.forwarder._listener is None:
-            self.node.forwarder.start()
-        return self.wait("Ready", is_ready, timeout)
-
-    def events(self) -> str:
-        return str(self.cluster.kubectl("get", "events", "-n", NAMESPACE, check=False).stdout)[-3000:]
-
-    def logs(self, pod: dict[str, Any]) -> str:
-        return str(self.cluster.kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"]).stdout)
-
-    def token(self, pod: dict[str, Any]) -> str:
-        """The pod's projected service-account token, as the real kubelet wrote it on the node."""
-        volumes = (
-            self.node.kubelet_root / "pods" / pod["metadata"]["uid"] / "volumes" / "kubernetes.io~projected"
-        )
-        tokens = sorted(volumes.glob("kube-api-access-*/token"))
-        assert tokens, f"no projected token under {volumes}"
-        return tokens[0].read_text().strip()
-
-    def metrics(self, pod: dict[str, Any]) -> str:
-        url = f"http://{pod['status']['podIP']}:8080/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return str(response.read().decode())
-
-    def writes_since(self, offset: int) -> list[dict[str, Any]]:
-        events = self.cluster.audit_events(since=offset, user=AGENT_USER)
-        return [e for e in events if e["verb"] in WRITES]
-
-    def node_labels(self) -> dict[str, str]:
-        status, body = self.cluster.request("GET", f"/api/v1/nodes/{self.node.name}")
-        assert status == 200, body
-        return dict(body["metadata"].get("labels", {}))
-
-    def nodetopology(self) -> dict[str, Any]:
-        status, body = self.cluster.request(
-            "GET", f"/apis/nodetopo.io/v1alpha1/nodetopologies/{self.node.name}"
-        )
-        assert status == 200, body
-        return dict(body)
-
-
-def is_ready(pod: dict[str, Any]) -> bool:
-    conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
-    return pod.get("status", {}).get("phase") == "Running" and conditions.get("Ready") == "True"
-
-
-def is_running_unready(pod: dict[str, Any]) -> bool:
-    statuses = pod.get("status", {}).get("containerStatuses", [])
-    return bool(statuses) and "running" in statuses[0].get("state", {}) and not statuses[0].get("ready")
-
-
-def jwt_claims(token: str) -> dict[str, Any]:
-    payload = token.split(".")[1]
-    return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
 
 
 @pytest.fixture(scope="module")
@@ -335,17 +211,6 @@ def test_join_series_scraped_from_the_pod_are_read_by_the_rules(agent: Agent, tm
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
-def normalized(status: dict[str, Any]) -> dict[str, Any]:
-    """A NodeTopology status without what differs between two scans at different times."""
-    out = json.loads(json.dumps(status))
-    for key in ("lastUpdateTime", "observedTime", "contentHash", "lastScanTime"):
-        out.pop(key, None)
-    for condition in out.get("conditions", []):
-        condition.pop("lastTransitionTime", None)
-        condition.pop("observedGeneration", None)
-    return dict(out)
-
-
 def test_writes_were_made_with_the_pods_kubelet_minted_token(agent: Agent) -> None:
     pod = agent.wait_ready()
     claims = jwt_claims(agent.token(pod))
@@ -408,22 +273,6 @@ def test_admission_policy_holds_against_the_real_token(agent: Agent) -> None:
         )  # node-lifecycle's may be there
     finally:
         agent.cluster.request("DELETE", f"/api/v1/nodes/{other}")
-
-
-def bearer(agent: Agent, token: str, method: str, path: str, body: Any) -> tuple[int, Any]:
-    request = urllib.request.Request(
-        f"{agent.cluster.server}{path}", data=json.dumps(body).encode(), method=method
-    )
-    request.add_header("Authorization", f"Bearer {token}")
-    request.add_header(
-        "Content-Type", "application/merge-patch+json" if method == "PATCH" else "application/json"
-    )
-    context = ssl.create_default_context(cafile=str(agent.cluster.ca_file))
-    try:
-        with urllib.request.urlopen(request, timeout=30, context=context) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode(errors="replace")
 
 
 def test_recreated_pod_writes_nothing_and_removes_no_label(agent: Agent) -> None:
@@ -623,3 +472,86 @@ def test_kubelet_restarted_while_a_new_agent_publishes_loses_nothing(agent: Agen
     for field in ("summary", "gpus", "nics", "numaNodes", "nvlinkIslands"):
         assert after.get(field) == before.get(field), field
     assert "Traceback" not in agent.logs(new)
+
+
+def test_an_admins_label_on_an_agent_key_is_taken_back_with_one_event_and_no_restart(agent: Agent) -> None:
+    """Was: ``kubectl label node N nodetopo.io/numa.count=7 --overwrite``, then an agent restart:
+    every publish failed ``HTTP 409 … conflict with "kubectl-label"`` and the pod went to
+    CrashLoopBackOff until someone removed the label. The new pod takes its key back with a forced
+    apply of its own keys only, says so in one Event on the Node (admitted by deploy/'s policy for
+    the pod's kubelet-minted token) and one log line, and keeps running; the admin's label outside
+    the prefix, set by the same command, stays the admin's."""
+    pod = agent.wait_ready()
+    labels = agent.node_labels()
+    key = "nodetopo.io/numa.count"
+    assert key in labels and labels[key] != "7" and "team" not in labels, labels
+    earlier = {e["metadata"]["name"] for e in agent.node_events(REASON)}
+    agent.cluster.kubectl("label", "node", agent.node.name, "--overwrite", f"{key}=7", "team=ml")
+    try:
+        assert agent.node_labels() == {**labels, key: "7", "team": "ml"}
+        offset = agent.cluster.audit_barrier()
+        agent.cluster.kubectl("delete", "pod", "-n", NAMESPACE, pod["metadata"]["name"], "--wait=false")
+        restarted: list[Any] = []
+
+        def back(p: dict[str, Any]) -> bool:
+            statuses = p.get("status", {}).get("containerStatuses", [])
+            restarted.extend(  # a restart or a back-off seen at any poll, not only at the end
+                (s.get("restartCount"), s.get("state", {}).get("waiting", {}).get("reason"))
+                for s in statuses
+                if s.get("restartCount")
+                or s.get("state", {}).get("waiting", {}).get("reason") == "CrashLoopBackOff"
+            )
+            return (
+                p["metadata"]["uid"] != pod["metadata"]["uid"]
+                and is_ready(p)
+                and agent.node_labels().get(key) == labels[key]
+            )
+
+        new = agent.wait(f"Ready with {key} taken back", back, timeout=180)
+        deadline = time.monotonic() + 30
+        events: list[dict[str, Any]] = []
+        while time.monotonic() < deadline and not events:
+            events = [e for e in agent.node_events(REASON) if e["metadata"]["name"] not in earlier]
+            time.sleep(0.5)
+        time.sleep(3)  # a crash loop would show by now: the conflict was the first publish's
+        new = agent.pod()
+        assert new["status"]["containerStatuses"][0]["restartCount"] == 0, new["status"]
+        assert restarted == [], restarted
+        stored = agent.cluster.request("GET", f"/api/v1/nodes/{agent.node.name}")[1]
+        assert stored["metadata"]["labels"] == {**labels, "team": "ml"}
+        # the agent's keys are its own again, the admin's label is still the admin's
+        assert set(owned_label_keys(stored, field_manager="nodetopo-agent")) == {
+            k for k in labels if k.startswith("nodetopo.io/")
+        }
+        assert label_managers(stored, key) == {"nodetopo-agent"}
+        assert label_managers(stored, "team") == {"kubectl-label"}
+        writes = [
+            (
+                e["verb"],
+                e["objectRef"]["resource"],
+                "force=true" in e["requestURI"],
+                e["responseStatus"]["code"],
+            )
+            for e in agent.writes_since(offset)
+            if e["objectRef"]["resource"] in ("nodes", "events")
+        ]
+        assert writes == [
+            ("patch", "nodes", False, 409),
+            ("patch", "nodes", True, 200),
+            ("create", "events", False, 201),
+        ], writes
+        assert len(events) == 1, events
+        (event,) = events
+        assert (event["type"], event["reason"]) == ("Warning", REASON)
+        assert f"label {key} (set to '7' by field manager 'kubectl-label'" in event["message"], event
+        assert event["involvedObject"]["uid"] == stored["metadata"]["uid"]
+        assert event["source"]["component"] == "nodetopo-agent"
+        said = [
+            r
+            for r in (json.loads(line) for line in agent.logs(new).splitlines() if line.startswith("{"))
+            if r.get("level") == "warning" and "kubectl-label" in str(r.get("msg"))
+        ]
+        assert len(said) == 1 and key in said[0]["msg"], said
+        assert "Traceback" not in agent.logs(new)
+    finally:
+        agent.cluster.kubectl("label", "node", agent.node.name, "team-", check=False)

@@ -82,7 +82,7 @@ LEAF = {"id": "0c:42:a1:00:00:01", "name": "leaf-a"}
 
 @pytest.fixture(scope="module")
 def ray_image(node: LocalNode, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The Ray image, built as README documents (``image/build_oci.py --ray``) and imported."""
+    """The Ray image, built as docs/deploy.md documents (``image/build_oci.py --ray``) and imported."""
     archive = tmp_path_factory.mktemp("ray-image") / "nodetopo-ray.oci.tar"
     done = subprocess.run(
         [sys.executable, str(REPO / "image" / "build_oci.py"), "--ray", "--out", str(archive)],

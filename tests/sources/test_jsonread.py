@@ -16,7 +16,7 @@ from nodetopo.bundle import parse_manifest
 from nodetopo.errors import ParseError
 from nodetopo.fabric.tree import parse_fabric_map
 from nodetopo.host import HostRoot, ReplayRunner
-from nodetopo.jsonread import load_json, nesting_depth
+from nodetopo.jsonread import MAX_CHARS, load_json, nesting_depth
 from nodetopo.model import ConditionReason
 from nodetopo.perf.nccl_json import parse_nccl_json
 from nodetopo.perf.nvbandwidth import parse_nvbandwidth
@@ -53,6 +53,16 @@ def test_load_json_refuses_what_it_must_and_reads_the_rest() -> None:
         load_json('{"a":\n}', source="s", path="p")
     with pytest.raises(ParseError, match=r"^s: p: not JSON: .*4300"):
         load_json("1" * 5000, source="s", path="p")  # int() of more digits than Python converts
+
+
+def test_without_a_measuring_pass_the_decoders_limit_is_the_bound() -> None:
+    """``max_depth=None`` (the API session's answers): no pass over the text first, and nesting
+    past what ``json.loads`` recurses to is the same typed refusal, never a ``RecursionError``."""
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(ParseError, match=r"^s: p: JSON nested deeper than the decoder recurses$"):
+        load_json(deep, source="s", path="p", max_depth=None, max_chars=None)
+    assert load_json("[" * 200 + "]" * 200, source="s", path="p", max_depth=None) is not None
+    assert load_json('{"a": "' + "x" * (MAX_CHARS + 1) + '"}', source="s", path="p", max_chars=None)
 
 
 HOSTILE: dict[str, tuple[Callable[[str], object], str]] = {

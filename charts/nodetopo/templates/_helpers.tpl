@@ -20,6 +20,7 @@ the release "nodetopo" in the namespace "nodetopo" every object is the one deplo
 {{- define "nodetopo.scheduler" -}}{{ include "nodetopo.fullname" . }}-scheduler{{- end -}}
 {{- define "nodetopo.summaryController" -}}{{ include "nodetopo.fullname" . }}-summary-controller{{- end -}}
 {{- define "nodetopo.reader" -}}{{ include "nodetopo.fullname" . }}-reader{{- end -}}
+{{- define "nodetopo.exportController" -}}{{ include "nodetopo.fullname" . }}-export-controller{{- end -}}
 {{- define "nodetopo.probeEvents" -}}{{ include "nodetopo.fullname" . }}-probe-events{{- end -}}
 
 {{/* Labels on every object. */}}

@@ -67,7 +67,10 @@ class _DeviceScan:
         self.failures: list[str] = []
         self.lost_at: NvmlCallError | None = None
 
-    def ask(self, question: Callable[[], T], *, required: bool = False) -> T | None:
+    def ask(self, question: Callable[[], T], *, required: bool = False, quiet: bool = False) -> T | None:
+        """``question()``, or None when it fails: a lost GPU stops every later question; a failure
+        is kept for the source's condition unless it is NOT_SUPPORTED of an optional question, or
+        ``quiet``."""
         if self.lost_at is not None:
             return None
         try:
@@ -75,21 +78,14 @@ class _DeviceScan:
         except NvmlCallError as e:
             if e.gpu_lost:
                 self.lost_at = e
-            elif required or not e.not_supported:
+            elif not quiet and (required or not e.not_supported):
                 self.failures.append(str(e))
             return None
 
     def quietly(self, question: Callable[[], T]) -> T | None:
         """A health reading: any failure is an unknown value (never a condition of the source: a
         counter NVML cannot give says nothing about the topology)."""
-        if self.lost_at is not None:
-            return None
-        try:
-            return question()
-        except NvmlCallError as e:
-            if e.gpu_lost:
-                self.lost_at = e
-            return None
+        return self.ask(question, quiet=True)
 
 
 def _read_links(api: NvmlApi, scan: _DeviceScan, probed: list[tuple[int, bool]]) -> tuple[NvmlLink, ...]:

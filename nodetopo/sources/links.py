@@ -12,7 +12,9 @@ which functions matter is a fact of the PCI tree:
   ``carrier_changes`` of the port's network interface (``class/net/<if>/carrier_changes``). A
   counter that reads ``N/A (no PMA)`` (iWARP devices without a performance agent) is unknown.
 
-Nothing here judges: the readings go to ``Facts.health`` and ``nodetopo.health`` judges them. An
+The texts are parsed by ``sources.linktext``; a rescanning context keeps the files open between
+scans (``sources.linkfiles``). Nothing here judges: the readings go to ``Facts.health`` and
+``nodetopo.health`` judges them. An
 absent attribute is unknown without a condition; an unreadable one is an ``Unavailable``
 condition of this source, and text that is not what the kernel writes a ``ParseError`` condition
 (nodetopo could not read it: the ``Ready`` condition says so); the topology facts are untouched
@@ -22,11 +24,10 @@ either way.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
-from nodetopo.errors import ParseError, excerpt
+from nodetopo.errors import ParseError
 from nodetopo.host import HostRoot
 from nodetopo.model import (
     Condition,
@@ -43,8 +44,14 @@ from nodetopo.sources import _sysfs
 from nodetopo.sources.base import Context, SourceResult, guarded
 from nodetopo.sources.commands import Command
 from nodetopo.sources.linkfiles import LinkFiles, identity_at, identity_of
+from nodetopo.sources.linktext import (
+    NAME,
+    parse_aer_total,
+    parse_counter,
+    parse_link_speed,
+    parse_link_width,
+)
 
-NAME = "sysfs.links"
 #: reads sysfs only: runs nothing
 COMMANDS: tuple[Command, ...] = ()
 
@@ -78,72 +85,6 @@ PORT_COUNTERS = (
 NET_COUNTERS = ("carrier_changes",)
 
 _T = TypeVar("_T")
-
-_SPEED = re.compile(r"^(?P<gts>[0-9]{1,3}(?:\.[0-9]{1,2})?) ?GT/s(?: PCIe)?$")
-_WIDTH = re.compile(r"^x?(?P<lanes>[0-9]{1,2})$")
-_COUNTER = re.compile(r"^[0-9]{1,20}$")
-_AER_LINE = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_ ]{0,40}?)\s+(?P<count>[0-9]{1,20})$")
-#: the largest width a PCIe link has (x32 is in the specification, no device uses it)
-MAX_WIDTH = 32
-#: the fastest lane there is (PCIe 6.0: 64 GT/s), with headroom
-MAX_GTS = 256.0
-#: a value no 64-bit counter reaches
-MAX_COUNTER = (1 << 64) - 1
-
-
-def _clean(text: str) -> str:
-    return text.replace("\x00", "").strip()
-
-
-def parse_link_speed(text: str, path: str) -> float | None:
-    """``current_link_speed``/``max_link_speed``: ``16.0 GT/s PCIe`` -> 16.0 (older kernels: ``8 GT/s``,
-    ``2.5 GT/s``); ``Unknown`` (a link that is down, a virtual function) -> None."""
-    value = _clean(text)
-    if value in ("Unknown", ""):
-        return None
-    match = _SPEED.match(value)
-    if match is None or not 0 < float(match["gts"]) <= MAX_GTS:
-        raise ParseError(NAME, path, f"expected a link speed like '16.0 GT/s PCIe', got {excerpt(value)}")
-    return float(match["gts"])
-
-
-def parse_link_width(text: str, path: str) -> int:
-    """``current_link_width``/``max_link_width``: ``16`` -> 16 (0: the link is down)."""
-    value = _clean(text)
-    match = _WIDTH.match(value)
-    if match is None or int(match["lanes"]) > MAX_WIDTH:
-        raise ParseError(NAME, path, f"expected a link width like '16', got {excerpt(value)}")
-    return int(match["lanes"])
-
-
-def parse_aer_total(text: str, path: str, total: str) -> int:
-    """The ``total`` line (``TOTAL_ERR_COR 3``) of an ``aer_dev_*`` file: one ``<name> <count>`` per line."""
-    found: int | None = None
-    for number, raw in enumerate(text.replace("\x00", "").splitlines(), start=1):
-        line = raw.strip()
-        if not line:
-            continue
-        match = _AER_LINE.match(line)
-        if match is None:
-            raise ParseError(NAME, path, f"expected '<error> <count>', got {excerpt(line)}", line=number)
-        if match["name"].strip() == total:
-            found = int(match["count"])
-    if found is None:
-        raise ParseError(NAME, path, f"no {total} line")
-    if found > MAX_COUNTER:
-        raise ParseError(NAME, path, f"{total} {found} is more than a 64-bit counter holds")
-    return found
-
-
-def parse_counter(text: str, path: str) -> int | None:
-    """A counter file: a decimal count; ``N/A (no PMA)`` (no performance management agent) -> None."""
-    value = _clean(text)
-    if value.startswith("N/A"):
-        return None
-    if _COUNTER.match(value) is None or int(value) > MAX_COUNTER:
-        raise ParseError(NAME, path, f"expected a count, got {excerpt(value)}")
-    return int(value)
-
 
 # --------------------------------------------------------------------------------------------
 # Which PCI functions

@@ -27,7 +27,8 @@ LINK_CLASSES = ("PIX", "PXB", "PHB", "NODE", "SYS")
 
 EPILOG = """\
 examples:
-  kubectl ntopo nodes                          every node: GPUs, islands, NIC distance, Ready, Consistent
+  kubectl ntopo nodes                          every node: GPUs, islands, NIC distance, Ready, Consistent,
+                                               degraded links
   kubectl ntopo nodes --island-size 8 --nic-distance PIX
   kubectl ntopo nodes --inconsistent           nodes whose sources disagree
   kubectl ntopo get gpu-node-7                 the table `nodetopo discover` prints on that node
@@ -147,6 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--inconsistent", action="store_true", help="only nodes whose sources disagree")
     p.add_argument("--not-ready", action="store_true", help="only nodes whose NodeTopology is not Ready")
+    p.add_argument(
+        "--degraded",
+        action="store_true",
+        help="only nodes with a link published degraded (a node whose links were not judged is not listed)",
+    )
     p.add_argument(
         "-o",
         "--output",
@@ -306,6 +312,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         nic_distance=LinkClass[args.nic_distance] if args.nic_distance else None,
         inconsistent=args.inconsistent,
         not_ready=args.not_ready,
+        degraded=args.degraded,
     )
     rows = fleet_rows(objects, keep)
     if args.output == "name":
@@ -320,6 +327,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
                 "nicDistance": r.nic_distance.name if r.nic_distance else None,
                 "ready": r.ready,
                 "consistent": r.consistent,
+                "degraded": list(r.degraded) if r.degraded is not None else None,
             }
             for r in rows
         ]

@@ -25,6 +25,8 @@ class FleetRow:
     ready: str  #: True | False | Unknown
     ready_reason: str | None
     consistent: str  #: True | False | Unknown
+    #: the edges published degraded (their ids); None: the links were not judged (an older agent)
+    degraded: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +38,7 @@ class FleetFilter:
     nic_distance: LinkClass | None = None  #: every GPU has a NIC at this class or nearer
     inconsistent: bool = False  #: Consistent=False
     not_ready: bool = False  #: Ready is not True
+    degraded: bool = False  #: some edge is published degraded (not judged is not degraded)
 
     def matches(self, row: FleetRow) -> bool:
         if self.island_size is not None and not any(s >= self.island_size for s in row.island_sizes):
@@ -46,11 +49,13 @@ class FleetFilter:
             return False
         if self.inconsistent and row.consistent != "False":
             return False
+        if self.degraded and not row.degraded:
+            return False
         return not (self.not_ready and row.ready == "True")
 
 
 #: What a row reads of a NodeTopology (``nodetopo.resource.reader`` sections).
-SECTIONS = frozenset({"summary", "nvlinkIslands", "conditions"})
+SECTIONS = frozenset({"summary", "nvlinkIslands", "conditions", "health"})
 
 
 def fleet_row(body: Mapping[str, Any]) -> FleetRow:
@@ -70,6 +75,7 @@ def fleet_row(body: Mapping[str, Any]) -> FleetRow:
         ready=ready.status or UNKNOWN,
         ready_reason=ready.reason if ready.status != "True" else None,
         consistent=consistent.status or UNKNOWN,
+        degraded=tuple(e.edge for e in status.health.degraded) if status.health.judged else None,
     )
 
 
@@ -87,6 +93,7 @@ COLUMNS: Sequence[Col | str] = (
     "NIC DISTANCE",
     Col("READY", shrink=5),
     "CONSISTENT",
+    Col("DEGRADED", shrink=8, drop=2),
 )
 
 
@@ -103,9 +110,20 @@ def render_fleet(rows: Sequence[FleetRow], width: int | None = None) -> str:
                 r.nic_distance.name if r.nic_distance is not None else "-",
                 r.ready if r.ready_reason is None else f"{r.ready} ({r.ready_reason})",
                 r.consistent,
+                degraded_cell(r.degraded),
             ]
             for r in rows
         ],
         width,
     )
     return "\n".join(line.removeprefix("  ") for line in text.splitlines()) + "\n"
+
+
+def degraded_cell(edges: tuple[str, ...] | None) -> str:
+    """``-`` not judged, ``none``, else how many and the first ones (``2: GPU5/nvlink, mlx5_3/port1``)."""
+    if edges is None:
+        return "-"
+    if not edges:
+        return "none"
+    shown = ", ".join(edges[:2]) + (", ..." if len(edges) > 2 else "")
+    return f"{len(edges)}: {shown}"

@@ -334,13 +334,14 @@ def test_nodes_fleet_view_and_filters(
         "DISTANCE",
         "READY",
         "CONSISTENT",
+        "DEGRADED",
     ]
     rows = _rows(done.stdout, published)
     assert set(rows) == set(published.values())
     assert rows[published["dgx-h100"]][1] == "8"
-    assert rows[published["dgx-h100"]][-4:] == ["1x8", "PIX", "True", "True"]
-    assert rows[published["pcie-4x-nvbridge"]][-4:] == ["2x2", "PIX", "True", "True"]
-    assert rows[published["gpu-no-driver"]][-3:] == ["False", "(Degraded)", "True"]
+    assert rows[published["dgx-h100"]][-5:] == ["1x8", "PIX", "True", "True", "none"]
+    assert rows[published["pcie-4x-nvbridge"]][-5:] == ["2x2", "PIX", "True", "True", "none"]
+    assert rows[published["gpu-no-driver"]][-4:] == ["False", "(Degraded)", "True", "none"]
 
     eight = _rows(_ntopo(installed, "nodes", "--island-size", "8", *flags).stdout, published)
     assert set(eight) == {published["dgx-h100"]}

@@ -208,11 +208,37 @@ def test_nic_distance_filter_is_at_most_the_class() -> None:
 def test_render_fleet_fits_a_terminal(fleet: list[dict[str, Any]]) -> None:
     text = render_fleet(fleet_rows(fleet), width=200)
     lines = text.splitlines()
-    assert lines[0].split() == ["NODE", "GPUS", "MODEL", "ISLANDS", "NIC", "DISTANCE", "READY", "CONSISTENT"]
+    assert lines[0].split() == [
+        "NODE",
+        "GPUS",
+        "MODEL",
+        "ISLANDS",
+        "NIC",
+        "DISTANCE",
+        "READY",
+        "CONSISTENT",
+        "DEGRADED",
+    ]
     assert "False (Degraded)" in text and "Unknown" in text
     narrow = render_fleet(fleet_rows(fleet), width=72)
     assert all(len(line) <= 72 for line in narrow.splitlines())
     assert "MODEL" not in narrow  # the first column to go
+
+
+def test_fleet_says_which_nodes_have_degraded_links(fleet: list[dict[str, Any]]) -> None:
+    from tests.helpers import nodetopology_with_degraded, rail_down
+
+    sick = nodetopology_with_degraded("dgx-h100", (rail_down("mlx5_3"), rail_down("mlx5_5")), "node-sick")
+    rows = {r.node: r for r in fleet_rows([*fleet, sick])}
+    assert rows["node-sick"].degraded == ("mlx5_3/port1", "mlx5_5/port1")
+    assert rows["node-new"].degraded is None  # no status: not judged, never "none"
+    assert _names([*fleet, sick], FleetFilter(degraded=True)) == ["node-sick"]
+    text = render_fleet(fleet_rows([*fleet, sick]), width=200)
+    line = next(x for x in text.splitlines() if x.startswith("node-sick"))
+    assert line.rstrip().endswith("2: mlx5_3/port1, mlx5_5/port1")
+    judged = [r for r in rows.values() if r.degraded is not None and r.node != "node-sick"]
+    assert judged and all(r.degraded == () for r in judged)
+    assert "none" in text
 
 
 # ---- the console script ----------------------------------------------------------------------

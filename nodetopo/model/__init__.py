@@ -27,7 +27,6 @@ if TYPE_CHECKING:
         DeviceAssignment,
         GpuAllocation,
         KubeletAllocation,
-        PodRef,
         ResourceCount,
         SliceDevice,
     )
@@ -89,6 +88,7 @@ if TYPE_CHECKING:
         ConditionReason,
         LinkClass,
         PciAddress,
+        PodRef,
         SourceStatus,
     )
 
@@ -102,7 +102,6 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "DeviceAssignment",
         "GpuAllocation",
         "KubeletAllocation",
-        "PodRef",
         "ResourceCount",
         "SliceDevice",
     ),
@@ -174,6 +173,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ConditionReason",
         "LinkClass",
         "PciAddress",
+        "PodRef",
         "SourceStatus",
     ),
 }

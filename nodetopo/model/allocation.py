@@ -5,14 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True, order=True)
-class PodRef:
-    """One container of one pod: the holder of a device."""
-
-    namespace: str
-    name: str
-    container: str
+from nodetopo.model.values import PodRef
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

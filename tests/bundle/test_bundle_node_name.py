@@ -15,7 +15,7 @@ from pathlib import Path
 from helpers import BUNDLES
 
 from nodetopo.bundle import bundle_node_name, write_archive
-from nodetopo.capture import write_manifest
+from nodetopo.bundle.capture import write_manifest
 from nodetopo.host import HostRoot
 
 

@@ -9,7 +9,6 @@ stripped (a message may quote a capture bundle's bytes).
 
 from __future__ import annotations
 
-import datetime
 import json
 import logging
 import sys
@@ -31,6 +30,8 @@ _RESERVED = frozenset({"ts", "level", "logger", "msg", "exc"})
 
 def rfc3339_ms(created: float) -> str:
     """``created`` (seconds since the epoch) as RFC 3339 in UTC with milliseconds."""
+    import datetime  # here: only JSON lines carry a timestamp of their own; text lines use logging's
+
     when = datetime.datetime.fromtimestamp(created, datetime.UTC)
     return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
 

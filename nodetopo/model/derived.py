@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Set as AbstractSet
+from typing import TYPE_CHECKING
 
-from nodetopo.model.facts import FabricInfo, FabricTier, MigDevice, NumaNode, PciDevice, SwitchPort
 from nodetopo.model.health import NOT_JUDGED, HealthReport
 from nodetopo.model.values import Condition, LinkClass, PciAddress, SourceStatus
+
+if TYPE_CHECKING:  # annotations only: a reader of published objects builds none of the per-source facts
+    from nodetopo.model.facts import FabricInfo, MigDevice, NumaNode, PciDevice
+    from nodetopo.model.network import FabricTier, SwitchPort
 
 # --------------------------------------------------------------------------------------------
 # The derived topology (what leaves the core)

@@ -1,5 +1,6 @@
-"""Per-source facts: what one source (sysfs, nvidia-smi, NVML, the network, the kubelet) observed,
-in that source's own terms, and ``Facts``, their union for one round."""
+"""Per-source facts: what one source (sysfs, nvidia-smi, NVML) observed, in that source's own terms,
+and ``Facts``, their union for one round. The network's facts are in ``nodetopo.model.network``,
+the kubelet's (who holds which device) in ``nodetopo.model.allocation``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 import enum
 from collections.abc import Set as AbstractSet
 
+from nodetopo.model.network import NetworkObservation
 from nodetopo.model.readings import NO_READINGS, HealthReadings
 from nodetopo.model.values import Condition, LinkClass, PciAddress, SourceStatus
 
@@ -269,140 +271,6 @@ class NvmlSnapshot:
     gpus: tuple[NvmlGpu, ...]
     #: ((index_a, index_b), LinkClass) from nvmlDeviceGetTopologyCommonAncestor, a < b
     common_ancestor: tuple[tuple[tuple[int, int], LinkClass], ...] = ()
-
-
-# --------------------------------------------------------------------------------------------
-# Per-source facts: the node's place in the network (InfiniBand, LLDP, cloud metadata)
-# --------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class SwitchPort:
-    """What one port of this node's NIC is cabled to, as one fabric source saw it.
-
-    ``switch_id`` is the switch's stable identity in the source's terms (an InfiniBand node GUID
-    ``0x...``, an LLDP chassis id such as a MAC); ``switch_name`` its human name when it has one
-    (``MF0;<name>:<model>`` hostname, LLDP system name), None for vendor-default descriptions.
-    ``peer_is_switch`` is False when the neighbour is a host (a back-to-back cable, LLDP from a
-    server), None when the source cannot tell; only switches become tiers.
-    """
-
-    nic: str  #: ``mlx5_0`` (InfiniBand) or the netdev (``ens108np0``) for LLDP
-    port: int | None  #: the HCA port number (InfiniBand), None for a netdev
-    source: str
-    state: str | None = None  #: ACTIVE, DOWN ... as the host sees its own port
-    switch_id: str | None = None
-    switch_name: str | None = None
-    switch_port: str | None = None  #: ``8`` (IB port number) or ``Ethernet184`` (LLDP port)
-    peer_is_switch: bool | None = True
-    uplinks: tuple[str, ...] = ()  #: ids of the switches one tier above this one, where seen
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class FabricTier:
-    """One level of the network above the node: tier 0 is the leaf / ToR / local block.
-
-    ``id`` is the group's stable identity (a switch GUID, a hash of a set of switches, a cloud
-    block id); nodes with the same ``id`` at a tier are under the same switch (or switch group)
-    there. ``name`` is for people; ``members`` lists the switch ids the group stands for.
-    """
-
-    level: int
-    id: str
-    name: str | None = None
-    members: tuple[str, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class NetworkObservation:
-    """What one fabric source says about the node's place: its NIC neighbours and its tiers."""
-
-    source: str
-    neighbours: tuple[SwitchPort, ...] = ()
-    tiers: tuple[FabricTier, ...] = ()  #: nearest first; empty when the source cannot tell
-
-
-# --------------------------------------------------------------------------------------------
-# Which pod holds which device: the kubelet's PodResources API, and what it means for the GPUs
-# --------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True, order=True)
-class PodRef:
-    """One container of one pod: the holder of a device."""
-
-    namespace: str
-    name: str
-    container: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class DeviceAssignment:
-    """One device the kubelet handed to one container (``device_id`` as the device plugin named it)."""
-
-    resource: str  #: ``nvidia.com/gpu``, ``nvidia.com/mig-1g.10gb``, ``rdma/hca`` ...
-    device_id: str
-    holder: PodRef
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class ClaimDevice:
-    """One device a DRA driver prepared for a container's ResourceClaim, as the kubelet lists it
-    (``driver``/``pool``/``device``: the claim's allocation result, not a GPU UUID)."""
-
-    driver: str  #: ``gpu.nvidia.com``, ``dra.net`` ...
-    pool: str
-    device: str  #: the device's name in the driver's ResourceSlice (``gpu-0``)
-    claim: str  #: ``namespace/name`` of the ResourceClaim
-    holder: PodRef
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class SliceDevice:
-    """One device of a ResourceSlice of this node, as far as tying it to a GPU needs: its name in
-    the driver's pool and the attributes that identify the hardware (None when the slice lacks one)."""
-
-    driver: str
-    pool: str
-    device: str  #: ``gpu-0``
-    uuid: str | None = None  #: the ``uuid`` attribute (``GPU-…`` / ``MIG-…``)
-    pci_bus_id: str | None = None  #: ``resource.kubernetes.io/pciBusID`` (``0000:3b:00.0``)
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class KubeletAllocation:
-    """What the kubelet's PodResources API answered: ``List`` (devices held by running containers:
-    device-plugin ``assignments`` and DRA ``claim_devices``) and ``GetAllocatableResources`` (every
-    device-plugin device it may hand out, per resource; None when the kubelet does not serve that call)."""
-
-    assignments: tuple[DeviceAssignment, ...]
-    allocatable: tuple[tuple[str, tuple[str, ...]], ...] | None = None  #: (resource, device ids), sorted
-    claim_devices: tuple[ClaimDevice, ...] = ()
-    #: this node's ResourceSlice devices (what ties ``claim_devices`` to GPUs); None: not read (no GPU
-    #: claim device listed, or no API access); a str: why they could not be read
-    slice_devices: tuple[SliceDevice, ...] | str | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class ResourceCount:
-    name: str
-    allocatable: int | None  #: None when the kubelet did not say
-    allocated: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class GpuAllocation:
-    """Which pod holds each GPU (and MIG device) of a node, or why that is not known.
-
-    ``known`` False means *unknown*, never "nothing is held": consumers then fall back to their own
-    estimate. When ``known``, a GPU absent from ``gpu_holders`` is free as far as the kubelet knows.
-    """
-
-    known: bool
-    message: str = ""
-    resources: tuple[ResourceCount, ...] = ()
-    gpu_holders: tuple[tuple[int, tuple[PodRef, ...]], ...] = ()  #: (GPU index, holders), by index
-    mig_holders: tuple[tuple[str, tuple[PodRef, ...]], ...] = ()  #: (MIG device UUID, holders)
 
 
 # --------------------------------------------------------------------------------------------

@@ -98,3 +98,12 @@ class SourceStatus:
     name: str
     ok: bool
     message: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class PodRef:
+    """One container of one pod: the holder of a device."""
+
+    namespace: str
+    name: str
+    container: str

@@ -366,7 +366,6 @@ def _session(args: argparse.Namespace) -> tuple[Any, str | None]:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from nodetopo.probe import events
     from nodetopo.probe.checks import placement, run_checks
     from nodetopo.probe.inputs import Thresholds
     from nodetopo.probe.observe import read_declared
@@ -405,6 +404,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
         if session is None:
             event = f"not posted: {session_error}"
         else:
+            from nodetopo.probe import events  # here: only a run that posts its Event needs it
+
             try:
                 bounded(
                     lambda: events.post_event(

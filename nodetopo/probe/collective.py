@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from nodetopo.errors import ParseError
-from nodetopo.model import Topology
-from nodetopo.perf import NcclOutput, parse_nccl_tests
 
 if TYPE_CHECKING:
     from nodetopo.expect.verdict import Measurement, Verdict
+    from nodetopo.model import Topology
+    from nodetopo.perf import NcclOutput
 
 COLLECTIVE = "all_reduce"
 #: at most this many suspect links are named in a reason (the verdict line is one line)
@@ -40,7 +40,11 @@ class Outcome:
 
 
 def parse_collective(text: str, source: str) -> CollectiveRun:
-    """The run's output as facts; never raises (unreadable output is a harness fact of its own)."""
+    """The run's output as facts; never raises (unreadable output is a harness fact of its own).
+    The parsers (``nodetopo.perf``, two dozen regexes) are imported here, when a collective ran,
+    not at the probe's start."""
+    from nodetopo.perf import parse_nccl_tests
+
     try:
         return CollectiveRun(output=parse_nccl_tests(text, source))
     except ParseError as e:

@@ -47,15 +47,12 @@ from typing import Any, cast
 from nodetopo.model import (
     CpuSet,
     EdgeKind,
-    FabricInfo,
     FabricTier,
     Gpu,
     GpuLink,
     LinkClass,
-    MigDevice,
     NetworkPosition,
     Nic,
-    NumaNode,
     NvlinkIsland,
     PodRef,
     PreferredGpuSets,
@@ -405,6 +402,8 @@ class _Reader(FieldReader):
         out["gpu_links"] = tuple(links)
 
     def _numa_nodes(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        from nodetopo.model import NumaNode  # here: the per-source facts, for the sections that hold them
+
         nodes = []
         for n in self.items(raw.get("numaNodes"), "NUMA nodes", MAX_NUMA_NODES, one="a NUMA node"):
             ident = self.key(n, "id", INT)
@@ -426,6 +425,8 @@ class _Reader(FieldReader):
         out["numa_nodes"] = tuple(nodes)
 
     def _mig_devices(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        from nodetopo.model import MigDevice
+
         what = ("MIG devices", "a MIG device", MAX_MIG_DEVICES)
         out["mig_devices"] = self.plain(raw.get("migDevices"), what, "uuid", MigDevice, _MIG)
 
@@ -447,6 +448,8 @@ class _Reader(FieldReader):
         out["preferred_gpu_sets"] = tuple(preferred)
 
     def _fabric(self, raw: Mapping[str, Any], out: dict[str, Any], sections: frozenset[str]) -> None:
+        from nodetopo.model import FabricInfo
+
         body = self.mapping(raw, "fabric", Severity.MALFORMED)
         if not body:
             return

@@ -103,7 +103,7 @@ def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> Non
         dest="kube_context",
         default=None,
         metavar="NAME",
-        help="the kubeconfig context to use (env NODETOPO_KUBE_CONTEXT; default: its current-context)",
+        help="the kubeconfig context to use (default: its current-context; env NODETOPO_KUBE_CONTEXT)",
     )
     p.add_argument("--once", action="store_true", default=None, help="discover and publish once, then exit")
     p.add_argument(

@@ -91,11 +91,26 @@ def test_the_flags_that_take_dash_say_so() -> None:
         ("nodetopo expect", "--file"),
         ("nodetopo accept", "results"),
         ("nodetopo accept", "--file"),
+        ("nodetopo capture", "directory"),
+        ("nodetopo ray", "--resources-file"),
     ):
         [action] = [a for a in COMMANDS[command]._actions if flag in (*a.option_strings, a.dest)]
         assert re.search(r"(^|[\s(`'])-([\s,:;`')]|$)", action.help or ""), (
             f"{command} {flag}: {action.help!r}"
         )
+
+
+def test_every_context_flag_says_its_default() -> None:
+    """--context means the same on every command of both tools, and says what it is without one."""
+    helps = {
+        command: action.help or ""
+        for command, parser in COMMANDS.items()
+        for action in parser._actions
+        if "--context" in action.option_strings
+    }
+    assert {"nodetopo publish", "kubectl ntopo", "kubectl ntopo get"} <= set(helps)
+    wrong = {c: h for c, h in helps.items() if "(default: its current-context" not in h}
+    assert wrong == {}
 
 
 def test_the_agent_help_shows_the_agents_own_defaults() -> None:

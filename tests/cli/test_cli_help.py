@@ -62,6 +62,13 @@ def test_every_flag_and_argument_says_what_it_is_for(command: str) -> None:
         if not isinstance(a, SKIPPED) and not (a.help or "").strip()
     ]
     assert silent == [], f"{command}: no help for {silent}"
+    only_a_default = [
+        "/".join(a.option_strings) or a.dest
+        for a in parser._actions
+        if not isinstance(a, SKIPPED)
+        and not re.search(r"[A-Za-z]{3}", re.sub(r"\(?\bdefault\b[^;)]*\)?", "", a.help or "", flags=re.I))
+    ]
+    assert only_a_default == [], f"{command}: the help of {only_a_default} gives only a default"
     text = parser.format_help()
     for wrong in ("default: None", "default None", "default: []", "(default: )"):
         assert wrong not in text, f"{command} --help says {wrong!r}"

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from nodetopo import __version__
-from nodetopo.cliargs import number, require, run_command
+from nodetopo.command.args import number, require, run_command
+from nodetopo.command.logs import configure_logging
+from nodetopo.command.terminal import strip_control
 from nodetopo.errors import BundleError
 from nodetopo.kube.flags import add_kube_args
-from nodetopo.logs import configure_logging
-from nodetopo.terminal import strip_control
 
 log = logging.getLogger("nodetopo")
 
@@ -337,9 +337,9 @@ def cmd_capture(args: argparse.Namespace) -> int:
     import tempfile
 
     from nodetopo.bundle import ARCHIVE_SUFFIXES, NVML_DUMP, write_archive
-    from nodetopo.capture import capture_bundle, capture_commands, write_manifest
+    from nodetopo.bundle.capture import capture_bundle, capture_commands, write_manifest
+    from nodetopo.command.output import is_stream
     from nodetopo.host import HostRoot, SubprocessRunner
-    from nodetopo.output import is_stream
 
     target = Path(args.directory)
     stream = args.tar and is_stream(args.directory)  # '-', a FIFO, a device: the archive flows there

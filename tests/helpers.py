@@ -55,3 +55,37 @@ def required_version(go_mod: Path, module: str) -> str | None:
         if len(words) == 2 and words[0] == module:
             return words[1]
     return None
+
+
+def nodetopology_with_degraded(bundle: str, degraded: Any, node_name: str | None = None) -> dict[str, Any]:
+    """The NodeTopology the agent publishes for a fixture bundle once the edges ``degraded`` (a tuple
+    of ``EdgeHealth``) are judged degraded: derived without them, as ``topology.discover`` does, and
+    carrying them in ``status.health`` and the ``Degraded`` condition."""
+    import dataclasses
+
+    from nodetopo.model import NO_READINGS, HealthReport
+    from nodetopo.resource.body import to_nodetopology
+    from nodetopo.topology.derive import derive_topology
+    from nodetopo.topology.discover import bundle_context, scan
+
+    s = scan(bundle_context(BUNDLES / bundle))
+    topology = derive_topology(dataclasses.replace(s.facts, health=NO_READINGS), tuple(degraded))
+    report = HealthReport(judged=True, checked=s.topology.health.checked, degraded=tuple(degraded))
+    return to_nodetopology(dataclasses.replace(topology, health=report), node_name or bundle)
+
+
+def rail_down(nic: str, port: int = 1) -> Any:
+    """An ``EdgeHealth``: port ``port`` of RDMA NIC ``nic`` published degraded (down, its peers up)."""
+    from nodetopo.model import EdgeHealth, EdgeKind, LinkState
+
+    return EdgeHealth(
+        edge=f"{nic}/port{port}",
+        kind=EdgeKind.PORT,
+        device=nic,
+        nic=nic,
+        port=port,
+        reasons=("PortDown",),
+        message="DOWN while the node's other InfiniBand rails are ACTIVE",
+        observed=LinkState(state="DOWN"),
+        capability=LinkState(state="ACTIVE"),
+    )

@@ -15,9 +15,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from nodetopo.cliargs import AddArguments, add_command
+from nodetopo.command.args import AddArguments, add_command
+from nodetopo.command.signals import run_until_stopped
 from nodetopo.kube.flags import add_kube_args
-from nodetopo.signals import run_until_stopped
 
 log = logging.getLogger(__name__)
 

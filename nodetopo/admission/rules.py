@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from nodetopo.admission.summary import NO_NIC, UNKNOWN_LAYER, Thresholds
@@ -486,19 +486,3 @@ def describe(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     namespace = f"{meta['namespace']}/" if meta.get("namespace") else ""
     return f"{obj.get('kind')}/{namespace}{meta.get('name') or meta.get('generateName') or '?'}"
-
-
-def check_documents(
-    documents: Sequence[Any], summary: Mapping[str, Any] | None, *, now: datetime.datetime | None = None
-) -> list[tuple[str, list[Denial]]]:
-    """(object, denials) for every object of a kind the policies judge (``is_checked``) in a
-    manifest's documents (``List`` items included); other kinds are left out."""
-    results = []
-    for document in documents:
-        if not isinstance(document, Mapping):
-            continue
-        items = document.get("items") if str(document.get("kind", "")).endswith("List") else [document]
-        for obj in items or []:
-            if isinstance(obj, Mapping) and is_checked(obj):
-                results.append((describe(obj), check(obj, summary, now=now)))
-    return results

@@ -16,6 +16,10 @@ Not-Ready NodeTopology objects (a source failed and the agent kept its last good
 disagree) are *included*: their facts were observed and the extender places on them too; they are
 counted in ``notReadyNodes`` so an operator sees how much of the summary rests on them. A
 NodeTopology without a status yet contributes nothing.
+
+Only healthy capacity counts (``status.health``): the islands are those the agent published without
+the GPUs whose NVLinks are degraded, a GPU's NIC classes count only the NICs it reaches over a
+healthy path, and a NIC no GPU reaches so (its port degraded) is neither an RDMA NIC nor a link layer.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 from nodetopo.model import LinkClass
 from nodetopo.placement.fit import SECTIONS as PLACEMENT
 from nodetopo.placement.fit import shape_of
+from nodetopo.resource.health import unreachable_nics
 from nodetopo.resource.identity import API_VERSION
 from nodetopo.resource.labels import label_value
 from nodetopo.resource.published import Published, PublishedSummary
@@ -100,8 +105,11 @@ def facts_of(read: Published) -> NodeFacts:
     # near a whole GPU, whatever its link layer; an unknown layer is listed as UNKNOWN_LAYER so the
     # link-layer check never reads it as "not InfiniBand" or "not Ethernet".
     rdma_usable = shape.has_rdma and any(g.rdma_nic is not None for g in whole)
+    unreachable = unreachable_nics(status)  # no GPU reaches it over a healthy path: not usable
     unknown_layer = any(
-        nic.rdma and (nic.state or "").upper() != "DOWN" and not nic.link_layer for nic in status.nics
+        nic.rdma and (nic.state or "").upper() != "DOWN" and not nic.link_layer
+        for nic in status.nics
+        if nic.name not in unreachable
     )
     layers = tuple(sorted({*shape.rdma_layers, *((UNKNOWN_LAYER,) if unknown_layer else ())}))
     summary = status.summary or PublishedSummary()

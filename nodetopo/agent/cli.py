@@ -16,7 +16,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from nodetopo.agent import config as agent_config
@@ -25,13 +25,13 @@ from nodetopo.agent.loop import Agent
 from nodetopo.agent.metrics import AgentStats, make_registry
 from nodetopo.agent.publisher import AgentPublisher, ApiPublisher, DryRunPublisher, read_node_labels
 from nodetopo.agent.udev import EventSource, NoEvents, UdevEventSource
-from nodetopo.cliargs import AddArguments, add_command
+from nodetopo.command.args import AddArguments, add_command
+from nodetopo.command.logs import configure_logging
+from nodetopo.command.signals import StopSignals
 from nodetopo.kube.flags import HELP as KUBECONFIG_HELP
 from nodetopo.kube.pacing import TokenBucket
 from nodetopo.kubelet.allocation import GPU_DRA_DRIVERS
-from nodetopo.logs import configure_logging
 from nodetopo.model import KubeletAllocation, SliceDevice
-from nodetopo.signals import StopSignals
 
 log = logging.getLogger(__name__)
 
@@ -160,13 +160,19 @@ def build_agent(
     *,
     publisher: AgentPublisher | None = None,
     events: EventSource | None = None,
+    read_published: Callable[[], Mapping[str, Any] | None] | None = None,
 ) -> Agent:
-    """The production wiring: host (or bundle) seams, API publisher (or dry run), udev events."""
+    """The production wiring: host (or bundle) seams, API publisher (or dry run), udev events.
+    ``read_published``: how the agent reads the NodeTopology its node last published, to start its
+    edge health from (default: from the API when it publishes there; a dry run starts from nothing)."""
+    from nodetopo.agent.restart import SeededJudge, read_boot_id
     from nodetopo.health import DEFAULT_POLICY, HealthTracker
+    from nodetopo.resource.identity import GROUP, PLURAL, VERSION
     from nodetopo.topology.discover import bundle_context, host_context, scan
 
+    # the agent scans its context every interval: it keeps its link files open between scans
     ctx = (
-        bundle_context(config.bundle)
+        bundle_context(config.bundle, rescans=True)
         if config.bundle
         else host_context(
             config.host_root,
@@ -175,6 +181,7 @@ def build_agent(
             # the fabric sources' settings come from the DaemonSet's env (see `nodetopo fabric`)
             fabric_map=os.environ.get("NODETOPO_FABRIC_MAP") or None,
             cloud_metadata=os.environ.get("NODETOPO_CLOUD_METADATA") or None,
+            rescans=True,
         )
     )
     node_name = config.node_name
@@ -191,6 +198,11 @@ def build_agent(
             session = RateLimitedSession(connect(config.kubeconfig, context=config.kube_context), bucket)
             publisher = ApiPublisher(session, node_name, nfd=config.nfd)
             node_labels = functools.partial(read_node_labels, session, node_name)
+            # the NodeTopology this node's agent last published: the restarted agent's health baseline
+            if read_published is None:
+                read_published = functools.partial(
+                    session.read_cluster_object, GROUP, VERSION, PLURAL, node_name
+                )
             from nodetopo.kube.resourceslices import read_resource_slices
 
             slice_reader = functools.partial(
@@ -209,11 +221,12 @@ def build_agent(
             slice_reader,
         )
     # the links are judged over scans: K degraded scans publish an edge, K clean ones clear it, counter
-    # rates between scans (the baseline is not published yet: a restarted agent starts its rates anew)
-    tracker = HealthTracker(DEFAULT_POLICY, keep_baseline=False)
+    # rates between scans and, from the baseline the last published status recorded, across a restart
+    tracker = HealthTracker(DEFAULT_POLICY, boot=read_boot_id(ctx.root, bundle=ctx.bundle))
+    judge = SeededJudge(tracker, read_published)
     return Agent(
         config,
-        scan=lambda: scan(ctx, judge=tracker),
+        scan=lambda: scan(ctx, judge=judge),
         publisher=publisher,
         events=events,
         allocation=allocation,

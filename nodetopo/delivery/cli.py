@@ -32,7 +32,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nodetopo.cliargs import AddArguments, add_command, number, require
+from nodetopo.command.args import AddArguments, add_command, number, require
+from nodetopo.command.terminal import strip_control
 from nodetopo.delivery.inputs import flag_pairs, gpu_indices, placements_for, read_input, read_topologies
 from nodetopo.delivery.judging import (
     event_line,
@@ -52,7 +53,6 @@ from nodetopo.expect import (
 )
 from nodetopo.model import Topology
 from nodetopo.resource.identity import API_VERSION
-from nodetopo.terminal import strip_control
 
 EXPECT_HELP = "the bus bandwidth a placement should deliver, its limiting link and the assumptions"
 ACCEPT_HELP = "judge an nccl-tests or nvbandwidth result against what its placement should deliver"

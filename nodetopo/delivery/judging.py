@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from nodetopo.command.terminal import strip_control
 from nodetopo.delivery.inputs import placements_for
 from nodetopo.delivery.report import band_json, expectation_json, grouped_links, link_json
 from nodetopo.expect import (
@@ -21,7 +22,6 @@ from nodetopo.expect import (
     expect,
 )
 from nodetopo.model import Topology
-from nodetopo.terminal import strip_control
 
 
 def nccl_algorithms(

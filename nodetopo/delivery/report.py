@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from nodetopo.command.terminal import strip_control
 from nodetopo.expect import (
     Expectation,
     Link,
 )
 from nodetopo.resource.identity import API_VERSION
-from nodetopo.terminal import strip_control
 
 
 def grouped_links(links: Sequence[Link]) -> list[str]:

@@ -11,14 +11,14 @@ from typing import Any
 import yaml
 
 from nodetopo import export
-from nodetopo.cliargs import AddArguments, add_command
+from nodetopo.command.args import AddArguments, add_command
+from nodetopo.command.output import output_help, write_output
+from nodetopo.command.signals import run_until_stopped
 from nodetopo.errors import BundleError
 from nodetopo.export.keys import KEY_SETS, KeySet, label_key
 from nodetopo.export.targets import NAMES as TARGET_NAMES
 from nodetopo.kube.flags import add_kube_args
-from nodetopo.output import output_help, write_output
 from nodetopo.resource.identity import KIND
-from nodetopo.signals import run_until_stopped
 
 HELP = "write Kueue/Volcano/KAI/Slurm topology from the published NodeTopology objects"
 DESCRIPTION = """\

@@ -10,9 +10,9 @@ from typing import Any
 
 import yaml
 
-from nodetopo.cliargs import AddArguments, add_command
+from nodetopo.command.args import AddArguments, add_command
+from nodetopo.command.output import output_help, write_output
 from nodetopo.errors import BundleError, NodetopoError
-from nodetopo.output import output_help, write_output
 
 HELP = "sweep the InfiniBand fabric once (or read a sweep) and write the fabric map agents read"
 DESCRIPTION = """\

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import ssl
 
-from nodetopo.cliargs import AddArguments, add_command
+from nodetopo.command.args import AddArguments, add_command
 from nodetopo.errors import NodetopoError
 from nodetopo.extender.limits import MAX_BODY_BYTES, MAX_CONNECTIONS, MEMORY_BUDGET_BYTES, REQUEST_TIMEOUT_S
 from nodetopo.kube.flags import add_kube_args
@@ -136,6 +136,7 @@ def cmd_extender(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from nodetopo.command.signals import StopSignals
     from nodetopo.extender.cache import ClusterState, start_reflectors
     from nodetopo.extender.claims import ClaimReader, session_getter
     from nodetopo.extender.limits import RequestLimits
@@ -143,7 +144,6 @@ def _run(args: argparse.Namespace) -> int:
     from nodetopo.httpserver import Limits
     from nodetopo.kube.session import ApiSession
     from nodetopo.kube.transport import connect
-    from nodetopo.signals import StopSignals
 
     host, port = parse_listen(args.listen)
     try:
@@ -177,7 +177,7 @@ def _run(args: argparse.Namespace) -> int:
         session_getter(ApiSession(connect(args.kubeconfig, context=args.kube_context)))
     )
 
-    def on_stop(name: str) -> None:  # the watcher thread, never the signal handler (nodetopo.signals)
+    def on_stop(name: str) -> None:  # the watcher thread, never the signal handler (nodetopo.command.signals)
         log.info("%s: shutting down", name)
         stop.set()
         server.shutdown()

@@ -2,6 +2,7 @@
 
 * ``policy``: the thresholds and switches, with their documented defaults, and the file that sets them;
 * ``rules``: the edges of a node and the rules that judge each one (the one place they are written);
+* ``fabric``: what a GPU's NVLink fabric health summary and mask name as problems (for ``rules``);
 * ``tracker``: counter rates across scans (and across an agent restart) and the debounce that keeps
   published health from flapping; with ``HealthPolicy.one_shot()`` it is the judgement of one scan
   alone (``nodetopo discover``, a capture bundle).

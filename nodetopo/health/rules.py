@@ -43,7 +43,7 @@ The edges and their rules (each rule can be switched off, each threshold set:
 
 ``GPU<n>/fabric``: a GPU's multi-node NVLink fabric (GB200/GB300): ``FabricUnhealthy`` when its health
   summary is not healthy or its health mask says degraded bandwidth, an unhealthy route or an
-  incorrect configuration.
+  incorrect configuration (``nodetopo.health.fabric`` reads the mask).
 
 A counter at its width's ceiling (an 8-bit ``link_downed`` at 255, 16-bit ones at 65535) cannot rise:
 it is *saturated*, its rate unknown (neither a fault nor clean) until someone resets it.
@@ -55,10 +55,10 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
+from nodetopo.health.fabric import fabric_problems
 from nodetopo.health.policy import HealthPolicy
 from nodetopo.model import (
     EdgeKind,
-    FabricInfo,
     Facts,
     GpuPcieReading,
     LinkState,
@@ -550,26 +550,6 @@ def _port_edges(facts: Facts, topology: Topology, policy: HealthPolicy) -> list[
 # --------------------------------------------------------------------------------------------
 # The multi-node NVLink fabric
 # --------------------------------------------------------------------------------------------
-
-#: (shift, value meaning "true" / a problem, what it says) of the fabric health mask's fields
-_MASK_PROBLEMS = (
-    (0, 0x3, {1}, "degraded bandwidth"),
-    (4, 0x3, {1}, "an unhealthy route"),
-    (6, 0x3, {1}, "access timeout recovery in progress"),
-    (8, 0xF, set(range(2, 16)), "an incorrect configuration"),
-)
-
-
-def fabric_problems(fabric: FabricInfo) -> list[str]:
-    """What a GPU's fabric health summary and mask say is wrong (empty: healthy or not said)."""
-    problems: list[str] = []
-    if fabric.health is not None and fabric.health.upper() in ("UNHEALTHY", "LIMITED_CAPACITY"):
-        problems.append(f"health {fabric.health}")
-    if fabric.health_mask is not None:
-        for shift, width, bad, what in _MASK_PROBLEMS:
-            if (fabric.health_mask >> shift) & width in bad:
-                problems.append(what)
-    return problems
 
 
 def _fabric_edges(facts: Facts, policy: HealthPolicy) -> list[EdgeReading]:

@@ -16,11 +16,15 @@ and gives the ``HealthReport`` to publish:
   when its reasons change, so a counter moving on a degraded link does not rewrite the object
   every scan (the metrics carry the live rates).
 * **baseline**: the counters as of ``baseline.at``, published so that a restarted agent (``seed``)
-  judges rates across its restart from them instead of starting blind. It is refreshed when the
-  published set of degraded edges changes (the object is written then anyway), and otherwise at
-  most once per ``baseline_refresh_seconds`` when a counter moved. ``baseline.edges`` is a short hash
-  of the ids of every edge read: a counter absent from the baseline was 0 for an edge set of that
-  hash; for another set only the listed counters are known.
+  judges rates across its restart from them instead of starting blind. Counters count since boot:
+  the baseline says which boot (``baseline.boot``, the kernel's boot id), and one of another boot
+  is not used (the node rebooted: its counters started again from 0, maybe above the recorded
+  values by now); without a boot id on either side a counter lower than recorded is the reset.
+  It is refreshed when the published set of degraded edges changes (the object is written then
+  anyway), when the boot changed, and otherwise at most once per ``baseline_refresh_seconds``
+  when a counter moved. ``baseline.edges`` is a short hash of the ids of every edge read: a
+  counter absent from the baseline was 0 for an edge set of that hash; for another set only the
+  listed counters are known.
 
 Wall-clock seconds (``now``) everywhere: rates across a restart need the same clock on both sides.
 """
@@ -79,6 +83,11 @@ class _Edge:
     first_degraded: float | None = None  #: the first scan of the current degraded streak
     published: EdgeHealth | None = None
     rates: dict[str, float] = dataclasses.field(default_factory=dict)  #: the last scan's rates
+    #: the last scan's reading, and its counters as judged (without the saturated ones) and as kept
+    #: in a sample: a reading given back unchanged (the same object) reuses both (read-only)
+    reading: EdgeReading | None = None
+    judged: dict[str, int] = dataclasses.field(default_factory=dict)
+    kept: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def counter_rates(
@@ -108,15 +117,22 @@ class HealthTracker:
     """Judges the edges scan after scan (module docstring). One per agent; not thread-safe."""
 
     def __init__(
-        self, policy: HealthPolicy, *, keep_baseline: bool = True, record_since: bool = True
+        self, policy: HealthPolicy, *, keep_baseline: bool = True, record_since: bool = True, boot: str = ""
     ) -> None:
         self.policy = policy
         self.keep_baseline = keep_baseline
+        #: the boot id of the kernel whose counters are judged ("" unknown), recorded in the baseline
+        self.boot = boot
         #: False for one scan judged alone: it cannot know since when an edge has been degraded
         self.record_since = record_since
         self._edges: dict[str, _Edge] = {}
         self._baseline: CounterBaseline | None = None
         self._baseline_at: float | None = None
+        #: the last scan's readings (the very same sequence: an unchanged node's, given back by
+        #: ``edge_readings``), with what the baseline made of them: its counters, its edge-set hash
+        self._last: (
+            tuple[Sequence[EdgeReading], tuple[tuple[str, tuple[tuple[str, int], ...]], ...], str] | None
+        ) = None
         #: the rates of the last scan, by edge (what the metrics show), non-zero only
         self.rates: dict[str, dict[str, float]] = {}
 
@@ -126,7 +142,8 @@ class HealthTracker:
         """Start from what the last published status said (``published``): its degraded edges stay
         degraded (their streaks full) until clean scans clear them, and its baseline becomes every
         edge's first sample. ``edges_now``: the edges this node has now (a baseline for another edge
-        set is used only for the counters it lists)."""
+        set is used only for the counters it lists). A baseline of another boot than this
+        tracker's (both known) is not used: the counters started again at the reboot."""
         if published is None or not published.judged:
             return
         for health in published.degraded:
@@ -137,6 +154,8 @@ class HealthTracker:
         baseline = published.baseline
         at = parse_rfc3339(baseline.at) if baseline is not None else None
         if baseline is None or at is None:
+            return
+        if baseline.boot and self.boot and baseline.boot != self.boot:
             return
         listed = dict(baseline.counters)
         complete = bool(edges_now) and baseline.edges == edge_set_hash(edges_now)
@@ -151,16 +170,28 @@ class HealthTracker:
         policy = self.policy
         before = {edge: state.published for edge, state in self._edges.items() if state.published is not None}
         self.rates = {}
+        given = readings
         readings = [r for r in readings if r.known]
+        edges = self._edges
         for reading in readings:
-            state = self._edges.setdefault(reading.edge, _Edge())
-            counters = {k: v for k, v in reading.counters if k not in reading.saturated}
-            rates = counter_rates(state.samples, now, counters, policy.window_seconds)
+            state = edges.get(reading.edge)
+            if state is None:
+                state = edges[reading.edge] = _Edge()
+            if reading is not state.reading:
+                state.reading = reading
+                state.judged = {k: v for k, v in reading.counters if k not in reading.saturated}
+                state.kept = dict(reading.counters)
+            counters = state.judged
+            rates = counter_rates(state.samples, now, counters, policy.window_seconds) if counters else {}
             state.rates = rates
-            if any(rates.values()):
+            rising = any(rates.values())
+            if rising:
                 self.rates[reading.edge] = {k: v for k, v in rates.items() if v > 0}
-            _add_sample(state, now, dict(reading.counters), policy.window_seconds)
-            findings = (*reading.findings, *rate_findings(reading, rates, policy))
+            _add_sample(state, now, state.kept, policy.window_seconds)
+            # a rate of 0 is never above a threshold (each is at least 0)
+            findings = (
+                (*reading.findings, *rate_findings(reading, rates, policy)) if rising else reading.findings
+            )
             if findings:
                 state.clean_streak = 0
                 if state.degraded_streak == 0:
@@ -181,18 +212,25 @@ class HealthTracker:
         )
         changed = {h.edge: h for h in degraded} != before
         if self.keep_baseline:
-            self._refresh_baseline(readings, now, changed=changed)
+            self._refresh_baseline(readings, now, changed=changed, given=given)
         return HealthReport(judged=True, checked=len(readings), degraded=degraded, baseline=self._baseline)
 
-    def _refresh_baseline(self, readings: Sequence[EdgeReading], now: float, *, changed: bool) -> None:
-        counters = tuple(
-            sorted(
-                (r.edge, tuple((k, v) for k, v in r.counters if v))
-                for r in readings
-                if any(v for _, v in r.counters)
+    def _refresh_baseline(
+        self, readings: Sequence[EdgeReading], now: float, *, changed: bool, given: Sequence[EdgeReading]
+    ) -> None:
+        last = self._last
+        if last is not None and last[0] is given and isinstance(given, tuple):
+            counters, edges = last[1], last[2]
+        else:
+            counters = tuple(
+                sorted(
+                    (r.edge, tuple((k, v) for k, v in r.counters if v))
+                    for r in readings
+                    if any(v for _, v in r.counters)
+                )
             )
-        )
-        edges = edge_set_hash([r.edge for r in readings])
+            edges = edge_set_hash([r.edge for r in readings])
+            self._last = (given, counters, edges)
         current = self._baseline
         moved = current is None or current.counters != counters or current.edges != edges
         due = (
@@ -200,17 +238,42 @@ class HealthTracker:
             or self._baseline_at is None
             or now - self._baseline_at >= self.policy.baseline_refresh_seconds
         )
-        if current is None or changed or (moved and due):
-            self._baseline = CounterBaseline(at=rfc3339(now), edges=edges, counters=counters)
+        # a baseline of another boot, or one a counter went below (a reset: a reboot without a boot id,
+        # a driver reload), is none of these counters: replaced at once
+        if (
+            current is None
+            or changed
+            or current.boot != self.boot
+            or (moved and (due or _went_down(current, counters, {r.edge for r in readings})))
+        ):
+            self._baseline = CounterBaseline(at=rfc3339(now), edges=edges, counters=counters, boot=self.boot)
             self._baseline_at = now
+
+
+def _went_down(
+    baseline: CounterBaseline,
+    counters: Sequence[tuple[str, tuple[tuple[str, int], ...]]],
+    read: set[str],
+) -> bool:
+    """Whether a counter of an edge read now (``read``; ``counters``: the non-zero ones) is below what
+    ``baseline`` recorded for it (an edge not read now says nothing)."""
+    now = dict(counters)
+    for edge, values in baseline.counters:
+        if edge in read:
+            mine = dict(now.get(edge, ()))
+            if any(mine.get(k, 0) < v for k, v in values):
+                return True
+    return False
 
 
 def _add_sample(state: _Edge, now: float, counters: dict[str, int], window: float) -> None:
     """Keep ``counters`` at ``now`` and the samples the next window may start at; a counter that went
     down (a reset) starts the edge's history again."""
     samples = state.samples
-    if samples and any(
-        (before := samples[-1].get(k)) is not None and v < before for k, v in counters.items()
+    if (
+        samples
+        and samples[-1].counters is not counters  # the very same counters: nothing went down
+        and any((before := samples[-1].get(k)) is not None and v < before for k, v in counters.items())
     ):
         samples.clear()
     samples.append(Sample(now, counters))

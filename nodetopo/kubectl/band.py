@@ -13,7 +13,7 @@ from typing import Any
 
 from nodetopo.expect import Expectation, ExpectError, Placement, expect
 from nodetopo.model import Topology, format_cpulist
-from nodetopo.render import Col, render_rows
+from nodetopo.views.render import Col, render_rows
 
 COLLECTIVE = "all_reduce"
 

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from nodetopo import __version__
-from nodetopo.cliargs import number, require, run_command
+from nodetopo.command.args import number, require, run_command
+from nodetopo.command.terminal import strip_control
 from nodetopo.errors import NodetopoError
 from nodetopo.kube.flags import HELP as KUBECONFIG_HELP
-from nodetopo.terminal import strip_control
 
 PROG = "kubectl ntopo"
 LINK_CLASSES = ("PIX", "PXB", "PHB", "NODE", "SYS")
@@ -201,8 +201,8 @@ def _origin(body: dict[str, Any]) -> str:
 
 
 def _table(body: dict[str, Any], *, matrix: bool) -> str:
-    from nodetopo.render import render_table
-    from nodetopo.terminal import output_width, use_style
+    from nodetopo.command.terminal import output_width, use_style
+    from nodetopo.views.render import render_table
 
     topology = _topology(body)
     cells = None
@@ -269,7 +269,7 @@ def cmd_band(args: argparse.Namespace) -> int:
         if e.name != "networkx":
             raise
         raise NodetopoError(NO_NETWORKX) from None
-    from nodetopo.terminal import output_width
+    from nodetopo.command.terminal import output_width
 
     body = _read(args)
     topology = _topology(body)
@@ -291,12 +291,12 @@ def cmd_band(args: argparse.Namespace) -> int:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
+    from nodetopo.command.terminal import output_width
     from nodetopo.kube.session import ApiSession
     from nodetopo.kube.transport import connect
     from nodetopo.kubectl.fleet import FleetFilter, fleet_rows, render_fleet
     from nodetopo.model import LinkClass
     from nodetopo.resource.identity import GROUP, PLURAL, VERSION
-    from nodetopo.terminal import output_width
 
     with connect(args.kubeconfig, context=args.kube_context) as connection:
         listed = ApiSession(connection).list_cluster_objects(GROUP, VERSION, PLURAL)

@@ -7,9 +7,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nodetopo.model import LinkClass
-from nodetopo.render import Col, natural_key, render_rows
 from nodetopo.resource.published import PublishedCondition, PublishedSummary
 from nodetopo.resource.reader import read_nodetopology
+from nodetopo.views.render import Col, natural_key, render_rows
 
 UNKNOWN = "Unknown"
 

@@ -73,6 +73,9 @@ class CounterBaseline:
     #: edge set of that hash (for another set only the listed counters are known)
     edges: str = ""
     counters: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+    #: the kernel's boot id when they were read (``/proc/sys/kernel/random/boot_id``; "" unknown):
+    #: counters count since boot, so a baseline of another boot says nothing about this one's
+    boot: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

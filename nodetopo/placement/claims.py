@@ -41,6 +41,8 @@ from nodetopo.placement.request import (
     AnnotationError,
     PodRequest,
     PodShapeError,
+    as_list,
+    as_object,
     check_value,
 )
 from nodetopo.resource.identity import PREFIX
@@ -60,31 +62,16 @@ def is_claim(obj: Mapping[str, Any]) -> bool:
     return str(obj.get("apiVersion", "")).partition("/")[0] == GROUP and obj.get("kind") in (CLAIM, TEMPLATE)
 
 
-def _mapping(value: Any, what: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise PodShapeError(f"{what} must be an object, not {type(value).__name__}")
-    return value
-
-
-def _list(value: Any, what: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise PodShapeError(f"{what} must be a list, not {type(value).__name__}")
-    return value
-
-
 def claim_parts(obj: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
     """(the claim's annotations, its ``ResourceClaimSpec``) of a ResourceClaim or a template."""
     if obj.get("kind") == TEMPLATE:
-        template = _mapping(obj.get("spec"), "ResourceClaimTemplate.spec")
-        meta = _mapping(template.get("metadata"), "ResourceClaimTemplate.spec.metadata")
+        template = as_object(obj.get("spec"), "ResourceClaimTemplate.spec")
+        meta = as_object(template.get("metadata"), "ResourceClaimTemplate.spec.metadata")
         annotations = meta.get("annotations")
-        return _mapping(annotations, "spec.metadata.annotations"), _mapping(template.get("spec"), "spec.spec")
-    meta = _mapping(obj.get("metadata"), "ResourceClaim.metadata")
-    return _mapping(meta.get("annotations"), "metadata.annotations"), _mapping(obj.get("spec"), "spec")
+        spec = as_object(template.get("spec"), "spec.spec")
+        return as_object(annotations, "spec.metadata.annotations"), spec
+    meta = as_object(obj.get("metadata"), "ResourceClaim.metadata")
+    return as_object(meta.get("annotations"), "metadata.annotations"), as_object(obj.get("spec"), "spec")
 
 
 def _count(request: Mapping[str, Any], classes: frozenset[str], what: str) -> int:
@@ -100,18 +87,18 @@ def _count(request: Mapping[str, Any], classes: frozenset[str], what: str) -> in
 
 def claim_gpus(spec: Mapping[str, Any], classes: frozenset[str] = GPU_CLASSES) -> int:
     """The GPUs a ``ResourceClaimSpec`` asks at least (see the module's "Counting")."""
-    devices = _mapping(_mapping(spec, "spec").get("devices"), "spec.devices")
+    devices = as_object(as_object(spec, "spec").get("devices"), "spec.devices")
     total = 0
-    for i, request in enumerate(_list(devices.get("requests"), "spec.devices.requests")):
+    for i, request in enumerate(as_list(devices.get("requests"), "spec.devices.requests")):
         what = f"spec.devices.requests[{i}]"
-        request = _mapping(request, what)
+        request = as_object(request, what)
         if request.get("exactly") is not None:
-            total += _count(_mapping(request["exactly"], f"{what}.exactly"), classes, f"{what}.exactly")
+            total += _count(as_object(request["exactly"], f"{what}.exactly"), classes, f"{what}.exactly")
         elif request.get("firstAvailable") is not None:
-            alternatives = _list(request["firstAvailable"], f"{what}.firstAvailable")
+            alternatives = as_list(request["firstAvailable"], f"{what}.firstAvailable")
             total += min(
                 (
-                    _count(_mapping(sub, f"{what}.firstAvailable[{j}]"), classes, f"{what}.firstAvailable")
+                    _count(as_object(sub, f"{what}.firstAvailable[{j}]"), classes, f"{what}.firstAvailable")
                     for j, sub in enumerate(alternatives)
                 ),
                 default=0,
@@ -138,7 +125,7 @@ def annotation_errors(annotations: Mapping[str, Any]) -> list[str]:
 def parse_claim_request(obj: Mapping[str, Any], classes: frozenset[str] = GPU_CLASSES) -> PodRequest:
     """The ``PodRequest`` of a ResourceClaim or ResourceClaimTemplate: its GPUs and its annotations.
     A malformed annotation is an ``AnnotationError`` (the first one's message)."""
-    annotations, spec = claim_parts(_mapping(obj, "ResourceClaim"))
+    annotations, spec = claim_parts(as_object(obj, "ResourceClaim"))
     errors = annotation_errors(annotations)
     if errors:
         raise AnnotationError(errors[0])
@@ -172,16 +159,16 @@ class ClaimRef:
 def pod_claims(pod: Mapping[str, Any]) -> tuple[ClaimRef, ...]:
     """The ResourceClaims a pod uses: ``resourceClaimName`` as given, a template's claim by the name
     the pod's ``status.resourceClaimStatuses`` records (None until the claim controller made it)."""
-    spec = _mapping(pod.get("spec"), "Pod.spec")
-    status = _mapping(pod.get("status"), "Pod.status")
+    spec = as_object(pod.get("spec"), "Pod.spec")
+    status = as_object(pod.get("status"), "Pod.status")
     made: dict[str, str | None] = {}
-    for entry in _list(status.get("resourceClaimStatuses"), "Pod.status.resourceClaimStatuses"):
-        entry = _mapping(entry, "Pod.status.resourceClaimStatuses[]")
+    for entry in as_list(status.get("resourceClaimStatuses"), "Pod.status.resourceClaimStatuses"):
+        entry = as_object(entry, "Pod.status.resourceClaimStatuses[]")
         claim = entry.get("resourceClaimName")
         made[str(entry.get("name"))] = claim if isinstance(claim, str) and claim else None
     refs = []
-    for i, entry in enumerate(_list(spec.get("resourceClaims"), "Pod.spec.resourceClaims")):
-        entry = _mapping(entry, f"Pod.spec.resourceClaims[{i}]")
+    for i, entry in enumerate(as_list(spec.get("resourceClaims"), "Pod.spec.resourceClaims")):
+        entry = as_object(entry, f"Pod.spec.resourceClaims[{i}]")
         name = str(entry.get("name", ""))
         direct = entry.get("resourceClaimName")
         refs.append(ClaimRef(name=name, claim=direct if isinstance(direct, str) else made.get(name)))

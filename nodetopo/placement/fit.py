@@ -19,7 +19,9 @@ Choosing GPUs for a request of ``k``:
 
 1. candidates are the node's whole GPUs (not MIG-enabled) that are free; with ``rdma`` only GPUs with
    a usable RDMA NIC (not DOWN; its link layer may be unknown); with ``max-nic-distance`` only GPUs
-   whose best (RDMA) NIC class is that close or closer;
+   whose best (RDMA) NIC class is that close or closer. A NIC counts for a GPU only over a healthy
+   path (``status.health``: none behind a degraded edge), and for the node only when some GPU
+   reaches it so (a rail whose port is degraded is no usable RDMA NIC, nor its link layer);
 2. candidates are grouped by NVLink island (``gpus-in-one-island``, for k > 1) and by NUMA node
    (``numa-aligned``); only groups with at least k candidates qualify;
 3. inside a group GPUs are taken from the islands with the fewest free GPUs first, then the best NIC
@@ -47,6 +49,7 @@ from typing import Any
 
 from nodetopo.model import LinkClass
 from nodetopo.placement.request import PodRequest
+from nodetopo.resource.health import unreachable_nics
 from nodetopo.resource.published import Published
 from nodetopo.resource.reader import read_status
 
@@ -138,8 +141,12 @@ def shape_of(read: Published) -> NodeShape:
     if malformed is not None:
         return NodeShape(gpus=(), rdma_layers=(), ready=False, invalid=malformed.placement)
     status = read.facts
+    # a NIC that no GPU reaches over a healthy path (its own port degraded) is not a usable one
+    unreachable = unreachable_nics(status)
     usable_rdma: dict[str, str | None] = {
-        n.name: n.link_layer for n in status.nics if n.rdma and (n.state or "").upper() != "DOWN"
+        n.name: n.link_layer
+        for n in status.nics
+        if n.rdma and (n.state or "").upper() != "DOWN" and n.name not in unreachable
     }
     slots: dict[int, GpuSlot] = {}
     for published in status.gpus:

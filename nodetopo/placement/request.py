@@ -183,7 +183,7 @@ def parse_quantity(text: Any) -> Fraction:
     return value
 
 
-def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+def as_object(value: Any, what: str) -> Mapping[str, Any]:
     """``value`` when it is a JSON object (``None`` reads as empty), else a ``PodShapeError``."""
     if value is None:
         return {}
@@ -192,7 +192,8 @@ def _mapping(value: Any, what: str) -> Mapping[str, Any]:
     return value
 
 
-def _list(value: Any, what: str) -> list[Any]:
+def as_list(value: Any, what: str) -> list[Any]:
+    """``value`` when it is a JSON list (``None`` reads as empty), else a ``PodShapeError``."""
     if value is None:
         return []
     if not isinstance(value, list):
@@ -201,9 +202,9 @@ def _list(value: Any, what: str) -> list[Any]:
 
 
 def _container_gpus(container: Any, what: str) -> int:
-    resources = _mapping(_mapping(container, what).get("resources"), f"{what}.resources")
+    resources = as_object(as_object(container, what).get("resources"), f"{what}.resources")
     for kind in ("requests", "limits"):  # extended resources: requests == limits; limits alone imply requests
-        value = _mapping(resources.get(kind), f"{what}.resources.{kind}").get(GPU_RESOURCE)
+        value = as_object(resources.get(kind), f"{what}.resources.{kind}").get(GPU_RESOURCE)
         if value is not None:
             return math.ceil(parse_quantity(value))
     return 0
@@ -235,15 +236,15 @@ def is_sidecar(container: Mapping[str, Any]) -> bool:
 def pod_gpus(spec: Mapping[str, Any]) -> int:
     """GPUs a pod spec requests (``effective_gpus``: sidecars add to the containers, an ordinary
     init container counts alone with the sidecars before it)."""
-    spec = _mapping(spec, "spec")
-    containers = _list(spec.get("containers"), "spec.containers")
-    inits = _list(spec.get("initContainers"), "spec.initContainers")
+    spec = as_object(spec, "spec")
+    containers = as_list(spec.get("containers"), "spec.containers")
+    inits = as_list(spec.get("initContainers"), "spec.initContainers")
     return effective_gpus(
         (_container_gpus(c, f"spec.containers[{i}]") for i, c in enumerate(containers)),
         (
             (
                 _container_gpus(c, f"spec.initContainers[{i}]"),
-                is_sidecar(_mapping(c, "spec.initContainers[]")),
+                is_sidecar(as_object(c, "spec.initContainers[]")),
             )
             for i, c in enumerate(inits)
         ),
@@ -263,13 +264,13 @@ def _flag(annotations: Mapping[str, str], key: str) -> bool:
 
 def parse_pod_request(pod: Any) -> PodRequest:
     """The ``PodRequest`` of a pod object (a dict as the API serves it)."""
-    pod = _mapping(pod, "Pod")
-    metadata = _mapping(pod.get("metadata"), "Pod.metadata")
-    annotations = _mapping(metadata.get("annotations"), "Pod.metadata.annotations")
+    pod = as_object(pod, "Pod")
+    metadata = as_object(pod.get("metadata"), "Pod.metadata")
+    annotations = as_object(metadata.get("annotations"), "Pod.metadata.annotations")
     for key in ANNOTATIONS:
         if key in annotations and not isinstance(annotations[key], str):
             raise PodShapeError(f"annotation {key} must be a string, not {type(annotations[key]).__name__}")
-    gpus = pod_gpus(_mapping(pod.get("spec"), "Pod.spec"))
+    gpus = pod_gpus(as_object(pod.get("spec"), "Pod.spec"))
     distance_text = _value(annotations, MAX_NIC_DISTANCE)
     distance = LinkClass[distance_text.upper()] if distance_text else None
     layer_text = _value(annotations, LINK_LAYER)

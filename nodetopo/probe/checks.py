@@ -5,7 +5,8 @@ a ``fail`` or ``warn`` carries an attribution:
 * ``PlacedWrong``: the pod's constraint was not expressed in its spec or not honoured by placement
   (GPUs across NVLink islands, a cpuset away from the GPUs' NUMA node, ``/dev/shm`` too small);
 * ``ResourceNotReal``: the node's NodeTopology promised something the container cannot use (a GPU,
-  a NIC, an NVLink, a P2P path);
+  a NIC, an NVLink, a P2P path), or the pod's GPUs or NICs sit on an edge it publishes degraded
+  (``nodetopo.probe.links``);
 * ``Undeclared``: the pod declared nothing (or something unreadable), so its placement cannot be judged;
 * ``HarnessError`` (a warning of the collective smoke test): what ``all_reduce_perf`` printed cannot be
   a bandwidth result, so the GPUs' bandwidth was not judged.
@@ -26,6 +27,7 @@ from nodetopo.model import CpuSet, format_cpulist
 from nodetopo.placement.request import MAX_NIC_DISTANCE, RDMA, PodRequest
 from nodetopo.probe.collective import judge_collective
 from nodetopo.probe.inputs import Declared, Seen, Thresholds
+from nodetopo.probe.links import check_link_health
 from nodetopo.probe.outcome import Attribution, Check, failed, not_asked, passed, skipped, warned
 from nodetopo.probe.promised import Promised, PromisedGpu, PromisedNic
 from nodetopo.resource.identity import PREFIX
@@ -424,6 +426,7 @@ def run_checks(
         check_one_island(declared, seen, promised),
         check_nvlink(declared, seen, promised, t),
         check_rdma(declared, seen, promised),
+        check_link_health(declared, seen, promised),
         check_shm(seen, t),
         check_hugepages(seen, t),
         check_cpuset(declared, seen, promised),

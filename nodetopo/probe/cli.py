@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nodetopo.cliargs import AddArguments, add_command
+from nodetopo.command.args import AddArguments, add_command
 from nodetopo.host import HostRoot, Refused
 from nodetopo.kube.flags import add_kube_args
 

@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from nodetopo.model import LinkClass, Topology
+from nodetopo.model import NOT_JUDGED, HealthReport, LinkClass, Topology
 from nodetopo.resource.published import PublishedStatus
 from nodetopo.resource.reader import read_nodetopology
 
 #: What the probe reads of a NodeTopology (``nodetopo.resource.reader`` sections).
-SECTIONS = frozenset({"gpus", "nics", "allocation", "affinity", "details", "network"})
+SECTIONS = frozenset({"gpus", "nics", "allocation", "affinity", "details", "network", "health"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -30,6 +30,8 @@ class PromisedGpu:
     nics: tuple[tuple[str, LinkClass], ...]  #: (NIC name, distance)
     #: (namespace, pod) of each holder, from ``heldBy``; None when the NodeTopology does not know
     held_by: tuple[tuple[str, str], ...] | None = None
+    #: the NICs of ``nics`` whose path from this GPU crosses a degraded edge (``degradedNICs``)
+    degraded_nics: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -52,6 +54,8 @@ class Promised:
     allocation_known: bool = False
     allocation_why: str = ""  #: why not, when the NodeTopology says
     leaf: str | None = None  #: the node's tier-0 group (leaf switch, local block), when known
+    #: ``status.health``: the edges the node's agent judged degraded (not judged: an older agent)
+    health: HealthReport = NOT_JUDGED
     #: the object itself, for ``topology``
     body: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
     #: the object's status as read, for ``held_by``
@@ -107,6 +111,7 @@ def parse_nodetopology(obj: Any) -> Promised:
             numa_cpus=g.gpu.numa_affinity or g.gpu.cpu_affinity,
             nics=g.nics,
             held_by=None if g.held_by is None else tuple((h.namespace, h.name) for h in g.held_by),
+            degraded_nics=g.degraded_nics,
         )
         for g in status.gpus
     )
@@ -125,6 +130,7 @@ def parse_nodetopology(obj: Any) -> Promised:
         allocation_known=allocation is not None and allocation.state == "Known",
         allocation_why=(allocation.message or "") if allocation is not None else "",
         leaf=next((tier.id for tier in status.network.tiers if tier.level == 0 and tier.id), None),
+        health=status.health,
         body=obj,
         status=status,
     )

@@ -14,10 +14,10 @@ from typing import Any
 
 import yaml
 
-from nodetopo.cliargs import AddArguments, add_command, number, require
+from nodetopo.command.args import AddArguments, add_command, number, require
+from nodetopo.command.output import output_help, write_output
 from nodetopo.errors import BundleError, NodetopoError
 from nodetopo.kube.flags import add_kube_args
-from nodetopo.output import output_help, write_output
 from nodetopo.resource.identity import GROUP, KIND, PLURAL, VERSION
 
 log = logging.getLogger(__name__)

@@ -194,6 +194,8 @@ def _health(topology: Topology) -> dict[str, Any]:
             "edges": report.baseline.edges,
             "counters": {edge: dict(values) for edge, values in report.baseline.counters[:MAX_EDGES]},
         }
+        if report.baseline.boot:
+            health["baseline"]["boot"] = report.baseline.boot
     return {"health": health}
 
 

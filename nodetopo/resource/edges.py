@@ -102,7 +102,10 @@ def read_health(
         else:
             r.here("baseline counters: not an object of at most the edges' bound")
         baseline = CounterBaseline(
-            at=at, edges=r.get(raw_baseline, "edges", STR) or "", counters=tuple(sorted(kept))
+            at=at,
+            edges=r.get(raw_baseline, "edges", STR) or "",
+            counters=tuple(sorted(kept)),
+            boot=r.get(raw_baseline, "boot", STR) or "",
         )
     out["health"] = HealthReport(
         judged=True,

@@ -65,6 +65,9 @@ class Context:
     #: what the sources and the derivations keep from the last scan through this context, to give
     #: back for an equal input (nodetopo.reuse): one per agent, shared with nothing else
     cache: ScanCache = dataclasses.field(default_factory=ScanCache, compare=False, repr=False)
+    #: the context is scanned again and again (the agent): ``sysfs.links`` keeps its files open
+    #: between scans, in ``cache`` (``sources.linkfiles``); a one-off scan opens and closes each
+    rescans: bool = False
 
 
 class Source(Protocol):

@@ -12,7 +12,9 @@ which functions matter is a fact of the PCI tree:
   ``carrier_changes`` of the port's network interface (``class/net/<if>/carrier_changes``). A
   counter that reads ``N/A (no PMA)`` (iWARP devices without a performance agent) is unknown.
 
-Nothing here judges: the readings go to ``Facts.health`` and ``nodetopo.health`` judges them. An
+The texts are parsed by ``sources.linktext``; a rescanning context keeps the files open between
+scans (``sources.linkfiles``). Nothing here judges: the readings go to ``Facts.health`` and
+``nodetopo.health`` judges them. An
 absent attribute is unknown without a condition; an unreadable one is an ``Unavailable``
 condition of this source, and text that is not what the kernel writes a ``ParseError`` condition
 (nodetopo could not read it: the ``Ready`` condition says so); the topology facts are untouched
@@ -22,11 +24,10 @@ either way.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
-from nodetopo.errors import ParseError, excerpt
+from nodetopo.errors import ParseError
 from nodetopo.host import HostRoot
 from nodetopo.model import (
     Condition,
@@ -42,8 +43,15 @@ from nodetopo.model import (
 from nodetopo.sources import _sysfs
 from nodetopo.sources.base import Context, SourceResult, guarded
 from nodetopo.sources.commands import Command
+from nodetopo.sources.linkfiles import LinkFiles, identity_at, identity_of
+from nodetopo.sources.linktext import (
+    NAME,
+    parse_aer_total,
+    parse_counter,
+    parse_link_speed,
+    parse_link_width,
+)
 
-NAME = "sysfs.links"
 #: reads sysfs only: runs nothing
 COMMANDS: tuple[Command, ...] = ()
 
@@ -60,6 +68,9 @@ AER_TOTALS = {
     "aer_dev_fatal": "TOTAL_ERR_FATAL",
 }
 PCI_ATTRIBUTES = LINK_ATTRIBUTES + AER_ATTRIBUTES
+#: what a function's link can do: fixed while its directory is the same (read once by a rescanning
+#: context, ``sources.linkfiles``)
+STATIC_ATTRIBUTES = frozenset({"max_link_speed", "max_link_width"})
 #: the error counters of an RDMA port (``ports/<n>/counters/<name>``)
 PORT_COUNTERS = (
     "symbol_error",
@@ -74,72 +85,6 @@ PORT_COUNTERS = (
 NET_COUNTERS = ("carrier_changes",)
 
 _T = TypeVar("_T")
-
-_SPEED = re.compile(r"^(?P<gts>[0-9]{1,3}(?:\.[0-9]{1,2})?) ?GT/s(?: PCIe)?$")
-_WIDTH = re.compile(r"^x?(?P<lanes>[0-9]{1,2})$")
-_COUNTER = re.compile(r"^[0-9]{1,20}$")
-_AER_LINE = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_ ]{0,40}?)\s+(?P<count>[0-9]{1,20})$")
-#: the largest width a PCIe link has (x32 is in the specification, no device uses it)
-MAX_WIDTH = 32
-#: the fastest lane there is (PCIe 6.0: 64 GT/s), with headroom
-MAX_GTS = 256.0
-#: a value no 64-bit counter reaches
-MAX_COUNTER = (1 << 64) - 1
-
-
-def _clean(text: str) -> str:
-    return text.replace("\x00", "").strip()
-
-
-def parse_link_speed(text: str, path: str) -> float | None:
-    """``current_link_speed``/``max_link_speed``: ``16.0 GT/s PCIe`` -> 16.0 (older kernels: ``8 GT/s``,
-    ``2.5 GT/s``); ``Unknown`` (a link that is down, a virtual function) -> None."""
-    value = _clean(text)
-    if value in ("Unknown", ""):
-        return None
-    match = _SPEED.match(value)
-    if match is None or not 0 < float(match["gts"]) <= MAX_GTS:
-        raise ParseError(NAME, path, f"expected a link speed like '16.0 GT/s PCIe', got {excerpt(value)}")
-    return float(match["gts"])
-
-
-def parse_link_width(text: str, path: str) -> int:
-    """``current_link_width``/``max_link_width``: ``16`` -> 16 (0: the link is down)."""
-    value = _clean(text)
-    match = _WIDTH.match(value)
-    if match is None or int(match["lanes"]) > MAX_WIDTH:
-        raise ParseError(NAME, path, f"expected a link width like '16', got {excerpt(value)}")
-    return int(match["lanes"])
-
-
-def parse_aer_total(text: str, path: str, total: str) -> int:
-    """The ``total`` line (``TOTAL_ERR_COR 3``) of an ``aer_dev_*`` file: one ``<name> <count>`` per line."""
-    found: int | None = None
-    for number, raw in enumerate(text.replace("\x00", "").splitlines(), start=1):
-        line = raw.strip()
-        if not line:
-            continue
-        match = _AER_LINE.match(line)
-        if match is None:
-            raise ParseError(NAME, path, f"expected '<error> <count>', got {excerpt(line)}", line=number)
-        if match["name"].strip() == total:
-            found = int(match["count"])
-    if found is None:
-        raise ParseError(NAME, path, f"no {total} line")
-    if found > MAX_COUNTER:
-        raise ParseError(NAME, path, f"{total} {found} is more than a 64-bit counter holds")
-    return found
-
-
-def parse_counter(text: str, path: str) -> int | None:
-    """A counter file: a decimal count; ``N/A (no PMA)`` (no performance management agent) -> None."""
-    value = _clean(text)
-    if value.startswith("N/A"):
-        return None
-    if _COUNTER.match(value) is None or int(value) > MAX_COUNTER:
-        raise ParseError(NAME, path, f"expected a count, got {excerpt(value)}")
-    return int(value)
-
 
 # --------------------------------------------------------------------------------------------
 # Which PCI functions
@@ -183,8 +128,15 @@ class _Reader:
             self.conditions.append(_sysfs.from_parse_error(e))
             return None
 
-    def texts(self, directory: str, fd: int | None, names: Sequence[str]) -> list[str | None]:
-        return self.kept(*_sysfs.read_attributes_at(self.root, fd, directory, names))
+    def texts(
+        self,
+        directory: str,
+        fd: int | None,
+        names: Sequence[str],
+        files: LinkFiles | None = None,
+        static: frozenset[str] = frozenset(),
+    ) -> list[str | None]:
+        return self.kept(*read_texts(self.root, fd, directory, names, files, static))
 
     def kept(self, texts: list[str | None], problems: Sequence[_sysfs.Unreadable]) -> list[str | None]:
         """``texts``, with ``problems`` (their read's) kept as conditions."""
@@ -192,6 +144,31 @@ class _Reader:
             if not problem.no_value:  # EINVAL from a link that is down: no value now
                 self.conditions.append(_sysfs.unavailable(NAME, str(problem)))
         return texts
+
+
+def read_texts(
+    root: HostRoot,
+    fd: int | None,
+    directory: str,
+    names: Sequence[str],
+    files: LinkFiles | None = None,
+    static: frozenset[str] = frozenset(),
+    identity: tuple[int, int, int] | None = None,
+) -> tuple[list[str | None], list[_sysfs.Unreadable]]:
+    """``_sysfs.read_attributes_at``; with ``files`` (a rescanning context's), through what it kept
+    of ``directory`` when that is the same directory (``identity``: by default the descriptor's), and
+    kept there after a read without a problem (``sources.linkfiles``)."""
+    if files is None or fd is None:
+        return _sysfs.read_attributes_at(root, fd, directory, names)
+    if identity is None:
+        identity = identity_of(fd)
+    texts = files.read(directory, identity, names)
+    if texts is not None:
+        return texts, []
+    texts, problems = _sysfs.read_attributes_at(root, fd, directory, names)
+    if not problems:
+        files.keep(directory, fd, identity, names, texts, static)
+    return texts, problems
 
 
 #: vendor and class codes (``class >> 8``) of the functions ``sysfs.pci`` reads the link attributes of
@@ -214,6 +191,8 @@ class PcieTexts:
 
     def __init__(self) -> None:
         self._texts: dict[PciAddress, tuple[list[str | None], list[_sysfs.Unreadable]]] = {}
+        #: a rescanning context's kept link files (``pcie_texts``), else None
+        self.files: LinkFiles | None = None
 
     def begin(self) -> None:
         self._texts = {}
@@ -236,7 +215,9 @@ class PcieTexts:
             return  # garbage: the PCI source says so; this source reads the function itself if needed
         if not (code == _BRIDGE or code >> 8 == _NETWORK or (vendor == _NVIDIA and code in _NVIDIA_CLASSES)):
             return
-        self._texts[address] = _sysfs.read_attributes_at(root, dir_fd, directory, PCI_ATTRIBUTES)
+        self._texts[address] = read_texts(
+            root, dir_fd, directory, PCI_ATTRIBUTES, self.files, STATIC_ATTRIBUTES
+        )
 
     def take(self, address: PciAddress) -> tuple[list[str | None], list[_sysfs.Unreadable]] | None:
         return self._texts.pop(address, None)
@@ -245,11 +226,24 @@ class PcieTexts:
         self._texts = {}
 
 
+def pcie_texts(ctx: Context) -> PcieTexts:
+    """The context's ``PcieTexts``, reading through the context's kept link files when it rescans."""
+    texts = ctx.cache.state(PcieTexts)
+    texts.files = link_files(ctx)
+    return texts
+
+
+def link_files(ctx: Context) -> LinkFiles | None:
+    """The context's kept link files when it rescans (``Context.rescans``), else None."""
+    return ctx.cache.state(LinkFiles) if ctx.rescans else None
+
+
 def read_pcie_links(
     root: HostRoot,
     addresses: Iterable[PciAddress],
     memo: LinkMemo | None = None,
     read: PcieTexts | None = None,
+    files: LinkFiles | None = None,
 ) -> tuple[tuple[PcieLinkReading, ...], tuple[Condition, ...]]:
     """The link attributes and AER totals of each of ``addresses`` (``bus/pci/devices/<address>``).
 
@@ -257,16 +251,16 @@ def read_pcie_links(
     for AER) reads as unknown values, without a condition. Every attribute is read every time;
     ``memo``: the readings of the last read through it, given back for a function whose texts
     all equal what was read for it then (an unchanged node parses nothing; without one nothing is
-    reused or kept).
+    reused or kept). ``files``: a rescanning context's kept link files (``sources.linkfiles``).
     """
     if memo is None:
         memo = LinkMemo()
     reader = _Reader(root)
     base = os.fspath(root.sys(PCI_DEVICES_DIR))
     readings: list[PcieLinkReading] = []
+    last, conditions = memo.last, reader.conditions
     try:
-        for address in addresses:
-            entry = f"{base}/{address}"
+        for address, entry in memo.entries(base, addresses):
             early = read.take(address) if read is not None else None
             if early is not None:
                 texts = reader.kept(*early)
@@ -280,24 +274,26 @@ def read_pcie_links(
                     if not os.path.isdir(entry):
                         continue
                 try:
-                    texts = reader.texts(directory, fd, PCI_ATTRIBUTES)
+                    texts = reader.texts(directory, fd, PCI_ATTRIBUTES, files, STATIC_ATTRIBUTES)
                 finally:
                     if fd is not None:
                         os.close(fd)
-            if not any(t is not None for t in texts):
+            if texts.count(None) == len(texts):
                 continue
-            key = (entry, address, *texts)
-            parsed = memo.last.get(key)
+            # the entry names the address (``entry`` is ``<base>/<address>``)
+            key = (entry, *texts)
+            parsed = last.get(key)
             if parsed is None:
                 parsed = _parse_pcie(root, entry, address, texts)
-            memo.keep(key, parsed)
+            memo.keep(key, parsed, len(entry) + sum(map(len, filter(None, texts))))
             readings.append(parsed[0])
-            reader.conditions.extend(parsed[1])
+            if parsed[1]:
+                conditions.extend(parsed[1])
     finally:
         memo.done()
         if read is not None:
             read.done()
-    return tuple(readings), tuple(reader.conditions)
+    return tuple(readings), tuple(conditions)
 
 
 def _parse_pcie(
@@ -341,9 +337,34 @@ class LinkMemo:
         self.last: dict[tuple[object, ...], tuple[PcieLinkReading, tuple[Condition, ...]]] = {}
         self._now: dict[tuple[object, ...], tuple[PcieLinkReading, tuple[Condition, ...]]] = {}
         self._size = 0
+        self._functions: tuple[tuple[PciDevice, ...], tuple[PciAddress, ...]] | None = None
+        self._entries: tuple[tuple[PciAddress, ...], str, tuple[tuple[PciAddress, str], ...]] | None = None
 
-    def keep(self, key: tuple[object, ...], parsed: tuple[PcieLinkReading, tuple[Condition, ...]]) -> None:
-        size = sum(len(part) for part in key if isinstance(part, str))
+    def entries(self, base: str, addresses: Iterable[PciAddress]) -> Sequence[tuple[PciAddress, str]]:
+        """Each of ``addresses`` with its entry ``<base>/<address>``; given back for the very same
+        ``addresses`` (``functions``'s answer) under the same ``base``."""
+        last = self._entries
+        if last is not None and last[0] is addresses and last[1] == base:
+            return last[2]
+        entries = tuple((address, f"{base}/{address}") for address in addresses)
+        if isinstance(addresses, tuple):
+            self._entries = (addresses, base, entries)
+        return entries
+
+    def functions(self, devices: tuple[PciDevice, ...]) -> tuple[PciAddress, ...]:
+        """``link_functions(devices)``, given back for devices equal to the last read's."""
+        last = self._functions
+        if last is not None and last[0] == devices:
+            return last[1]
+        functions = link_functions(devices)
+        self._functions = (devices, functions)
+        return functions
+
+    def keep(
+        self, key: tuple[object, ...], parsed: tuple[PcieLinkReading, tuple[Condition, ...]], size: int = -1
+    ) -> None:
+        if size < 0:
+            size = sum(len(part) for part in key if isinstance(part, str))
         if size <= _MEMO_TEXT_LIMIT and self._size + size <= _MEMO_TEXTS:
             self._now[key] = parsed
             self._size += size
@@ -363,9 +384,16 @@ def _aer(name: str) -> Callable[[str, str], int]:
 
 
 def read_port_counters(
-    root: HostRoot, devices: Iterable[RdmaDevice]
+    root: HostRoot,
+    devices: Iterable[RdmaDevice],
+    files: LinkFiles | None = None,
+    memo: PortMemo | None = None,
 ) -> tuple[tuple[PortCounterReading, ...], tuple[Condition, ...]]:
-    """The error counters of every port of ``devices`` and the carrier changes of its first netdev."""
+    """The error counters of every port of ``devices`` and the carrier changes of its first netdev
+    (``files``: a rescanning context's kept link files, ``sources.linkfiles``; ``memo``: the
+    readings of the last read through it, given back for a port whose texts are all the same).
+    """
+    ports = memo if memo is not None else PortMemo()
     reader = _Reader(root)
     ib_base = os.fspath(root.sys(INFINIBAND_DIR))
     net_base = os.fspath(root.sys(NET_DIR))
@@ -373,43 +401,123 @@ def read_port_counters(
     for device in devices:
         for port in device.ports:
             directory = f"{ib_base}/{device.name}/ports/{port.number}/counters"
-            fd = _sysfs.open_checked_directory(root, directory) if os.path.isdir(directory) else None
-            try:
-                texts = reader.texts(directory, fd, PORT_COUNTERS) if fd is not None else []
-            finally:
-                if fd is not None:
-                    os.close(fd)
-            counters = tuple(
-                (name, value)
-                for name, text in zip(PORT_COUNTERS, texts, strict=False)
-                if (value := reader.parsed(text, parse_counter, f"{directory}/{name}")) is not None
-            )
+            texts = _kept_texts(files, directory, PORT_COUNTERS)
+            if texts is None:
+                fd = _sysfs.open_checked_directory(root, directory) if os.path.isdir(directory) else None
+                try:
+                    texts = reader.texts(directory, fd, PORT_COUNTERS, files) if fd is not None else []
+                finally:
+                    if fd is not None:
+                        os.close(fd)
             netdev = port.netdevs[0] if port.netdevs else None
-            carrier = None
-            if netdev is not None:
-                net_dir = f"{net_base}/{netdev}"
-                (text,) = reader.texts(net_dir, None, NET_COUNTERS)
-                carrier = reader.parsed(text, parse_counter, f"{net_dir}/carrier_changes")
-            if counters or carrier is not None:
-                readings.append(
-                    PortCounterReading(
-                        nic=device.name,
-                        port=port.number,
-                        counters=counters,
-                        netdev=netdev,
-                        carrier_changes=carrier,
-                    )
+            net_dir = f"{net_base}/{netdev}" if netdev is not None else None
+            carrier_text = None
+            if net_dir is not None:
+                (carrier_text,) = _kept_texts(files, net_dir, NET_COUNTERS) or _netdev_texts(
+                    reader, net_dir, files
                 )
+            key = (directory, net_dir, carrier_text, *texts)
+            parsed = ports.last.get(key)
+            if parsed is None:
+                parsed = _parse_port(
+                    root, device.name, port.number, directory, netdev, net_dir, texts, carrier_text
+                )
+            ports.keep(
+                key, parsed, len(directory) + sum(map(len, filter(None, (net_dir, carrier_text, *texts))))
+            )
+            if parsed[0] is not None:
+                readings.append(parsed[0])
+            reader.conditions.extend(parsed[1])
+    ports.done()
     return tuple(readings), tuple(reader.conditions)
 
 
+def _parse_port(
+    root: HostRoot,
+    nic: str,
+    number: int,
+    directory: str,
+    netdev: str | None,
+    net_dir: str | None,
+    texts: Sequence[str | None],
+    carrier_text: str | None,
+) -> tuple[PortCounterReading | None, tuple[Condition, ...]]:
+    """One port's reading from its counter texts (``PORT_COUNTERS`` order) and its netdev's carrier
+    changes, with the conditions of text that does not parse (None: nothing read): pure."""
+    reader = _Reader(root)
+    counters = tuple(
+        (name, value)
+        for name, text in zip(PORT_COUNTERS, texts, strict=False)
+        if (value := reader.parsed(text, parse_counter, f"{directory}/{name}")) is not None
+    )
+    carrier = reader.parsed(carrier_text, parse_counter, f"{net_dir}/carrier_changes")
+    if not counters and carrier is None:
+        return None, tuple(reader.conditions)
+    reading = PortCounterReading(
+        nic=nic, port=number, counters=counters, netdev=netdev, carrier_changes=carrier
+    )
+    return reading, tuple(reader.conditions)
+
+
+class PortMemo:
+    """The port readings parsed in the last read and in this one, by everything read for them (as
+    ``LinkMemo`` for the PCIe readings). One per scan context (``Context.cache``)."""
+
+    def __init__(self) -> None:
+        self.last: dict[tuple[object, ...], tuple[PortCounterReading | None, tuple[Condition, ...]]] = {}
+        self._now: dict[tuple[object, ...], tuple[PortCounterReading | None, tuple[Condition, ...]]] = {}
+        self._size = 0
+
+    def keep(
+        self,
+        key: tuple[object, ...],
+        parsed: tuple[PortCounterReading | None, tuple[Condition, ...]],
+        size: int,
+    ) -> None:
+        if size <= _MEMO_TEXT_LIMIT and self._size + size <= _MEMO_TEXTS:
+            self._now[key] = parsed
+            self._size += size
+
+    def done(self) -> None:
+        self.last, self._now, self._size = self._now, {}, 0
+
+
+def _kept_texts(files: LinkFiles | None, directory: str, names: Sequence[str]) -> list[str | None] | None:
+    """What ``files`` kept of ``directory`` (a path the kernel resolves), when it is the same one."""
+    if files is None:
+        return None
+    return files.read(directory, identity_at(directory), names)
+
+
+def _netdev_texts(reader: _Reader, net_dir: str, files: LinkFiles | None) -> list[str | None]:
+    """``NET_COUNTERS`` of a network interface: confined reads by path (a link in a capture is
+    re-rooted); through a checked descriptor, kept, when the context rescans and the kernel resolves
+    the interface's link inside the root."""
+    fd = _sysfs.open_checked_directory(root=reader.root, real_dir=net_dir) if files is not None else None
+    if fd is None:
+        return reader.texts(net_dir, None, NET_COUNTERS)
+    try:
+        return reader.texts(net_dir, fd, NET_COUNTERS, files)
+    finally:
+        os.close(fd)
+
+
 def read_links(
-    root: HostRoot, facts: Facts, memo: LinkMemo | None = None, read: PcieTexts | None = None
+    root: HostRoot,
+    facts: Facts,
+    memo: LinkMemo | None = None,
+    read: PcieTexts | None = None,
+    files: LinkFiles | None = None,
+    port_memo: PortMemo | None = None,
 ) -> Facts:
     """The readings of every link of the devices in ``facts`` (``Facts.health``), with this source's
-    status and conditions (``memo``, ``read``: see ``read_pcie_links``)."""
-    pcie, pcie_conditions = read_pcie_links(root, link_functions(facts.pci_devices), memo, read)
-    ports, port_conditions = read_port_counters(root, facts.rdma_devices)
+    status and conditions (``memo``, ``read``, ``files``: see ``read_pcie_links``; ``port_memo``:
+    see ``read_port_counters``)."""
+    functions = memo.functions(facts.pci_devices) if memo is not None else link_functions(facts.pci_devices)
+    pcie, pcie_conditions = read_pcie_links(root, functions, memo, read, files)
+    ports, port_conditions = read_port_counters(root, facts.rdma_devices, files, port_memo)
+    if files is not None:
+        files.sweep()
     conditions = pcie_conditions + port_conditions
     message = f"{len(pcie)} PCIe function(s), {len(ports)} RDMA port(s)"
     if conditions:
@@ -425,5 +533,13 @@ def collect(ctx: Context, facts: Facts) -> SourceResult:
     """``read_links`` under ``ctx.root`` behind the source boundary (a failure is this source's
     condition), reusing the readings of the context's last read where no text changed."""
     return guarded(
-        NAME, lambda: read_links(ctx.root, facts, ctx.cache.state(LinkMemo), ctx.cache.state(PcieTexts))
+        NAME,
+        lambda: read_links(
+            ctx.root,
+            facts,
+            ctx.cache.state(LinkMemo),
+            ctx.cache.state(PcieTexts),
+            link_files(ctx),
+            ctx.cache.state(PortMemo),
+        ),
     )

@@ -473,4 +473,4 @@ def _collect(root: HostRoot, memo: _Memo, link_texts: links.PcieTexts | None = N
 def collect(ctx: Context) -> SourceResult:
     """The PCI source: ``read_pci_devices(ctx.root)`` behind the source boundary, reusing the
     devices of the context's last read where nothing read for them changed."""
-    return guarded(NAME, lambda: _collect(ctx.root, ctx.cache.state(_Memo), ctx.cache.state(links.PcieTexts)))
+    return guarded(NAME, lambda: _collect(ctx.root, ctx.cache.state(_Memo), links.pcie_texts(ctx)))

@@ -125,6 +125,7 @@ def host_context(
     fabric_map: str | None = None,
     cloud_metadata: str | None = None,
     cache: ScanCache | None = None,
+    rescans: bool = False,
 ) -> Context:
     """The seams for a live host (``root`` is ``/host`` in the DaemonSet).
 
@@ -132,7 +133,8 @@ def host_context(
     another root (a container that reads the host's sysfs at /host and sees its GPUs through the
     NVIDIA container runtime); ``off`` never. ``fabric_map`` and ``cloud_metadata``: see the
     fabric sources (both off when None). ``cache``: what the scans through the context keep from
-    each other (a fresh one when None; see ``Context.cache``).
+    each other (a fresh one when None; see ``Context.cache``); ``rescans``: the context is scanned
+    again and again (the agent; see ``Context.rescans``).
     """
     live = {"auto": None, "on": True, "off": False}[nvml]
     return Context(
@@ -143,12 +145,13 @@ def host_context(
         fabric_map=fabric_map,
         cloud_metadata=cloud_metadata,
         cache=cache if cache is not None else ScanCache(),
+        rescans=rescans,
     )
 
 
-def bundle_context(path: str | Path, *, cache: ScanCache | None = None) -> Context:
-    """The seams for a capture bundle: its sys/ tree, its cmd/ outputs, its NVML dump (``cache``: as
-    for ``host_context``)."""
+def bundle_context(path: str | Path, *, cache: ScanCache | None = None, rescans: bool = False) -> Context:
+    """The seams for a capture bundle: its sys/ tree, its cmd/ outputs, its NVML dump (``cache``,
+    ``rescans``: as for ``host_context``)."""
     root, runner, nvml_dump = open_bundle(path)
     # the path, not a loaded dump: the NVML source reads it, so a bad nvml.json is its condition
     return Context(
@@ -157,4 +160,5 @@ def bundle_context(path: str | Path, *, cache: ScanCache | None = None) -> Conte
         nvml=nvml_dump,
         bundle=True,
         cache=cache if cache is not None else ScanCache(),
+        rescans=rescans,
     )

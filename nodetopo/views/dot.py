@@ -11,7 +11,12 @@
   from ``views.matrix`` when given, else the island's links per pair);
 * a dashed edge joins each GPU to its nearest NICs, labelled with the PCIe class (``PIX`` ...);
 * GPUs and NICs that no PCIe tree places (a bundle holding only ``topo -m``) sit directly in their
-  NUMA node's box, or in the machine's when their NUMA node is unknown.
+  NUMA node's box, or in the machine's when their NUMA node is unknown;
+* a degraded link (``Topology.health``) is drawn red with its reason: the PCIe edge into the device
+  (or the chain through the bridge) whose link is degraded, a GPU whose NVLinks are degraded joined
+  to its NVSwitch fabric by a red dashed edge (it is out of the island), a GPU's red dashed edge to
+  each nearest NIC whose path is degraded, and the GPU or NIC whose own link is degraded outlined red
+  with its reasons.
 
 ``render_svg`` runs Graphviz's ``dot`` (``dot -Tsvg``): the one part that needs a program outside
 Python; without it the error says how to install it, and ``-o dot`` still works.
@@ -24,16 +29,29 @@ import subprocess
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 
+from nodetopo.command.terminal import strip_control
 from nodetopo.errors import NodetopoError
-from nodetopo.model import Facts, Gpu, Nic, PciAddress, PciDevice, Topology, format_cpulist
-from nodetopo.render import natural_key
+from nodetopo.model import (
+    EdgeHealth,
+    EdgeKind,
+    Facts,
+    Gpu,
+    LinkClass,
+    Nic,
+    PciAddress,
+    PciDevice,
+    Topology,
+    format_cpulist,
+)
 from nodetopo.resource.body import islands_text
-from nodetopo.terminal import strip_control
+from nodetopo.views.render import natural_key
 
 #: island fill colours (a colour-blind-safe qualitative palette), reused cyclically
 ISLAND_COLOURS = ("#88CCEE", "#DDCC77", "#CC6677", "#117733", "#AA4499", "#44AA99", "#999933", "#882255")
 NO_ISLAND_COLOUR = "#E8E8E8"
 NIC_COLOUR = "#C8E6C9"
+#: a degraded link, and the outline of a device whose own link is degraded
+DEGRADED_COLOUR = "#D32F2F"
 #: seconds ``dot`` may take (a 1,000-GPU picture takes a few)
 DOT_TIMEOUT_S = 120.0
 
@@ -107,6 +125,14 @@ def _lines(
     island_colour = {
         i.id: ISLAND_COLOURS[n % len(ISLAND_COLOURS)] for n, i in enumerate(topology.nvlink_islands)
     }
+    degraded = topology.health.degraded
+    pcie_degraded = {e.address: e for e in degraded if e.kind is EdgeKind.PCIE and e.address is not None}
+    own: dict[tuple[str, object], list[EdgeHealth]] = defaultdict(list)
+    for e in degraded:
+        if e.gpu is not None:
+            own[("gpu", e.gpu)].append(e)
+        elif e.nic is not None:
+            own[("nic", e.nic)].append(e)
 
     # Which endpoints to draw, by root complex; the NUMA node of each root.
     by_root: dict[str, list[tuple[PciDevice, str]]] = defaultdict(list)
@@ -137,7 +163,8 @@ def _lines(
     title = [
         f"Node {node_name}" if node_name else "This node",
         f"{len(topology.gpus)} GPUs, NVLink islands {islands_text(topology) or 'none'}, "
-        f"{sum(1 for n in topology.nics if n.rdma)} RDMA NICs",
+        f"{sum(1 for n in topology.nics if n.rdma)} RDMA NICs"
+        + (f", {len(degraded)} degraded link{'s' if len(degraded) != 1 else ''}" if degraded else ""),
     ]
     yield "digraph nodetopo {"
     yield "  graph [rankdir=LR, newrank=true, fontname=Helvetica, fontsize=12, nodesep=0.25,"
@@ -163,8 +190,8 @@ def _lines(
         colour = island_colour.get(g.island, NO_ISLAND_COLOUR) if g.island is not None else NO_ISLAND_COLOUR
         island = f"island {g.island}" if g.island is not None else "no NVLink peer"
         lines = [f"GPU{g.index}", g.model, str(g.address) if g.address else None, island]
-        return (
-            f"{indent}{_id('gpu', g.index)} [label={_label(*lines)}, fillcolor={_q(colour)}, penwidth=1.5];"
+        return f"{indent}{_id('gpu', g.index)} [label={_label(*lines, *_said(own, ('gpu', g.index)))}, " + (
+            f"fillcolor={_q(colour)}, {_outline(own, ('gpu', g.index), '1.5')}];"
         )
 
     def nic_node(n: Nic, indent: str) -> str:
@@ -172,7 +199,9 @@ def _lines(
         what = ", ".join(x for x in (n.link_layer, rate) if x)
         lines = [n.name + (f" ({n.netdev})" if n.netdev else ""), what, str(n.address) if n.address else None]
         fill = NIC_COLOUR if n.rdma else "white"
-        return f"{indent}{_id('nic', n.name)} [label={_label(*lines)}, fillcolor={_q(fill)}, shape=box];"
+        label = _label(*lines, *_said(own, ("nic", n.name)))
+        outline = f", {_outline(own, ('nic', n.name), '')}" if own.get(("nic", n.name)) else ""
+        return f"{indent}{_id('nic', n.name)} [label={label}, fillcolor={_q(fill)}, shape=box{outline}];"
 
     def root_cluster(root: str, indent: str) -> Iterator[str]:
         cluster = _q(f"cluster_root_{root}")
@@ -194,12 +223,22 @@ def _lines(
             style = 'shape=box, style="", fontsize=8, height=0.2'
             yield f"{indent}  {_id('bridge', b)} [label={label}, {style}];"
         edges: set[tuple[str, str]] = set()
+        red: dict[tuple[str, str], EdgeHealth] = {}  # a drawn edge -> the degraded link on it
+
+        def on(segment: list[PciAddress], edge: tuple[str, str]) -> None:
+            for address in segment:
+                if address in pcie_degraded:
+                    red.setdefault(edge, pcie_degraded[address])
+
         for d, kind in endpoints:
             parent: str = host
+            segment: list[PciAddress] = []
             for bridge in d.upstream:
+                segment.append(bridge)
                 if bridge in switches:
                     edges.add((parent, _id("bridge", bridge)))
-                    parent = _id("bridge", bridge)
+                    on(segment, (parent, _id("bridge", bridge)))
+                    parent, segment = _id("bridge", bridge), []
             if kind == "gpu":
                 node = _id("gpu", gpus_at[d.address].index)
                 yield gpu_node(gpus_at[d.address], indent + "  ")
@@ -221,8 +260,10 @@ def _lines(
                 name = names.get((d.vendor, d.device))
                 yield f"{indent}  {node} [label={_label(label, name, str(d.address))}, fontsize=8];"
             edges.add((parent, node))
+            on([*segment, d.address], (parent, node))
         for tail, head in sorted(edges):
-            yield f"{indent}  {tail} -> {head};"
+            e = red.get((tail, head))
+            yield f"{indent}  {tail} -> {head}" + (f" [{_red(_reason(e))}, penwidth=2.5]" if e else "") + ";"
         yield f"{indent}}}"
 
     def numa_cluster(numa: int | None, indent: str) -> Iterator[str]:
@@ -275,6 +316,13 @@ def _lines(
                     f" fontsize=8];"
                 )
 
+    # a GPU whose NVLinks are degraded, out of its island: a red dashed edge to its NVSwitch fabric
+    hubs = [i for i in topology.nvlink_islands if i.nvswitch]
+    for e in degraded:
+        if e.kind is EdgeKind.NVLINK and e.gpu is not None and e.peer == "NVSwitch" and len(hubs) == 1:
+            hub = _id("nvlink", hubs[0].id)
+            yield f"  {_id('gpu', e.gpu)} -> {hub} [style=dashed, {_red(_reason(e))}, penwidth=2];"
+
     # GPU -> nearest NICs
     nic_names = {n.name for n in topology.nics}
     for g in topology.gpus:
@@ -286,12 +334,58 @@ def _lines(
                     f'  {_id("gpu", g.index)} -> {_id("nic", name)} [style=dashed, color="#2E7D32",'
                     f' label={_q(g.nic_distance.name)}, fontsize=8, fontcolor="#2E7D32"];'
                 )
+    # GPU -> the NICs at its best class whose path is degraded (they no longer count as nearest)
+    best_class: dict[int, LinkClass] = {}
+    for dist in topology.gpu_nic_distances:
+        best_class[dist.gpu] = min(best_class.get(dist.gpu, dist.distance), dist.distance)
+    for dist in topology.gpu_nic_distances:
+        if dist.healthy or dist.nic not in nic_names or dist.distance != best_class[dist.gpu]:
+            continue
+        why = _why_path(own, dist.gpu, dist.nic, degraded)
+        text = f"{dist.distance.name}, degraded: {_reason(why)}" if why else f"{dist.distance.name}, degraded"
+        yield f"  {_id('gpu', dist.gpu)} -> {_id('nic', dist.nic)} [style=dashed, penwidth=2, {_red(text)}];"
     legend = _label(
         "GPU fill: NVLink island; thick edges: NVLink; dashed: GPU -> nearest NIC (PCIe class); "
-        "green NIC: RDMA"
+        "green NIC: RDMA" + ("; red: a degraded link, with its reason" if degraded else "")
     )
     yield f'  {_q("legend")} [label={legend}, shape=plaintext, style="", fontsize=9];'
     yield "}"
+
+
+def _reason(e: EdgeHealth | None) -> str:
+    """``NVLinkDown: 12 of 18 NVLinks active ...``: an edge's reasons and message, for a label."""
+    if e is None:
+        return ""
+    return f"{', '.join(e.reasons) or 'degraded'}: {e.message}" if e.message else ", ".join(e.reasons)
+
+
+def _red(text: str) -> str:
+    """The attributes of an edge drawn red, labelled ``text``."""
+    colour = _q(DEGRADED_COLOUR)
+    return f"color={colour}, label={_q(text)}, fontsize=8, fontcolor={colour}"
+
+
+def _said(own: Mapping[tuple[str, object], Sequence[EdgeHealth]], key: tuple[str, object]) -> list[str]:
+    """The label lines of a device whose own links are degraded: ``degraded: GPU3/pcie PcieWidthDegraded``."""
+    return [f"degraded: {e.edge} {', '.join(e.reasons)}" for e in own.get(key, ())]
+
+
+def _outline(
+    own: Mapping[tuple[str, object], Sequence[EdgeHealth]], key: tuple[str, object], width: str
+) -> str:
+    return f"color={_q(DEGRADED_COLOUR)}, penwidth=3" if own.get(key) else f"penwidth={width}"
+
+
+def _why_path(
+    own: Mapping[tuple[str, object], Sequence[EdgeHealth]], gpu: int, nic: str, degraded: Sequence[EdgeHealth]
+) -> EdgeHealth | None:
+    """The degraded edge a GPU→NIC path crosses: the NIC's own, else the GPU's PCIe link, else a bridge's."""
+    for e in own.get(("nic", nic), ()):
+        return e
+    for e in own.get(("gpu", gpu), ()):
+        if e.kind is EdgeKind.PCIE:
+            return e
+    return next((e for e in degraded if e.gpu is None and e.nic is None), None)
 
 
 def find_dot() -> str | None:

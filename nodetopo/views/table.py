@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from nodetopo.command.terminal import output_width, use_style
 from nodetopo.model import Facts, Topology
-from nodetopo.render import render_table
-from nodetopo.terminal import output_width, use_style
 from nodetopo.views.pciids import read_pci_names
+from nodetopo.views.render import render_table
 
 
 def table_text(

@@ -13,7 +13,8 @@ GH200 (InfiniBand at NODE); ``gh200`` — the GH200 alone; ``pcie`` — the RTX 
 node's entry sorted first and stood for the label, refusing a valid 8-GPU pod); ``stale`` — ``mixed``
 computed two hours ago; ``partial`` — a summary whose ``total`` lacks every
 fact the feasibility checks read; ``empty`` — a summary with no status at all; ``missing`` — no
-summary object.
+summary object; ``degraded`` — a DGX H100 whose GPU5 NVLinks and InfiniBand rails are published
+degraded (issue 24: only healthy capacity counts).
 """
 
 from __future__ import annotations
@@ -371,6 +372,32 @@ CASES: tuple[Case, ...] = (
         ),
         admit("pcie-numa-6-fits", {"nodetopo.io/numa-aligned": "true"}, gpus=6),
     ),
+    # ---- only healthy capacity counts (issue 24): a DGX H100 whose GPU5 NVLinks and InfiniBand rails
+    # are published degraded offers an island of 7 and RDMA over its two Ethernet NICs only --------
+    *on(
+        "degraded",
+        deny_topo(
+            "degraded-island-8",
+            ISLAND,
+            "pod needs 8 GPUs in one NVLink island but the largest island in the cluster has 7",
+            gpus=8,
+        ),
+        admit("degraded-island-7-fits", ISLAND, gpus=7),
+        deny_topo(
+            "degraded-rdma-infiniband",
+            {"nodetopo.io/rdma": "required", "nodetopo.io/link-layer": "InfiniBand"},
+            "pod requires RDMA over InfiniBand but the usable RDMA NICs in the cluster are Ethernet",
+        ),
+        admit(
+            "degraded-rdma-ethernet-fits",
+            {"nodetopo.io/rdma": "required", "nodetopo.io/link-layer": "Ethernet"},
+        ),
+        deny_topo(
+            "degraded-rdma-pix",
+            {"nodetopo.io/rdma": "required", "nodetopo.io/max-nic-distance": "PIX"},
+            "pod needs an RDMA NIC at PIX or closer but the best GPU-to-RDMA-NIC class in the cluster is NODE",
+        ),
+    ),
     *on(
         "unknown-layer",
         admit(
@@ -594,6 +621,7 @@ SUMMARY_NAMES = (
     "partial",
     "empty",
     "missing",
+    "degraded",
 )
 
 
@@ -772,6 +800,28 @@ def _mixed_objects() -> tuple[dict[str, Any], ...]:
 
 
 @functools.cache
+def _degraded_objects() -> tuple[dict[str, Any], ...]:
+    """A DGX H100 whose GPU5 NVLinks (12 of 18 active) and eight InfiniBand rails are published degraded."""
+    from helpers import nodetopology_with_degraded, rail_down
+
+    from nodetopo.model import EdgeHealth, EdgeKind, LinkState
+
+    nvlink = EdgeHealth(
+        edge="GPU5/nvlink",
+        kind=EdgeKind.NVLINK,
+        device="GPU5",
+        gpu=5,
+        peer="NVSwitch",
+        reasons=("NVLinkDown",),
+        message="12 of 18 NVLinks active (its peers have 18)",
+        observed=LinkState(links=12),
+        capability=LinkState(links=18),
+    )
+    degraded = (nvlink, *(rail_down(f"mlx5_{i}") for i in range(8)))
+    return (nodetopology_with_degraded("dgx-h100", degraded, "h100-degraded"),)
+
+
+@functools.cache
 def _poisoned_objects() -> tuple[dict[str, Any], ...]:
     """Two honest H100 nodes and an 8-GPU node without NVLink reporting ``!NVIDIA H100 80GB HBM3``."""
     hostile = copy.deepcopy(topology_of("pcie-8x-2socket", "hostile"))
@@ -799,6 +849,8 @@ def summary(kind: str, now: datetime.datetime) -> dict[str, Any] | None:
         return None
     if kind == "poisoned":
         return summarize_objects(_poisoned_objects(), computed_at=stamp)
+    if kind == "degraded":
+        return summarize_objects(_degraded_objects(), computed_at=stamp)
     chosen = [o for o in _mixed_objects() if o["metadata"]["name"] in objects[kind]]
     if kind == "unknown-layer":  # the GH200 as a topo -m-only capture would show it: no link layers
         chosen = copy.deepcopy(chosen)

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from nodetopo.agent.loop import Agent
 from nodetopo.agent.metrics import AgentStats, make_registry
 from nodetopo.agent.publisher import DryRunPublisher
-from nodetopo.logs import configure_logging
+from nodetopo.command.logs import configure_logging
 from nodetopo.topology.discover import bundle_context, scan
 
 from .support import BUNDLES, config

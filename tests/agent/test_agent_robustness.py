@@ -247,7 +247,7 @@ def test_the_health_port_survives_careless_clients(
 
 HANDLER_SCRIPT = """
 import signal, threading, sys
-from nodetopo.signals import StopSignals
+from nodetopo.command.signals import StopSignals
 lock = threading.Lock()  # stands for any lock the interrupted main thread may hold (Event, logging)
 stopped = threading.Event()
 def on_stop(name):

@@ -58,7 +58,7 @@ def test_capture_writes_a_manifest(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_the_driver_version_comes_from_sysfs_or_the_captured_nvidia_smi(tmp_path: Path) -> None:
-    from nodetopo.capture import write_manifest
+    from nodetopo.bundle.capture import write_manifest
     from nodetopo.host import HostRoot
 
     host = tmp_path / "host"

@@ -19,7 +19,7 @@ from helpers import BUNDLES
 
 import nodetopo.publish
 from nodetopo.bundle import bundle_node_name, write_archive
-from nodetopo.capture import write_manifest
+from nodetopo.bundle.capture import write_manifest
 from nodetopo.host import HostRoot
 
 

@@ -1,4 +1,4 @@
-"""nodetopo.capture: a copy of the sysfs subset reads back as exactly the same facts."""
+"""nodetopo.bundle.capture: a copy of the sysfs subset reads back as exactly the same facts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sysfs_trees import HWLOC_TREES, Dir, Link, gpud_infiniband_root, hwloc_tree, pci_function, write_tree
 
-from nodetopo.capture import capture_bundle, capture_sysfs
+from nodetopo.bundle.capture import capture_bundle, capture_sysfs
 from nodetopo.host import HostRoot
 from nodetopo.model import Condition, Facts, NetDevice, NumaNode, PciDevice, RdmaDevice
 from nodetopo.sources import links, numa, pci, rdma

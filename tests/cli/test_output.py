@@ -1,4 +1,4 @@
-"""Every command that writes a file writes it by one rule (``nodetopo.output``), never over a link,
+"""Every command that writes a file writes it by one rule (``nodetopo.command.output``), never over a link,
 a pipe or a device (issue 23: ``nodetopo ray --resources-file /dev/stdout`` as root replaced the
 machine's /dev/stdout link with a regular file).
 
@@ -26,9 +26,9 @@ import pytest
 import yaml
 from helpers import BUNDLES, REPO, nodetopology_of
 
-from nodetopo import output
 from nodetopo.cli import main
-from nodetopo.output import OutputError, open_output, write_output
+from nodetopo.command import output
+from nodetopo.command.output import OutputError, open_output, write_output
 
 FABRIC = "fabric/ibnetdiscover/manpage-voltaire-isr9024-sw6ib4-dualport-hca.topo"
 

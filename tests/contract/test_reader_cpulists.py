@@ -63,7 +63,7 @@ READ_ALL = textwrap.dedent(
     from nodetopo.resource.reader import read_nodetopology
     from nodetopo.resource.body import topology_from_nodetopology
     from nodetopo.probe.promised import parse_nodetopology
-    from nodetopo.render import render_table
+    from nodetopo.views.render import render_table
     read = read_nodetopology(obj)
     assert read.problems == (), read.problems[:3]
     topology = topology_from_nodetopology(obj)

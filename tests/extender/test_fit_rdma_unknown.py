@@ -1,8 +1,8 @@
 """``nodetopo.io/rdma: required`` vs an RDMA NIC whose link layer is unknown (issue 16).
 
 A ``topo -m``-only source names RDMA NICs but not their link layer; a live node's sysfs may lack it
-too. Such a node is labelled ``nodetopo.io/rdma=true`` and the README promises "an RDMA NIC that is
-not DOWN": the extender must accept it. Unknown is not negative.
+too. Such a node is labelled ``nodetopo.io/rdma=true`` and the label reference (docs/labels.md)
+promises "an RDMA NIC that is not DOWN": the extender must accept it. Unknown is not negative.
 """
 
 from __future__ import annotations

@@ -423,7 +423,8 @@ def test_tls_client_certificates_can_be_required_for_the_protocol(
 
 
 def test_sigterm_stops_the_extender_cleanly(tmp_path: Path, topologies: list[dict[str, Any]]) -> None:
-    """The handler only records the signal (nodetopo.signals); a watcher thread shuts the server down."""
+    """The handler only records the signal (nodetopo.command.signals); a watcher thread shuts the server
+    down."""
     with run_extender(tmp_path, topologies[:1]) as process:
         keep_alive = connect(process.port)  # an idle keep-alive connection must not hold the exit
         post_raw(keep_alive, "/filter", json.dumps({"Pod": pod(), "NodeNames": NODES[:1]}).encode())

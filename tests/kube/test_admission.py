@@ -42,7 +42,18 @@ pytestmark = pytest.mark.k8s
 
 RUN = uuid.uuid4().hex[:6]
 SUMMARY_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
-ORDER = ("mixed", "gh200", "pcie", "unknown-layer", "poisoned", "stale", "partial", "empty", "missing")
+ORDER = (
+    "mixed",
+    "gh200",
+    "pcie",
+    "unknown-layer",
+    "poisoned",
+    "degraded",
+    "stale",
+    "partial",
+    "empty",
+    "missing",
+)
 TABLE = sorted(CASES, key=lambda c: ORDER.index(c.summary))
 
 

@@ -107,6 +107,11 @@ def test_publishes_what_discover_sees_on_the_host(agent: Agent, tmp_path: Path) 
     allocation = published["status"].pop("allocation")
     assert allocation["state"] == "Known", allocation
     assert "allocation" not in expected["status"]
+    # the agent judges the links over scans: it publishes the counters it judges rates from (what
+    # its restart starts from), with this kernel's boot id; one discover judges its scan alone
+    baseline = published["status"].get("health", {}).pop("baseline", None)
+    assert baseline is not None and "baseline" not in expected["status"].get("health", {})
+    assert baseline["boot"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip(), baseline
     got, want = normalized(published["status"]), normalized(expected["status"])
     # A tool the host has but the image does not ship (lldpcli: lldpd is installed on this machine)
     # changes only the message of a source that is unavailable on both sides.

@@ -54,7 +54,12 @@ def nodetopology() -> dict[str, Any]:
         {"name": "mlx5_0", "rdma": True, "state": "ACTIVE", "linkLayer": "InfiniBand"},
         {"name": "mlx5_1", "rdma": True, "state": "ACTIVE", "linkLayer": "InfiniBand"},
     ]
-    return {"metadata": {"name": "n1"}, "status": {"nodeName": "n1", "gpus": gpus, "nics": nics}}
+    # an agent that judges its links publishes status.health, here with no edge degraded
+    health = {"checked": 6, "degraded": []}
+    return {
+        "metadata": {"name": "n1"},
+        "status": {"nodeName": "n1", "gpus": gpus, "nics": nics, "health": health},
+    }
 
 
 PROMISED = parse_nodetopology(nodetopology())

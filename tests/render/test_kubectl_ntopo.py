@@ -239,7 +239,7 @@ def test_help_loads_no_client_and_no_renderer() -> None:
         "yaml",
         "networkx",
         "nodetopo.publish",
-        "nodetopo.render",
+        "nodetopo.views.render",
         "nodetopo.topology.discover",
     )
     assert [m for m in modules if m.split(".")[0] in heavy or m.startswith(heavy)] == []
@@ -259,7 +259,7 @@ def test_unknown_output_is_a_usage_error() -> None:
 def test_what_get_and_nodes_import_builds_no_graph() -> None:
     """The plugin reads the object: no networkx, no official client, no discovery, no NVML."""
     probe = (
-        "import json, sys, nodetopo.kubectl.cli, nodetopo.kubectl.fleet, nodetopo.render, "
+        "import json, sys, nodetopo.kubectl.cli, nodetopo.kubectl.fleet, nodetopo.views.render, "
         "nodetopo.views.published, nodetopo.views.dot, nodetopo.kube.session, nodetopo.kube.transport, "
         "nodetopo.resource.reader; "
         "print(json.dumps(sorted(sys.modules)))"

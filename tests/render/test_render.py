@@ -13,11 +13,11 @@ import pytest
 from helpers import BUNDLES, REPO
 
 from nodetopo.cli import main
-from nodetopo.render import natural_key, render_table
-from nodetopo.terminal import strip_control
+from nodetopo.command.terminal import strip_control
 from nodetopo.topology.discover import bundle_context, scan
 from nodetopo.views.matrix import gpu_matrix
 from nodetopo.views.pciids import find_pci_ids, names_in_database, parse_pci_ids, read_pci_names, short_vendor
+from nodetopo.views.render import natural_key, render_table
 
 ALL = sorted(p.name for p in BUNDLES.iterdir() if p.is_dir())
 CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")

@@ -246,7 +246,7 @@ def test_source_without_lldpcli_or_with_lldpd_stopped(lldpd_root: Path) -> None:
 @pytest.mark.corpus
 def test_a_captured_lldp_answer_replays(corpus: Path, tmp_path: Path) -> None:
     """capture leaves run/lldpd.socket (an empty file) when lldpd answered, so the bundle replays it."""
-    from nodetopo.capture import capture_commands
+    from nodetopo.bundle.capture import capture_commands
     from nodetopo.topology.discover import bundle_context
 
     capture_commands(ReplayRunner({lldp.LLDPCLI_ARGV: corpus / RAIL}), tmp_path)

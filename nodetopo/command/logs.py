@@ -15,7 +15,7 @@ import logging
 import sys
 from typing import Any
 
-from nodetopo.terminal import strip_control
+from nodetopo.command.terminal import strip_control
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

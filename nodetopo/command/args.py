@@ -9,8 +9,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from nodetopo.command.terminal import strip_control
 from nodetopo.errors import NodetopoError
-from nodetopo.terminal import strip_control
 
 N = TypeVar("N", int, float)
 

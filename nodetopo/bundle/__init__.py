@@ -512,10 +512,11 @@ def extract_archive(
 def write_archive(bundle: Path, archive: str | Path) -> None:
     """Pack a bundle directory into ``archive`` (gzip-compressed tar; symlinks kept as links),
     under one top directory named like the archive (``bundle`` on standard output). Written through
-    ``nodetopo.output``: a new file atomically (never half there), ``-``, a FIFO or a device as a stream."""
+    ``nodetopo.command.output``: a new file atomically (never half there), ``-``, a FIFO or a device
+    as a stream."""
     import tarfile
 
-    from nodetopo.output import open_output
+    from nodetopo.command.output import open_output
 
     name = "bundle.tar.gz" if str(archive) == "-" else Path(archive).name
     top = name

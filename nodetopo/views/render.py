@@ -1,9 +1,13 @@
 """The human view of a ``Topology``: the table ``nodetopo discover`` prints by default.
 
-Read at a glance: a summary (with Ready, and why not), NUMA nodes, NVLink islands, the preferred
-GPU sets, GPUs with their NUMA node, island and nearest NICs, the GPU→NIC matrix (with
-``gpu_matrix``, the whole ``nvidia-smi topo -m`` style GPU×GPU+NIC matrix), NICs, the PCIe roots
-with what hangs under them, MIG devices, and every condition. Pure: text out, no I/O.
+Read at a glance: a summary (with Ready, and why not), the degraded links, NUMA nodes, NVLink
+islands, the preferred GPU sets, GPUs with their NUMA node, island and nearest NICs, the GPU→NIC
+matrix (with ``gpu_matrix``, the whole ``nvidia-smi topo -m`` style GPU×GPU+NIC matrix), NICs, the
+PCIe roots with what hangs under them, MIG devices, and every condition. Pure: text out, no I/O.
+
+A degraded link (``Topology.health``) is listed with its reasons and message, and marked ``!``
+where it is in the way: a GPU or NIC whose own link is degraded, a GPU→NIC cell whose path crosses
+one, a GPU×GPU cell of a GPU whose NVLinks (or fabric) are degraded.
 
 Layout: with a ``width`` (a terminal) every line fits it — long tables drop a redundant column
 (the GPU model when every GPU has the one in the summary) and then shorten their widest free-text
@@ -21,10 +25,10 @@ import textwrap
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from nodetopo.model import PciDevice, Topology, format_cpulist
+from nodetopo.command.terminal import strip_control
+from nodetopo.model import EdgeKind, PciDevice, Topology, format_cpulist
 from nodetopo.resource.body import islands_text, model_of, worst_nic_distance
 from nodetopo.resource.conditions import typed_conditions
-from nodetopo.terminal import strip_control
 
 # A few PCI class names for the roots view (PCI code and ID assignment specification).
 _CLASS_NAMES = {
@@ -60,6 +64,8 @@ _CLASS_NAMES = {
 _ELLIPSIS = "…"
 _BOLD, _RESET = "\x1b[1m", "\x1b[0m"
 _INDENT = "  "
+#: the mark of a device, a path or a pair on a degraded link
+DEGRADED_MARK = "!"
 
 
 def natural_key(text: str) -> tuple[tuple[int, str | int], ...]:
@@ -235,11 +241,32 @@ def render_table(
     ]
     if consistent.status != "True":
         head.append("Consistent: False")
+    degraded = topology.health.degraded
+    if degraded:
+        head.append(f"Degraded: {len(degraded)} link{'s' if len(degraded) != 1 else ''}")
     out += _pack(head, width)
     if origin:
         out += _wrap(origin, width, indent=_INDENT, hang=_INDENT + "  ")
     if ready.status != "True":
         out += _wrap(f"not ready: {ready.message}", width, indent=_INDENT, hang=_INDENT + "  ")
+    mark_gpus = {e.gpu for e in degraded if e.gpu is not None}
+    mark_nics = {e.nic for e in degraded if e.nic is not None}
+    off_nvlink = {
+        e.gpu for e in degraded if e.gpu is not None and e.kind in (EdgeKind.NVLINK, EdgeKind.FABRIC)
+    }
+    mark = f"; {DEGRADED_MARK}: on a degraded link" if degraded else ""
+
+    if degraded:
+        section(f"Degraded links ({DEGRADED_MARK} below: what sits on one)")
+        since = any(e.since for e in degraded)
+        out += _table(
+            ["LINK", Col("REASONS", shrink=10), Col("MESSAGE", shrink=16), *(["SINCE"] if since else [])],
+            [
+                [e.edge, ", ".join(e.reasons) or "-", e.message or "-", *([_opt(e.since)] if since else [])]
+                for e in degraded
+            ],
+            width,
+        )
 
     if topology.numa_nodes:
         section("NUMA nodes")
@@ -289,7 +316,7 @@ def render_table(
             ],
             [
                 [
-                    str(g.index),
+                    str(g.index) + (DEGRADED_MARK if g.index in mark_gpus else ""),
                     _opt(g.model),
                     _opt(g.address),
                     _opt(g.numa_node)
@@ -311,19 +338,20 @@ def render_table(
     if topology.gpus and (nic_names or gpu_matrix is not None):
         cells: dict[str, dict[str, str]] = defaultdict(dict)
         for d in topology.gpu_nic_distances:
-            cells[f"GPU{d.gpu}"][d.nic] = d.distance.name
+            cells[f"GPU{d.gpu}"][d.nic] = d.distance.name + ("" if d.healthy else DEGRADED_MARK)
         groups: list[list[str]] = [list(nic_names)]
         if gpu_matrix is not None:
-            section("GPU topology matrix (X: self, NV#: # NVLinks; PCIe: PIX<PXB<PHB<NODE<SYS)")
+            section(f"GPU topology matrix (X: self, NV#: # NVLinks; PCIe: PIX<PXB<PHB<NODE<SYS{mark})")
             groups.insert(0, [f"GPU{g.index}" for g in topology.gpus])
             for a in topology.gpus:
                 cells[f"GPU{a.index}"][f"GPU{a.index}"] = "X"
                 for b in topology.gpus:
                     cell = gpu_matrix.get((a.index, b.index))
                     if cell is not None and a.index != b.index:
-                        cells[f"GPU{a.index}"][f"GPU{b.index}"] = cell
+                        off = a.index in off_nvlink or b.index in off_nvlink
+                        cells[f"GPU{a.index}"][f"GPU{b.index}"] = cell + (DEGRADED_MARK if off else "")
         else:
-            section("GPU → NIC (PCIe path class: PIX < PXB < PHB < NODE < SYS)")
+            section(f"GPU → NIC (PCIe path class: PIX < PXB < PHB < NODE < SYS{mark})")
         out += _matrix("", groups, [(f"GPU{g.index}", cells[f"GPU{g.index}"]) for g in topology.gpus], width)
 
     if topology.nics:
@@ -341,7 +369,7 @@ def render_table(
             ],
             [
                 [
-                    n.name,
+                    n.name + (DEGRADED_MARK if n.name in mark_nics else ""),
                     _opt(n.netdev),
                     _opt(n.address),
                     _opt(n.numa_node),

@@ -218,9 +218,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _add_fabric(p)
     p.add_argument(
         "--node-name",
-        default=os.environ.get("NODE_NAME"),
-        required=not os.environ.get("NODE_NAME"),
-        help="the Node to publish for: its NodeTopology and labels (default: $NODE_NAME; one is required)",
+        help="the Node to publish for: its NodeTopology and labels (default: with --from, the host the "
+        "bundle's manifest names, else the bundle's directory or file name; else $NODE_NAME)",
     )
     add_kube_args(p)
     p.add_argument(
@@ -405,7 +404,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
 def _node_name(args: argparse.Namespace, bundle: str | None = None) -> str:
     """--node-name, else (reading a bundle) the bundle's node (``bundle_node_name``: its manifest's
-    host, else the bundle's name), else $NODE_NAME, else the hostname."""
+    host, else the bundle's name), else $NODE_NAME, else the hostname: discover, capture and publish
+    (which has made sure there is a name before it gets here)."""
     if args.node_name:
         return str(args.node_name)
     if bundle:
@@ -436,6 +436,10 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from nodetopo.resource.labels import node_labels, uncertain_keys
     from nodetopo.topology.discover import scan
 
+    if not (args.node_name or args.bundle or os.environ.get("NODE_NAME")):
+        print("nodetopo publish: name the Node: --node-name, $NODE_NAME or --from a bundle", file=sys.stderr)
+        return 2  # a usage error, as argparse's own
+    args.node_name = _node_name(args, args.bundle)
     result = scan(_context(args))
     allocation = None
     if args.pod_resources_socket:

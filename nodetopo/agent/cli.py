@@ -91,14 +91,19 @@ def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> Non
     p = add_command(sub, "agent", help=HELP, description=DESCRIPTION)
     add_input(p)
     p.add_argument("--config", metavar="FILE", help="YAML config file (env NODETOPO_CONFIG)")
-    p.add_argument("--node-name", default=None, help="this node (env NODE_NAME, from the downward API)")
+    p.add_argument(
+        "--node-name",
+        default=None,
+        help="this node (env NODE_NAME, from the downward API); a --dry-run without one names the "
+        "--from bundle's node (as discover does), else the hostname",
+    )
     p.add_argument("--kubeconfig", default=None, metavar="FILE", help=KUBECONFIG_HELP)
     p.add_argument(
         "--context",
         dest="kube_context",
         default=None,
         metavar="NAME",
-        help="the kubeconfig context to use (env NODETOPO_KUBE_CONTEXT; default: its current-context)",
+        help="the kubeconfig context to use (default: its current-context; env NODETOPO_KUBE_CONTEXT)",
     )
     p.add_argument("--once", action="store_true", default=None, help="discover and publish once, then exit")
     p.add_argument(
@@ -249,9 +254,12 @@ def cmd_agent(args: argparse.Namespace) -> int:
     except agent_config.ConfigError as e:
         print(f"nodetopo agent: {e}", file=sys.stderr)
         return 2
-    if not config.node_name:  # --dry-run without a node name: the hostname
+    if not config.node_name:  # --dry-run without a node name: the bundle's node, else the hostname
+        from nodetopo.bundle import bundle_node_name
+
+        named = bundle_node_name(config.bundle) if config.bundle else socket.gethostname()
         config = agent_config.AgentConfig(
-            **{**{f: getattr(config, f) for f in agent_config.FIELDS}, "node_name": socket.gethostname()}
+            **{**{f: getattr(config, f) for f in agent_config.FIELDS}, "node_name": named}
         )
     configure_logging(config.log_level, config.log_format)  # cli.main saw flags/env only
     agent = build_agent(config)

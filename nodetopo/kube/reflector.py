@@ -23,14 +23,16 @@ method of the official client fits as well (the benchmark's peer, benchmarks/ben
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import logging
 import random
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from nodetopo.errors import clip
 from nodetopo.jsonread import load_json
-from nodetopo.kube.errors import ApiStatusError
+from nodetopo.kube.errors import ApiStatusError, translate_api_error
 from nodetopo.kube.pacing import Backoff
 
 log = logging.getLogger(__name__)
@@ -158,12 +160,29 @@ class Reflector:
                 self.resource_version = None
             except Exception as e:  # noqa: BLE001 - keep watching through any API or network failure
                 delay = backoff.next_delay()
-                log.warning(
-                    "watch %s failed (%s: %s); retrying in %.1fs", self.what, type(e).__name__, e, delay
-                )
+                step = "list" if self.resource_version is None else "watch"
+                log.warning("%s; retrying in %.1fs", failure_line(e, f"{step} {self.what}"), delay)
                 if getattr(e, "status", None) == 410 or backoff.failures >= 5:
                     self.resource_version = None
                 self.stop.wait(delay)
+
+
+def failure_line(error: BaseException, action: str) -> str:
+    """``ACTION: why`` in one line, as every command says a failed API request
+    (``translate_api_error``: ``HTTP 500: <the server's Status message>``, ``cannot reach the API
+    server: ConnectionRefusedError: ...``); any other failure (a page that does not parse, an ERROR
+    event) as ``ACTION: Type: text``. Control characters (a Status message's newlines) are escaped."""
+    status = getattr(error, "status", None)
+    unreachable = isinstance(error, (OSError, http.client.HTTPException))
+    if (isinstance(status, int) and hasattr(error, "body")) or unreachable or _from_urllib3(error):
+        return str(translate_api_error(error, action=action))
+    return f"{action}: {type(error).__name__}: {clip(str(error), 300)}"
+
+
+def _from_urllib3(error: BaseException) -> bool:
+    """An error of the official client's transport (``MaxRetryError``, ``ProtocolError``): a list
+    function of the official client fits a reflector too."""
+    return type(error).__module__.partition(".")[0] == "urllib3"
 
 
 def _decode(data: bytes, what: str) -> Any:

@@ -47,7 +47,7 @@ def _kube_flags(parser: argparse.ArgumentParser, *, default: Any) -> None:
         dest="kube_context",
         default=default,
         metavar="NAME",
-        help="the kubeconfig context to use",
+        help="the kubeconfig context to use (default: its current-context)",
     )
 
 

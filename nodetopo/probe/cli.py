@@ -123,8 +123,16 @@ def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> Non
     p.add_argument(
         "--pod-name", default=env.get("POD_NAME"), help="the pod, for the Event (default: $POD_NAME)"
     )
-    p.add_argument("--pod-namespace", default=env.get("POD_NAMESPACE"), help="default: $POD_NAMESPACE")
-    p.add_argument("--pod-uid", default=env.get("POD_UID"), help="default: $POD_UID")
+    p.add_argument(
+        "--pod-namespace",
+        default=env.get("POD_NAMESPACE"),
+        help="the pod's namespace, for the Event and the report (default: $POD_NAMESPACE, else default)",
+    )
+    p.add_argument(
+        "--pod-uid",
+        default=env.get("POD_UID"),
+        help="the pod's UID, so the Event is tied to this pod and not to a namesake (default: $POD_UID)",
+    )
     p.add_argument(
         "--nodetopology",
         metavar="FILE",

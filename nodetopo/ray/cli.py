@@ -56,8 +56,8 @@ def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> Non
     )
     p.add_argument(
         "--node-name",
-        default=os.environ.get("NODE_NAME"),
-        help="read NodeTopology/NODE from the API (default: $NODE_NAME)",
+        help="read NodeTopology/NODE from the API (default: $NODE_NAME); with --from, the name the bundle's "
+        "node is given (default: as `discover --from` names it, never $NODE_NAME)",
     )
     add_kube_args(p)
     p.add_argument(
@@ -193,8 +193,9 @@ def cmd_ray(args: argparse.Namespace) -> int:
         body = _read_file(args.nodetopology)
     elif args.bundle:
         body = _from_bundle(args.bundle, args.node_name)
-    elif args.node_name:
-        body = _from_api(args.node_name, args.kubeconfig, args.kube_context, args.wait)
+    elif args.node_name or os.environ.get("NODE_NAME"):
+        node = args.node_name or os.environ["NODE_NAME"]
+        body = _from_api(node, args.kubeconfig, args.kube_context, args.wait)
     else:
         raise BundleError(
             "nodetopo ray: give --node-name (or $NODE_NAME), --nodetopology FILE or --from BUNDLE"

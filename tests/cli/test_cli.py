@@ -80,14 +80,18 @@ def test_live_host_capture_replays_exactly(tmp_path: Path, capsys: pytest.Captur
     # NVML: the live host tries the real library (absent here); a bundle without nvml.json says so
     # in other words. Everything else must be identical.
     # A tool the host lacks is "not installed" live and "not in the bundle" replayed (issue 16).
+    # No lldpd is "not running" live and "did not answer the capture" replayed.
     absent = {"nvml"} | {
         s["name"]
         for s in live["status"]["sources"]
-        if s["name"].startswith(("nvidia-smi", "ibstat")) and "not installed" in s["message"]
+        if (s["name"].startswith(("nvidia-smi", "ibstat")) and "not installed" in s["message"])
+        or (s["name"] == "fabric.lldp" and "lldpd is not running" in s["message"])
     }
     for body in (live, replayed):
         for s in body["status"]["sources"]:
-            if s["name"].split()[0] in absent - {"nvml"} and not s["ok"]:
+            if s["name"] == "fabric.lldp" and s["name"] in absent:
+                assert ("is not running" if body is live else "did not answer the capture") in s["message"]
+            elif s["name"].split()[0] in absent - {"nvml"} and not s["ok"]:
                 assert ("not installed" if body is live else "not in the bundle") in s["message"]
         body["status"]["sources"] = [
             s for s in body["status"]["sources"] if s["name"].split()[0] not in absent

@@ -62,6 +62,13 @@ def test_every_flag_and_argument_says_what_it_is_for(command: str) -> None:
         if not isinstance(a, SKIPPED) and not (a.help or "").strip()
     ]
     assert silent == [], f"{command}: no help for {silent}"
+    only_a_default = [
+        "/".join(a.option_strings) or a.dest
+        for a in parser._actions
+        if not isinstance(a, SKIPPED)
+        and not re.search(r"[A-Za-z]{3}", re.sub(r"\(?\bdefault\b[^;)]*\)?", "", a.help or "", flags=re.I))
+    ]
+    assert only_a_default == [], f"{command}: the help of {only_a_default} gives only a default"
     text = parser.format_help()
     for wrong in ("default: None", "default None", "default: []", "(default: )"):
         assert wrong not in text, f"{command} --help says {wrong!r}"
@@ -91,11 +98,26 @@ def test_the_flags_that_take_dash_say_so() -> None:
         ("nodetopo expect", "--file"),
         ("nodetopo accept", "results"),
         ("nodetopo accept", "--file"),
+        ("nodetopo capture", "directory"),
+        ("nodetopo ray", "--resources-file"),
     ):
         [action] = [a for a in COMMANDS[command]._actions if flag in (*a.option_strings, a.dest)]
         assert re.search(r"(^|[\s(`'])-([\s,:;`')]|$)", action.help or ""), (
             f"{command} {flag}: {action.help!r}"
         )
+
+
+def test_every_context_flag_says_its_default() -> None:
+    """--context means the same on every command of both tools, and says what it is without one."""
+    helps = {
+        command: action.help or ""
+        for command, parser in COMMANDS.items()
+        for action in parser._actions
+        if "--context" in action.option_strings
+    }
+    assert {"nodetopo publish", "kubectl ntopo", "kubectl ntopo get"} <= set(helps)
+    wrong = {c: h for c, h in helps.items() if "(default: its current-context" not in h}
+    assert wrong == {}
 
 
 def test_the_agent_help_shows_the_agents_own_defaults() -> None:

@@ -32,12 +32,22 @@ class FakeApi:
     def __init__(self, topologies: Sequence[dict[str, Any]]) -> None:
         self.topologies = list(topologies)
         self.stop = threading.Event()
+        #: (status, message): every request is answered with that metav1.Status (an API in trouble)
+        self.failing: tuple[int, str] | None = None
         api = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.0"
 
             def do_GET(self) -> None:
+                if api.failing is not None:
+                    code, message = api.failing
+                    status = {"kind": "Status", "status": "Failure", "message": message, "code": code}
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json")
+                    self.end_headers()
+                    self.wfile.write(json.dumps(status).encode())
+                    return
                 items = self.topologies() if "nodetopologies" in self.path else []
                 if "watch=true" in self.path or "watch=True" in self.path:
                     self.send_response(200)
@@ -101,7 +111,10 @@ def free_port() -> int:
 class ExtenderProcess:
     """``python -m nodetopo extender`` on ``127.0.0.1:port``; ``stderr`` is collected to a file."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], port: int, stderr: Path, scheme: str) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], port: int, stderr: Path, scheme: str, api: FakeApi
+    ) -> None:
+        self.api = api  #: the API it lists and watches
         self.proc = proc
         self.port = port
         self.stderr_path = stderr
@@ -155,7 +168,7 @@ def run_extender(
                 env={**os.environ, "PYTHONPATH": str(REPO)},
                 cwd=REPO,
             )
-        process = ExtenderProcess(proc, port, stderr, scheme)
+        process = ExtenderProcess(proc, port, stderr, scheme, api)
         try:
             if wait_ready:
                 _wait_ready(process)

@@ -288,11 +288,15 @@ def lldpcli_argv(socket: Path) -> tuple[str, ...]:
     return ("lldpcli", "-u", str(socket), *LLDPCLI_ARGV[1:])
 
 
-def read_lldp(root: HostRoot, runner: CommandRunner, *, timeout: float) -> Facts:
+def read_lldp(root: HostRoot, runner: CommandRunner, *, timeout: float, bundle: bool = False) -> Facts:
     """``lldpcli -f json0 show neighbors`` when lldpd runs; otherwise Unavailable, without spawning
-    anything (most nodes have no lldpd: asking lldpcli would cost a process per scan)."""
+    anything (most nodes have no lldpd: asking lldpcli would cost a process per scan). ``bundle``:
+    ``root`` is a capture bundle, whose messages speak of the capture, not of a running lldpd."""
     socket = lldpd_socket(root)
     if socket is None:
+        if bundle:
+            unanswered = f"lldpd did not answer the capture (no {SOCKETS[0]} in the bundle)"
+            return failed(NAME, ConditionReason.UNAVAILABLE, unanswered)
         where = " or ".join("/" + s for s in SOCKETS)
         return failed(NAME, ConditionReason.UNAVAILABLE, f"lldpd is not running (no {where})")
     command = LLDPCLI.line
@@ -330,4 +334,4 @@ def read_lldp(root: HostRoot, runner: CommandRunner, *, timeout: float) -> Facts
 def collect(ctx: Context) -> SourceResult:
     """The LLDP source (lldpd's view of the neighbours of every interface)."""
     timeout = LLDPCLI.timeout(ctx.command_timeout_s)
-    return guarded(NAME, lambda: read_lldp(ctx.root, ctx.runner, timeout=timeout))
+    return guarded(NAME, lambda: read_lldp(ctx.root, ctx.runner, timeout=timeout, bundle=ctx.bundle))

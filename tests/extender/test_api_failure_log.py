@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .process import ExtenderProcess, run_extender
 
-#: the text log format's head (nodetopo.logs): every stderr line starts with one
+#: the text log format's head (nodetopo.command.logs): every stderr line starts with one
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ [\w.]+: ")
 FAILURE = re.compile(
     r"WARNING nodetopo\.kube\.reflector: (list|watch) "

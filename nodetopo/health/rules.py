@@ -59,6 +59,7 @@ from nodetopo.health.fabric import fabric_problems
 from nodetopo.health.policy import HealthPolicy
 from nodetopo.model import (
     EdgeKind,
+    EdgeName,
     Facts,
     GpuPcieReading,
     LinkState,
@@ -102,18 +103,11 @@ class Finding:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class EdgeReading:
-    """One edge as this scan saw it: its names, its state against its capability, the instant
-    findings, and its cumulative error counters (summed over its parts; saturated ones named)."""
+class EdgeReading(EdgeName):
+    """One edge as this scan saw it: its names (``EdgeName``), its state against its capability,
+    the instant findings, and its cumulative error counters (summed over its parts; saturated ones
+    named)."""
 
-    edge: str
-    kind: EdgeKind
-    device: str
-    gpu: int | None = None
-    nic: str | None = None
-    address: PciAddress | None = None
-    port: int | None = None
-    peer: str | None = None
     observed: LinkState = dataclasses.field(default_factory=LinkState)
     capability: LinkState = dataclasses.field(default_factory=LinkState)
     findings: tuple[Finding, ...] = ()

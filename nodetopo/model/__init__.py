@@ -70,6 +70,7 @@ if TYPE_CHECKING:
         CounterRate,
         EdgeHealth,
         EdgeKind,
+        EdgeName,
         HealthReport,
         LinkState,
     )
@@ -151,6 +152,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "CounterRate",
         "EdgeHealth",
         "EdgeKind",
+        "EdgeName",
         "HealthReport",
         "LinkState",
     ),
@@ -195,6 +197,7 @@ __all__ = [
     "DeviceAssignment",
     "EdgeHealth",
     "EdgeKind",
+    "EdgeName",
     "FabricInfo",
     "FabricTier",
     "Facts",

@@ -39,13 +39,11 @@ class CounterRate:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class EdgeHealth:
-    """One degraded edge: which, why, what it does against what it should, since when.
-
-    ``edge`` is ``<device>/<kind>`` (``GPU3/nvlink``, ``mlx5_2/port1``, ``0000:16:00.0/pcie``);
-    ``gpu``/``nic``/``address`` name the device, ``peer`` the other end when known (``NVSwitch``,
-    ``GPU1``, the port above). ``reasons`` are the rules that fired (``nodetopo.health.rules``).
-    """
+class EdgeName:
+    """Which edge: ``edge`` is ``<device>/<kind>`` (``GPU3/nvlink``, ``mlx5_2/port1``,
+    ``0000:16:00.0/pcie``); ``gpu``/``nic``/``address`` name the device, ``peer`` the other end when
+    known (``NVSwitch``, ``GPU1``, the port above). What a scan read of it (``EdgeReading``) and what
+    is published of a degraded one (``EdgeHealth``) both start with these names."""
 
     edge: str
     kind: EdgeKind
@@ -55,6 +53,13 @@ class EdgeHealth:
     address: PciAddress | None = None
     port: int | None = None
     peer: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class EdgeHealth(EdgeName):
+    """One degraded edge: which (``EdgeName``), why, what it does against what it should, since
+    when. ``reasons`` are the rules that fired (``nodetopo.health.rules``)."""
+
     reasons: tuple[str, ...] = ()
     message: str = ""
     observed: LinkState = LinkState()

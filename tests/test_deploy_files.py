@@ -72,7 +72,9 @@ def test_the_probe_binds_events_in_its_own_namespace_only() -> None:
         {"apiGroups": ["nodetopo.io"], "resources": ["nodetopologies"], "verbs": ["get"]}
     ]
     assert roles["nodetopo-probe-events"]["rules"] == [
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
     ]
     bindings = [
         d

@@ -37,9 +37,18 @@ from nodetopo.resource.identity import PREFIX
 # --------------------------------------------------------------------------------------------
 
 
+def _unasked(d: Declared, name: str, reason: str) -> Check:
+    """A check the declaration read does not ask for: not asked, unless the pod's claims could not be
+    read (what they ask is unknown, not "nothing"): then it applies and is skipped, with why."""
+    return skipped(name, f"{reason}; {d.unread}") if d.unread else not_asked(name, reason)
+
+
 def check_declared(d: Declared) -> Check:
     if d.error is not None:
         return failed("declared", d.error, Attribution.UNDECLARED)
+    if d.unread is not None:
+        what = _describe(d.request, d.min_busbw) if d.annotated and d.request is not None else "nothing"
+        return skipped("declared", f"the pod declares {what}; {d.unread}")
     if not d.annotated:
         return warned(
             "declared",
@@ -47,7 +56,8 @@ def check_declared(d: Declared) -> Check:
             Attribution.UNDECLARED,
         )
     assert d.request is not None
-    return passed("declared", f"declared: {_describe(d.request, d.min_busbw)}")
+    claims = f" (with ResourceClaim {', '.join(d.claims)})" if d.claims else ""
+    return passed("declared", f"declared{claims}: {_describe(d.request, d.min_busbw)}")
 
 
 def _describe(r: PodRequest, min_busbw: float | None = None) -> str:
@@ -173,7 +183,7 @@ def _list(items: Iterable[object]) -> str:
 def check_one_island(declared: Declared, seen: Seen, promised: Promised | None) -> Check:
     name = "gpus-in-one-island"
     if declared.request is None or not declared.request.one_island:
-        return not_asked(name, "not declared")
+        return _unasked(declared, name, "not declared")
     if promised is None:
         return skipped(name, "no NodeTopology to compare with")
     found, _ = container_gpus(seen, promised)
@@ -198,7 +208,7 @@ def check_nvlink(declared: Declared, seen: Seen, promised: Promised | None, t: T
     name = "p2p-nvlink"
     wanted = t.require_p2p or (declared.request is not None and declared.request.one_island)
     if not wanted:
-        return not_asked(name, "neither declared (gpus-in-one-island) nor required (--require-p2p)")
+        return _unasked(declared, name, "neither declared (gpus-in-one-island) nor required (--require-p2p)")
     if seen.nvml is None:
         return skipped(name, seen.unread.get("nvml", "NVML is not available in the container"))
     view = seen.nvml
@@ -233,7 +243,7 @@ def check_rdma(declared: Declared, seen: Seen, promised: Promised | None) -> Che
     name = "rdma"
     r = declared.request
     if r is None or not (r.rdma or r.max_nic_distance is not None):
-        return not_asked(name, f"not declared ({RDMA}, {MAX_NIC_DISTANCE})")
+        return _unasked(declared, name, f"not declared ({RDMA}, {MAX_NIC_DISTANCE})")
     if promised is None:
         return skipped(name, "no NodeTopology to compare with")
     found, _ = container_gpus(seen, promised)

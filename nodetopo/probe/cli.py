@@ -373,6 +373,45 @@ def _session(args: argparse.Namespace) -> tuple[Any, str | None]:
         return None, f"no API access: {e}"
 
 
+def _claims(args: argparse.Namespace, session: Any, session_error: str | None, declared: Any) -> Any:
+    """``declared`` with its pod's ResourceClaims' need (``nodetopo.probe.claimed``): the Pod and each
+    claim read with the pod's service account. Without a pod name there is no pod to read; offline
+    (``--nodetopology`` without an API session) nothing is read."""
+    if not args.pod_name or declared.error is not None:
+        return declared
+    import dataclasses
+
+    namespace = args.pod_namespace or "default"
+    where = f"Pod {namespace}/{args.pod_name}"
+    if session is None:
+        if session_error is None:  # offline
+            return declared
+        return dataclasses.replace(
+            declared, unread=f"{where}'s ResourceClaims cannot be read: {session_error}"
+        )
+    from nodetopo.errors import NodetopoError
+    from nodetopo.placement.claims import GROUP, VERSION, pod_claims
+    from nodetopo.probe.claimed import PLURAL, with_claims
+
+    try:
+        pod = bounded(lambda: session.read_pod(namespace, args.pod_name), args.timeout, f"read {where}")
+        if pod is None:
+            raise NodetopoError("it does not exist")
+        refs = pod_claims(pod)
+    except Exception as e:  # noqa: BLE001 - any failure of the API is a reason, never a traceback
+        why = f"{where} could not be read for its ResourceClaims: {str(e).splitlines()[0][:300]}"
+        return dataclasses.replace(declared, unread=why)
+
+    def read(name: str) -> Any:
+        return bounded(
+            lambda: session.read_namespaced_object(GROUP, VERSION, namespace, PLURAL, name),
+            args.timeout,
+            f"read ResourceClaim {namespace}/{name}",
+        )
+
+    return with_claims(declared, namespace, refs, read)
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     from nodetopo.probe.checks import placement, run_checks
     from nodetopo.probe.inputs import Thresholds
@@ -383,6 +422,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     declared = read_declared(args.annotations_file, dict(args.annotation))
     session, session_error = _session(args)
     promised, promised_why = _promised(args, session)
+    declared = _claims(args, session, session_error, declared)
     if promised is None and session_error and not args.nodetopology:
         promised_why = f"{promised_why}; {session_error}"
     seen = _observe(HostRoot(args.root), dict(os.environ), args.timeout, args.collective_timeout)

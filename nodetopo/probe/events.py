@@ -1,6 +1,6 @@
 """The probe's Event on its pod: ``TopologyProbePassed`` (Normal) or ``TopologyProbeFailed``
 (Warning), the one-line verdict (with its attribution) as the message. Posted with the pod's own
-service account, which needs only ``create events`` in its namespace (the ``nodetopo-probe-events``
+service account, which needs ``create events`` in its namespace (the ``nodetopo-probe-events``
 ClusterRole through a RoleBinding). Built by ``nodetopo.kube.events.event_body``, which makes the
 message one line whatever the verdict quotes."""
 

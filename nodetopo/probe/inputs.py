@@ -18,6 +18,10 @@ class Declared:
     error: str | None = None
     #: GB/s of all-reduce bus bandwidth the pod needs (``nodetopo.io/min-busbw``), when it says
     min_busbw: float | None = None
+    #: the ResourceClaims whose need is merged into ``request`` (``nodetopo.probe.claimed``)
+    claims: tuple[str, ...] = ()
+    #: why the pod's claims (or the pod, to find them) could not be read: what they need is unknown
+    unread: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -445,13 +445,16 @@ def test_on_nvswitch_machines_a_pcie_root_constraint_refuses_what_one_island_hol
 # ---- the probe on claim-based pods ------------------------------------------------------------------
 
 
-def probe_claim_pod(name: str, image: str, node: LocalNode, sa: str, claim_name: str) -> dict[str, Any]:
-    """test_probe_node's probe pod declaring ``nodetopo.io/gpus-in-one-island``, its init container (the
-    probe) and main container both using the ResourceClaim ``claim_name`` (one allocation, the same
-    devices for both). Scheduled, not bound: the scheduler allocates the claim."""
+def probe_claim_pod(
+    name: str, image: str, node: LocalNode, sa: str, claim_name: str, *, declared: bool = True
+) -> dict[str, Any]:
+    """test_probe_node's probe pod declaring ``nodetopo.io/gpus-in-one-island`` (``declared``; else
+    nothing), its init container (the probe) and main container both using the ResourceClaim
+    ``claim_name`` (one allocation, the same devices for both). Scheduled, not bound: the scheduler
+    allocates the claim."""
     from .test_probe_node import probe_pod
 
-    pod = probe_pod(name, image, node, sa, {"nodetopo.io/gpus-in-one-island": "true"})
+    pod = probe_pod(name, image, node, sa, {"nodetopo.io/gpus-in-one-island": "true"} if declared else {})
     spec = pod["spec"]
     del spec["nodeName"]
     spec["nodeSelector"] = {"kubernetes.io/hostname": node.name}
@@ -464,16 +467,13 @@ def probe_claim_pod(name: str, image: str, node: LocalNode, sa: str, claim_name:
     return pod
 
 
+ACROSS = "PlacedWrong: gpus-in-one-island: GPUs span 2 NVLink islands: GPU 0 in island 0; GPU 2 in island 1"
+
+
 @pytest.mark.parametrize(
-    ("order", "verdict"),
-    [
-        ("as-given", "passed"),
-        (
-            "across-groups",
-            "PlacedWrong: gpus-in-one-island: GPUs span 2 NVLink islands: "
-            "GPU 0 in island 0; GPU 2 in island 1",
-        ),
-    ],
+    ("order", "need_on", "verdict"),
+    [("as-given", "pod", "passed"), ("across-groups", "pod", ACROSS), ("across-groups", "claim", ACROSS)],
+    ids=["as-given", "across-groups", "across-groups-need-on-claim"],
 )
 def test_the_probe_judges_a_claim_based_pods_gpus_by_island(
     classes: LocalNode,
@@ -481,6 +481,7 @@ def test_the_probe_judges_a_claim_based_pods_gpus_by_island(
     node_image: dict[str, Any],
     two_islands: dict[str, Any],
     order: str,
+    need_on: str,
     verdict: str,
 ) -> None:
     """``nodetopo probe`` as the init container of a pod whose 2 GPUs come from a ResourceClaim (no
@@ -488,18 +489,24 @@ def test_the_probe_judges_a_claim_based_pods_gpus_by_island(
     places them on the published NodeTopology, and passes when the driver's order gave one island,
     fails the pod ``PlacedWrong`` when the driver was told to publish across islands (GPUs 0 and 2, as
     test_an_unconstrained_two_gpu_claim_gets_the_first_devices_of_the_slice measured; the claim itself is
-    deallocated once the pod is done, so the probe's own words name the GPUs)."""
+    deallocated once the pod is done, so the probe's own words name the GPUs). ``need_on`` "claim": the
+    pod declares nothing and the one-island need is only the claim's annotation, which the probe reads
+    through the API with the pod's service account."""
     from .test_probe_node import bundle_published, create_reader, delete_reader, init_terminated, wait_done
 
     node, image = classes, node_image["name"]
     start(node, dra.gpu_inventory(two_islands), order=order)
     claim_name = f"probe-gpus-{uuid.uuid4().hex[:6]}"
-    create(node.cluster, objects, dra.claim(claim_name, NAMESPACE, [dra.gpus(2)]))
+    claim = dra.claim(claim_name, NAMESPACE, [dra.gpus(2)])
+    if need_on == "claim":
+        claim["metadata"]["annotations"] = {"nodetopo.io/gpus-in-one-island": "true"}
+    create(node.cluster, objects, claim)
     sa = create_reader(node.cluster)
     try:
         with bundle_published(node.cluster, node, TWO_ISLANDS):
             name = f"probe-dra-{uuid.uuid4().hex[:6]}"
-            create(node.cluster, objects, probe_claim_pod(name, image, node, sa, claim_name))
+            pod_object = probe_claim_pod(name, image, node, sa, claim_name, declared=need_on == "pod")
+            create(node.cluster, objects, pod_object)
             pod = wait_done(node.cluster, name)
             term = init_terminated(pod)
             report = node.cluster.kubectl(
@@ -514,6 +521,11 @@ def test_the_probe_judges_a_claim_based_pods_gpus_by_island(
                 assert island["status"] == "pass" and "all in island 0" in island["reason"], island
             else:
                 assert pod["status"]["phase"] == "Failed" and term.get("exitCode") == 1, why
+            if need_on == "claim":
+                declared = {c["name"]: c for c in json.loads(report)["checks"]}["declared"]
+                assert (
+                    declared["status"] == "pass" and f"with ResourceClaim {claim_name}" in declared["reason"]
+                )
     finally:
         delete_reader(node.cluster, sa)
 

@@ -443,10 +443,23 @@ def cmd_publish(args: argparse.Namespace) -> int:
     result = scan(_context(args))
     allocation = None
     if args.pod_resources_socket:
-        from nodetopo.kubelet.allocation import allocation_of
+        from nodetopo.kubelet.allocation import GPU_DRA_DRIVERS, allocation_of, with_slices
         from nodetopo.kubelet.podresources import ask_kubelet
 
-        answer = ask_kubelet(args.pod_resources_socket)
+        def read_slices() -> Any:  # only when the kubelet lists GPU devices of ResourceClaims
+            from nodetopo.errors import NodetopoError
+            from nodetopo.kube.resourceslices import read_resource_slices
+            from nodetopo.kube.session import ApiSession
+            from nodetopo.kube.transport import connect
+
+            try:
+                with connect(args.kubeconfig, context=args.kube_context) as connection:
+                    session = ApiSession(connection)
+                    return read_resource_slices(session, args.node_name, drivers=GPU_DRA_DRIVERS)
+            except NodetopoError as e:  # unknown, never "free": the allocation says why
+                return f"the ResourceSlices cannot be read: {e}"
+
+        answer = with_slices(lambda: ask_kubelet(args.pod_resources_socket), read_slices)
         if isinstance(answer, str):
             print(f"nodetopo: the GPU allocation is unknown: {strip_control(answer)}", file=sys.stderr)
         allocation = allocation_of(result.topology, answer)

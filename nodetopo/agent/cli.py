@@ -9,7 +9,6 @@ the config file can still supply them.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import logging
 import os
@@ -30,8 +29,8 @@ from nodetopo.command.logs import configure_logging
 from nodetopo.command.signals import StopSignals
 from nodetopo.kube.flags import HELP as KUBECONFIG_HELP
 from nodetopo.kube.pacing import TokenBucket
-from nodetopo.kubelet.allocation import GPU_DRA_DRIVERS
-from nodetopo.model import KubeletAllocation, SliceDevice
+from nodetopo.kubelet.allocation import GPU_DRA_DRIVERS, with_slices
+from nodetopo.model import SliceDevice
 
 log = logging.getLogger(__name__)
 
@@ -232,20 +231,6 @@ def build_agent(
         allocation=allocation,
         node_labels=node_labels,
     )
-
-
-def with_slices(
-    ask: Callable[[], KubeletAllocation | str],
-    read_slices: Callable[[], tuple[SliceDevice, ...] | str] | None,
-) -> KubeletAllocation | str:
-    """The kubelet's answer; when it lists GPU devices of ResourceClaims, with this node's
-    ResourceSlice devices (or why they could not be read) that tie them to GPUs. The slices are read
-    only then: a node without claim-held GPUs never lists them."""
-    answer = ask()
-    if isinstance(answer, str) or not any(c.driver in GPU_DRA_DRIVERS for c in answer.claim_devices):
-        return answer
-    slices = read_slices() if read_slices is not None else None
-    return dataclasses.replace(answer, slice_devices=slices)
 
 
 def cmd_agent(args: argparse.Namespace) -> int:

@@ -22,7 +22,9 @@ place), and the message says why.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
+from collections.abc import Callable
 
 from nodetopo.model import (
     ClaimDevice,
@@ -194,3 +196,17 @@ def _address(text: str | None) -> PciAddress | None:
         return PciAddress.parse(text)
     except ValueError:
         return None
+
+
+def with_slices(
+    ask: Callable[[], KubeletAllocation | str],
+    read_slices: Callable[[], tuple[SliceDevice, ...] | str] | None,
+) -> KubeletAllocation | str:
+    """The kubelet's answer; when it lists GPU devices of ResourceClaims, with this node's
+    ResourceSlice devices (or why they could not be read) that tie them to GPUs. The slices are read
+    only then: a node without claim-held GPUs never lists them."""
+    answer = ask()
+    if isinstance(answer, str) or not any(c.driver in GPU_DRA_DRIVERS for c in answer.claim_devices):
+        return answer
+    slices = read_slices() if read_slices is not None else None
+    return dataclasses.replace(answer, slice_devices=slices)

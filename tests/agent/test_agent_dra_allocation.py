@@ -1,5 +1,5 @@
 """The agent publishes the holders of GPUs held through DRA ResourceClaims: the kubelet's claim
-devices joined through this node's ResourceSlices (``nodetopo.agent.cli.with_slices``, as
+devices joined through this node's ResourceSlices (``nodetopo.kubelet.allocation.with_slices``, as
 ``build_agent`` wires it), on the loop's fake clock. Slices that cannot be read make the allocation
 Unknown with the reason; they are read only while the kubelet lists a GPU claim device."""
 
@@ -9,7 +9,7 @@ import functools
 
 from agent.support import DGX_H100, FakeClock, FakePublisher, make_agent, stop_after
 from agent.test_agent_allocation import ScriptedKubelet, held, holds
-from nodetopo.agent.cli import with_slices
+from nodetopo.kubelet.allocation import with_slices
 from nodetopo.model import ClaimDevice, KubeletAllocation, PodRef, SliceDevice
 from nodetopo.topology.discover import bundle_context, scan
 

@@ -304,7 +304,7 @@ class ClusterState:
 
 
 def start_reflectors(
-    connection: Any, state: ClusterState, *, page_size: int = 500, stop: threading.Event | None = None
+    connection: Any, state: ClusterState, *, page_size: int = 250, stop: threading.Event | None = None
 ) -> tuple[Reflector, Reflector]:
     """Start the NodeTopology and bound-Pod reflectors feeding ``state`` over ``connection`` (a
     ``nodetopo.kube.transport.KubeConnection``)."""

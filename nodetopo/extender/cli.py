@@ -43,7 +43,12 @@ def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> Non
     )
     add_kube_args(p)
     p.add_argument(
-        "--page-size", type=int, default=500, metavar="N", help="objects per list page (default: %(default)s)"
+        "--page-size",
+        type=int,
+        default=250,
+        metavar="N",
+        help="objects per list page (NodeTopology and Pod lists): bounds the memory a list takes "
+        "(default: %(default)s)",
     )
     p.add_argument("--tls-cert-file", metavar="FILE", help="serve HTTPS with this certificate chain (PEM)")
     p.add_argument("--tls-private-key-file", metavar="FILE", help="the certificate's private key (PEM)")

@@ -89,3 +89,26 @@ def rail_down(nic: str, port: int = 1) -> Any:
         observed=LinkState(state="DOWN"),
         capability=LinkState(state="ACTIVE"),
     )
+
+
+def synced_extender(objects: Any) -> Any:
+    """The extender's ``ClusterState`` over the NodeTopology ``objects`` and no pods, both lists
+    synced, as its reflectors leave it once they have listed."""
+    from nodetopo.extender.cache import ClusterState
+
+    state = ClusterState()
+    state.replace_topologies(objects)
+    state.replace_pods([])
+    state.topologies_synced.set()
+    state.pods_synced.set()
+    return state
+
+
+def pending_gpu_pod(gpus: int, annotations: dict[str, str]) -> dict[str, Any]:
+    """A Pending pod asking ``gpus`` whole GPUs with the ``nodetopo.io/`` ``annotations``, as the
+    scheduler hands it to the extender."""
+    return {
+        "metadata": {"name": "p", "namespace": "default", "uid": "u1", "annotations": annotations},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+        "status": {"phase": "Pending"},
+    }

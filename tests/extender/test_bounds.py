@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import pytest
+from helpers import synced_extender
 
 from nodetopo.extender.cache import ClusterState
 from nodetopo.extender.server import filter_nodes, prioritize_nodes
@@ -67,12 +68,7 @@ def gpu_pod(gpus: int, annotations: dict[str, str] | None = None, **meta: Any) -
 
 
 def synced(*objects: dict[str, Any]) -> ClusterState:
-    state = ClusterState()
-    state.replace_topologies(objects)
-    state.replace_pods([])
-    state.topologies_synced.set()
-    state.pods_synced.set()
-    return state
+    return synced_extender(objects)
 
 
 def test_an_object_over_the_bounds_is_refused_at_once() -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from helpers import synced_extender
 
 from nodetopo.errors import PublishError
 from nodetopo.extender.cache import ClusterState
@@ -73,12 +74,7 @@ class Claims:
 
 @pytest.fixture
 def state(bodies: dict[str, dict[str, Any]]) -> ClusterState:
-    s = ClusterState()
-    s.replace_topologies(bodies.values())
-    s.replace_pods([])
-    s.topologies_synced.set()
-    s.pods_synced.set()
-    return s
+    return synced_extender(bodies.values())
 
 
 def test_a_pod_s_claims_by_name_and_by_template() -> None:

@@ -4,10 +4,8 @@ nodetopo publishes for the degraded fixture bundles."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from helpers import nodetopology_of, nodetopology_with_degraded, rail_down
+from helpers import nodetopology_of, nodetopology_with_degraded, pending_gpu_pod, rail_down, synced_extender
 
 from nodetopo.extender.cache import ClusterState
 from nodetopo.extender.server import filter_nodes
@@ -37,14 +35,6 @@ def test_a_degraded_edge_is_not_what_the_pod_asked_for(bundle: str, island: bool
     assert evaluate(shape, shape.whole_gpus, PodRequest(gpus=8)).fits
 
 
-def _pod(gpus: int, annotations: dict[str, str]) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "p", "namespace": "default", "uid": "u1", "annotations": annotations},
-        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
-        "status": {"phase": "Pending"},
-    }
-
-
 @pytest.fixture(scope="module")
 def degraded_cluster() -> ClusterState:
     """The extender's own state over the degraded bundles' objects and a dgx-h100 whose every
@@ -53,12 +43,7 @@ def degraded_cluster() -> ClusterState:
     objects.append(
         nodetopology_with_degraded("dgx-h100", [rail_down(f"mlx5_{i}") for i in range(8)], "ib-down")
     )
-    s = ClusterState()
-    s.replace_topologies(objects)
-    s.replace_pods([])
-    s.topologies_synced.set()
-    s.pods_synced.set()
-    return s
+    return synced_extender(objects)
 
 
 NODES = ["dgx-h100-nvlink-down", "dgx-h100-gpu-x8", "dgx-h100-rail-half", "ib-down"]
@@ -83,7 +68,7 @@ NODES = ["dgx-h100-nvlink-down", "dgx-h100-gpu-x8", "dgx-h100-rail-half", "ib-do
 def test_the_extender_places_only_on_what_works(
     degraded_cluster: ClusterState, gpus: int, annotations: dict[str, str], placed: set[str], why: str
 ) -> None:
-    result = filter_nodes(degraded_cluster, {"Pod": _pod(gpus, annotations), "NodeNames": NODES})
+    result = filter_nodes(degraded_cluster, {"Pod": pending_gpu_pod(gpus, annotations), "NodeNames": NODES})
     assert set(result["NodeNames"]) == placed
     refused = {**result["FailedNodes"], **result["FailedAndUnresolvableNodes"]}
     assert set(refused) == set(NODES) - placed

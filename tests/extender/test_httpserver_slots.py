@@ -21,12 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import nodetopology_of
+from helpers import nodetopology_of, synced_extender
 from prometheus_client.registry import CollectorRegistry
 
 from extender.test_http_hardening import self_signed
 from nodetopo.agent.health import HEALTH_LIMITS, Health, HealthServer
-from nodetopo.extender.cache import ClusterState
 from nodetopo.extender.server import ExtenderHTTPServer
 from nodetopo.httpserver import BoundedHandler, BoundedHTTPServer, Limits
 
@@ -119,11 +118,7 @@ def health_port() -> Iterator[int]:
 
 @pytest.fixture
 def extender_port() -> Iterator[int]:
-    state = ClusterState()
-    state.replace_topologies([nodetopology_of("dgx-h100", "node-a")])
-    state.replace_pods([])
-    state.topologies_synced.set()
-    state.pods_synced.set()
+    state = synced_extender([nodetopology_of("dgx-h100", "node-a")])
     server = ExtenderHTTPServer(("127.0.0.1", 0), state)
     server.start_background()
     try:

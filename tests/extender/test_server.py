@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from helpers import synced_extender
 
 from nodetopo.errors import ParseError
 from nodetopo.extender.cache import ClusterState
@@ -44,12 +45,7 @@ def gpu_pod(
 
 @pytest.fixture
 def state(bodies: dict[str, dict[str, Any]]) -> ClusterState:
-    s = ClusterState()
-    s.replace_topologies(bodies.values())
-    s.replace_pods([])
-    s.topologies_synced.set()
-    s.pods_synced.set()
-    return s
+    return synced_extender(bodies.values())
 
 
 def test_filter_answers_extender_filter_result(state: ClusterState) -> None:

@@ -21,13 +21,12 @@ import pytest
 import yaml
 from agent.kube_support import AGENT_USER
 from agent.support import config
-from helpers import BUNDLES, nodetopology_of
+from helpers import BUNDLES, nodetopology_of, pending_gpu_pod, synced_extender
 
 from kube.test_agent_cluster import WRITE_VERBS, agent_labels, make_session, node_a, stored_topology
 from nodetopo.admission.summary import summarize_objects
 from nodetopo.agent.loop import Agent
 from nodetopo.agent.publisher import ApiPublisher
-from nodetopo.extender.cache import ClusterState
 from nodetopo.extender.server import filter_nodes
 from nodetopo.health import DEFAULT_POLICY, HealthTracker
 from nodetopo.placement.request import MAX_NIC_DISTANCE, ONE_ISLAND
@@ -43,23 +42,6 @@ CASES = {
     "dgx-h100-gpu-x8": ({MAX_NIC_DISTANCE: "PIX"}, 8),
     "dgx-h100-rail-half": ({MAX_NIC_DISTANCE: "PIX"}, 8),
 }
-
-
-def _pod(gpus: int, annotations: dict[str, str]) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "p", "namespace": "default", "uid": "u1", "annotations": annotations},
-        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
-        "status": {"phase": "Pending"},
-    }
-
-
-def _extender_over(objects: list[dict[str, Any]]) -> ClusterState:
-    state = ClusterState()
-    state.replace_topologies(objects)
-    state.replace_pods([])
-    state.topologies_synced.set()
-    state.pods_synced.set()
-    return state
 
 
 @pytest.mark.parametrize("bundle", sorted(CASES))
@@ -126,10 +108,10 @@ def test_a_degraded_bundle_changes_the_object_the_labels_the_extender_and_the_su
 
     # the extender (the object as the API server serves it) and the summary count what works
     annotations, gpus = CASES[bundle]
-    pod = _pod(gpus, annotations)
+    pod = pending_gpu_pod(gpus, annotations)
     control = nodetopology_of("dgx-h100", "healthy-peer")  # the same machine with every link healthy
     nodes = [name, "healthy-peer"]
-    result = filter_nodes(_extender_over([stored, control]), {"Pod": pod, "NodeNames": nodes})
+    result = filter_nodes(synced_extender([stored, control]), {"Pod": pod, "NodeNames": nodes})
     assert result["NodeNames"] == ["healthy-peer"], result
     refused = {**result["FailedNodes"], **result["FailedAndUnresolvableNodes"]}
     assert set(refused) == {name}

@@ -37,7 +37,7 @@ def read_health(
         return
     edges = []
     seen: set[str] = set()
-    addresses: _Addresses = {}  # filled on the first edge that leaves its address out
+    addresses: _Addresses | None = None  # built once, on the first edge that leaves its address out
     for e in r.items(body.get("degraded"), "degraded edges", MAX_EDGES, one="a degraded edge"):
         ident, kind = r.key(e, "edge", STR), r.key(e, "kind", STR)
         if ident is None or kind is None:
@@ -62,7 +62,9 @@ def read_health(
             fields["port"] = int(number) if number.isdigit() and len(number) < 10 else None
         address = r.address(e)
         if address is None and "pciBusID" not in e:
-            address = _placed_address(r, raw, addresses, fields["gpu"], fields["nic"])
+            if addresses is None:
+                addresses = _addresses_of(raw)
+            address = _placed_address(r, addresses, fields["gpu"], fields["nic"])
         rates = []
         for rate in r.items(e.get("rates"), "rates of an edge", MAX_RATES, one="a rate"):
             counter, per_hour = r.key(rate, "counter", STR), r.key(rate, "perHour", NUMBER)
@@ -115,22 +117,28 @@ def read_health(
     )
 
 
+def _addresses_of(raw: Mapping[str, Any]) -> _Addresses:
+    """The entries of ``status.gpus`` by ("index", i) and of ``status.nics`` by ("name", n), as far
+    as those lists read (each list's own problem is noted where it is read)."""
+    addresses: _Addresses = {}
+    for key, listed, bound in (
+        ("index", raw.get("gpus"), MAX_GPUS),
+        ("name", raw.get("nics"), MAX_NICS),
+    ):
+        if type(listed) is not list or len(listed) > bound:
+            continue
+        for entry in listed:
+            ident = entry.get(key) if isinstance(entry, Mapping) else None
+            if type(ident) is (int if key == "index" else str):
+                addresses.setdefault((key, ident), entry)
+    return addresses
+
+
 def _placed_address(
-    r: FieldReader, raw: Mapping[str, Any], addresses: _Addresses, gpu: int | None, nic: str | None
+    r: FieldReader, addresses: _Addresses, gpu: int | None, nic: str | None
 ) -> PciAddress | None:
     """The ``pciBusID`` an edge left out: its GPU's in ``status.gpus`` (else its NIC's in
     ``status.nics``); None when that entry does not say it (not known)."""
-    if not addresses:
-        for key, listed, bound in (
-            ("index", raw.get("gpus"), MAX_GPUS),
-            ("name", raw.get("nics"), MAX_NICS),
-        ):
-            if type(listed) is not list or len(listed) > bound:
-                continue  # the list's own problem is noted where it is read
-            for entry in listed:
-                ident = entry.get(key) if isinstance(entry, Mapping) else None
-                if type(ident) is (int if key == "index" else str):
-                    addresses.setdefault((key, ident), entry)
     owner = ("index", gpu) if gpu is not None else ("name", nic) if nic is not None else None
     entry = addresses.get(owner) if owner is not None else None
     return r.address(entry) if entry is not None else None

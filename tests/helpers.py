@@ -112,3 +112,20 @@ def pending_gpu_pod(gpus: int, annotations: dict[str, str]) -> dict[str, Any]:
         "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
         "status": {"phase": "Pending"},
     }
+
+
+def require_dot() -> str:
+    """Graphviz's ``dot`` program: a test that draws needs it; missing, it fails under CI (which
+    installs it) and skips elsewhere."""
+    import os
+    import shutil
+
+    import pytest
+
+    found = shutil.which("dot")
+    if found is None:
+        message = "Graphviz `dot` is not installed (apt-get install graphviz)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return found

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 
 import pytest
-from helpers import BUNDLES, nodetopology_of
+from helpers import BUNDLES, nodetopology_of, require_dot
 
 from nodetopo.cli import main as nodetopo_main
 from nodetopo.kubectl.cli import _table
@@ -135,8 +134,7 @@ def test_a_healthy_node_draws_nothing_red(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_the_svg_strokes_the_degraded_link_red(capsys: pytest.CaptureFixture[str]) -> None:
-    if shutil.which("dot") is None:
-        pytest.skip("Graphviz `dot` is not installed (apt-get install graphviz)")
+    require_dot()
     svg = discover(capsys, "dgx-h100-rail-half", "-o", "svg")
     colour = DEGRADED_COLOUR.lower()
     assert f'stroke="{colour}"' in svg

@@ -10,23 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import BUNDLES, REPO
+from helpers import BUNDLES, REPO, require_dot
 
 from nodetopo.cli import main
 from nodetopo.topology.discover import bundle_context, scan
 from nodetopo.views.dot import ISLAND_COLOURS, to_dot
 
 ALL = sorted(p.name for p in BUNDLES.iterdir() if p.is_dir())
-
-
-def _dot() -> str:
-    found = shutil.which("dot")
-    if found is None:
-        message = "Graphviz `dot` is not installed (apt-get install graphviz)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
 
 
 def _clusters(dot_text: str) -> dict[str, list[str]]:
@@ -50,7 +40,7 @@ def _clusters(dot_text: str) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("bundle", ALL)
 def test_every_fixture_draws(bundle: str, capsys: pytest.CaptureFixture[str]) -> None:
-    dot = _dot()
+    dot = require_dot()
     assert main(["discover", "--from", str(BUNDLES / bundle), "-o", "dot", "--node-name", "n"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("digraph nodetopo {")
@@ -116,7 +106,7 @@ def test_a_topo_m_only_bundle_places_gpus_by_numa_node(tmp_path: Path) -> None:
 
 
 def test_hostile_names_stay_inside_their_quotes(tmp_path: Path) -> None:
-    dot = _dot()
+    dot = require_dot()
     bundle = tmp_path / "b"
     shutil.copytree(BUNDLES / "pcie-4x-nvbridge", bundle, symlinks=True)
     (bundle / "nvml.json").unlink()
@@ -131,7 +121,7 @@ def test_hostile_names_stay_inside_their_quotes(tmp_path: Path) -> None:
 
 
 def test_svg_output_and_a_clear_error_without_graphviz(tmp_path: Path) -> None:
-    _dot()
+    require_dot()
     argv = [sys.executable, "-m", "nodetopo", "discover", "--from", str(BUNDLES / "dgx-h100"), "-o", "svg"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nodetopo import __version__
-from nodetopo.command.args import number, require, run_command
+from nodetopo.command.args import add_output_format, number, require, run_command
 from nodetopo.command.terminal import strip_control
 from nodetopo.errors import NodetopoError
 from nodetopo.kube.flags import HELP as KUBECONFIG_HELP
@@ -83,12 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("get", help="one node's topology: the table, or -o yaml|json|dot|svg")
     p.add_argument("node", metavar="NODE", help="the node's name (its NodeTopology has the same name)")
-    p.add_argument(
-        "-o",
-        "--output",
-        choices=["table", "yaml", "json", "dot", "svg"],
-        default="table",
-        help="table (default); the NodeTopology object as yaml or json; a picture of the node as a "
+    add_output_format(
+        p,
+        ("table", "yaml", "json", "dot", "svg"),
+        "table (default); the NodeTopology object as yaml or json; a picture of the node as a "
         "Graphviz graph (dot) or drawn as SVG (svg; needs Graphviz's `dot`)",
     )
     _kube_flags(p, default=argparse.SUPPRESS)
@@ -122,9 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="LIST",
         help="only this GPU set: indices and ranges (0-3,6)",
     )
-    p.add_argument(
-        "-o", "--output", choices=["table", "json"], default="table", help="table (default) or json"
-    )
+    add_output_format(p, ("table", "json"), "table (default) or json")
     _kube_flags(p, default=argparse.SUPPRESS)
     p.set_defaults(func=cmd_band)
 
@@ -153,13 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only nodes with a link published degraded (a node whose links were not judged is not listed)",
     )
-    p.add_argument(
-        "-o",
-        "--output",
-        choices=["table", "name", "json"],
-        default="table",
-        help="table (default), name, json",
-    )
+    add_output_format(p, ("table", "name", "json"), "table (default), name, json")
     _kube_flags(p, default=argparse.SUPPRESS)
     p.set_defaults(func=cmd_nodes)
     return parser

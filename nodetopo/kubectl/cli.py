@@ -69,6 +69,13 @@ def _gpu_list(text: str) -> tuple[int, ...]:
     return tuple(sorted(indices))
 
 
+def _node_command(sub: Any, name: str, **texts: str) -> argparse.ArgumentParser:
+    """A subcommand about one node (get, matrix, band): its NODE argument comes first."""
+    p: argparse.ArgumentParser = sub.add_parser(name, **texts)
+    p.add_argument("node", metavar="NODE", help="the node's name (its NodeTopology has the same name)")
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -81,8 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     _kube_flags(parser, default=None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("get", help="one node's topology: the table, or -o yaml|json|dot|svg")
-    p.add_argument("node", metavar="NODE", help="the node's name (its NodeTopology has the same name)")
+    p = _node_command(sub, "get", help="one node's topology: the table, or -o yaml|json|dot|svg")
     add_output_format(
         p,
         ("table", "yaml", "json", "dot", "svg"),
@@ -92,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     _kube_flags(p, default=argparse.SUPPRESS)
     p.set_defaults(func=cmd_get)
 
-    p = sub.add_parser(
+    p = _node_command(
+        sub,
         "matrix",
         help="one node's table with its GPU×GPU and GPU×NIC matrix (as `nvidia-smi topo -m`)",
         description="The table with the GPU×GPU + GPU×NIC matrix, as `nodetopo discover --matrix` prints "
@@ -101,11 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
         "and GPU pairs under one PCIe root (PIX/PXB/PHB) show '-'; run `nodetopo discover --matrix` on "
         "the node for every pair.",
     )
-    p.add_argument("node", metavar="NODE", help="the node's name (its NodeTopology has the same name)")
     _kube_flags(p, default=argparse.SUPPRESS)
     p.set_defaults(func=cmd_matrix)
 
-    p = sub.add_parser(
+    p = _node_command(
+        sub,
         "band",
         help="one node's expected all-reduce bus bandwidth: the band its topology promises, per GPU set",
         description="The all-reduce bus-bandwidth band at large message sizes that the node's published "
@@ -113,7 +120,6 @@ def build_parser() -> argparse.ArgumentParser:
         "for every GPU of the node and for each NVLink island when there are several, with the algorithm "
         "NCCL would likely run, the link that limits it and the model's assumptions.",
     )
-    p.add_argument("node", metavar="NODE", help="the node's name (its NodeTopology has the same name)")
     p.add_argument(
         "--gpus",
         type=_gpu_list,

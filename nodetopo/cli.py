@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nodetopo import __version__
-from nodetopo.command.args import number, require, run_command
+from nodetopo.command.args import add_output_format, number, require, run_command
 from nodetopo.command.logs import configure_logging
 from nodetopo.command.terminal import strip_control
 from nodetopo.errors import BundleError
@@ -143,12 +143,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     _add_input(p)
     _add_fabric(p)
-    p.add_argument(
-        "-o",
-        "--output",
-        choices=["table", "yaml", "json", "dot", "svg"],
-        default="table",
-        help="table (default), the NodeTopology as yaml or json, or a picture of the node: a Graphviz "
+    add_output_format(
+        p,
+        ("table", "yaml", "json", "dot", "svg"),
+        "table (default), the NodeTopology as yaml or json, or a picture of the node: a Graphviz "
         "graph (dot) or that graph drawn as SVG (svg; needs Graphviz's `dot` program)",
     )
     p.add_argument(

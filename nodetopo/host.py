@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from nodetopo.command.output import file_kind
+
 if TYPE_CHECKING:
     import subprocess
 
@@ -56,20 +58,6 @@ class Refused(Exception):
         super().__init__(f"{host_path}: refused: {why}")
         self.host_path = host_path
         self.why = why
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
 
 
 def _read_fd(fd: int, limit: int, host_path: str) -> bytes:
@@ -213,7 +201,7 @@ class HostRoot:
         try:
             mode = os.fstat(handle).st_mode
             if not stat.S_ISREG(mode):
-                raise Refused(host_path, _kind(mode))
+                raise Refused(host_path, file_kind(mode))
             try:
                 real = os.readlink(f"{_PROC_FD}/{handle}")
             except OSError:  # no /proc: resolve the path instead (slower, same answer)
@@ -330,7 +318,7 @@ def _read_regular(path: str | Path, limit: int, host_path: str) -> bytes:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise Refused(host_path, _kind(mode))
+            raise Refused(host_path, file_kind(mode))
         return _read_fd(fd, limit, host_path)
     finally:
         os.close(fd)

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from nodetopo.command.args import AddArguments, add_command
+from nodetopo.command.args import AddArguments, add_command, add_output_format
 from nodetopo.command.signals import run_until_stopped
 from nodetopo.kube.flags import add_kube_args
 
@@ -60,13 +60,7 @@ def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> Non
         "this: the cluster's NodeTopologySummary",
     )
     add_kube_args(p)
-    p.add_argument(
-        "-o",
-        "--output",
-        choices=["text", "json"],
-        default="text",
-        help="one line per object, or JSON (default: text)",
-    )
+    add_output_format(p, ("text", "json"), "one line per object, or JSON (default: text)")
     add_common(p)
     p.set_defaults(func=cmd_admit)
 

@@ -27,7 +27,7 @@ from nodetopo.agent.udev import EventSource, NoEvents, UdevEventSource
 from nodetopo.command.args import AddArguments, add_command
 from nodetopo.command.logs import configure_logging
 from nodetopo.command.signals import StopSignals
-from nodetopo.kube.flags import HELP as KUBECONFIG_HELP
+from nodetopo.kube.flags import add_kube_args
 from nodetopo.kube.pacing import TokenBucket
 from nodetopo.kubelet.allocation import GPU_DRA_DRIVERS, with_slices
 from nodetopo.model import SliceDevice
@@ -96,14 +96,7 @@ def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> Non
         help="this node (env NODE_NAME, from the downward API); a --dry-run without one names the "
         "--from bundle's node (as discover does), else the hostname",
     )
-    p.add_argument("--kubeconfig", default=None, metavar="FILE", help=KUBECONFIG_HELP)
-    p.add_argument(
-        "--context",
-        dest="kube_context",
-        default=None,
-        metavar="NAME",
-        help="the kubeconfig context to use (default: its current-context; env NODETOPO_KUBE_CONTEXT)",
-    )
+    add_kube_args(p)
     p.add_argument("--once", action="store_true", default=None, help="discover and publish once, then exit")
     p.add_argument(
         "--dry-run",
@@ -139,6 +132,7 @@ def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> Non
         bundle=None,
         command_timeout=None,
         nvml=None,
+        kube_context=None,
     )
 
 

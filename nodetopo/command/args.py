@@ -1,12 +1,12 @@
 """What the commands' command lines share: how a command is added (its description printed as
-written), the type of the ``register`` hooks, the parsing of a number argument, and how a command
-runs (its failure as one line on stderr)."""
+written), the type of the ``register`` hooks, the ``-o``/``--output`` format flag, the parsing of a
+number argument, and how a command runs (its failure as one line on stderr)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from nodetopo.command.terminal import strip_control
@@ -30,6 +30,11 @@ def add_command(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     return parser
+
+
+def add_output_format(parser: argparse.ArgumentParser, choices: Sequence[str], help: str) -> None:
+    """``-o``/``--output``: the format the command prints, one of ``choices``, the first by default."""
+    parser.add_argument("-o", "--output", choices=list(choices), default=choices[0], help=help)
 
 
 def number(

@@ -166,9 +166,15 @@ def _into_descriptor(descriptor: int, text: str) -> Iterator[IO[bytes]]:
         yield f
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` that is not a regular file is, in words ("a directory"),
+    for the messages that refuse it: an output path here, a host file in ``nodetopo.host``."""
     if stat.S_ISDIR(mode):
         return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
     if stat.S_ISBLK(mode):
         return "a block device"
     if stat.S_ISSOCK(mode):
@@ -180,7 +186,7 @@ def _check_writable_in_place(text: str, mode: int, through_link: bool) -> None:
     if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
         via = "a symbolic link to " if through_link else ""
         raise OutputError(
-            f"{text}: is {via}{_kind(mode)}; nodetopo writes only a new or regular file, a FIFO or a "
+            f"{text}: is {via}{file_kind(mode)}; nodetopo writes only a new or regular file, a FIFO or a "
             "character device ('-' is standard output)"
         )
 

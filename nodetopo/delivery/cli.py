@@ -32,7 +32,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nodetopo.command.args import AddArguments, add_command, number, require
+from nodetopo.command.args import AddArguments, add_command, add_output_format, number, require
 from nodetopo.command.terminal import strip_control
 from nodetopo.delivery.inputs import flag_pairs, gpu_indices, placements_for, read_input, read_topologies
 from nodetopo.delivery.judging import (
@@ -121,13 +121,7 @@ def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> Non
         choices=sorted(COLLECTIVE_ALGORITHMS),
         help="the collective (default: %(default)s)",
     )
-    p.add_argument(
-        "-o",
-        "--output",
-        choices=["table", "json"],
-        default="table",
-        help="the band as a table, or JSON (default: table)",
-    )
+    add_output_format(p, ("table", "json"), "the band as a table, or JSON (default: table)")
     add_common(p)
     p.set_defaults(func=cmd_expect)
 
@@ -166,13 +160,7 @@ def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> Non
         help="what the workload needs (default: with --pod, the pods' nodetopo.io/min-busbw annotation): "
         "below it a result that is what the placement gives is PlacedWrong",
     )
-    p.add_argument(
-        "-o",
-        "--output",
-        choices=["text", "json"],
-        default="text",
-        help="the verdict as text, or JSON (default: text)",
-    )
+    add_output_format(p, ("text", "json"), "the verdict as text, or JSON (default: text)")
     add_common(p)
     p.set_defaults(func=cmd_accept)
 

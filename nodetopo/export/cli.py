@@ -108,12 +108,7 @@ def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> Non
     add_common(p)
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser(
-        "export-controller",
-        help=CONTROLLER_HELP,
-        description=CONTROLLER_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(sub, "export-controller", help=CONTROLLER_HELP, description=CONTROLLER_DESCRIPTION)
     add_kube_args(p)
     p.add_argument(
         "--export",

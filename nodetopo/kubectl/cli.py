@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nodetopo import __version__
-from nodetopo.command.args import number, require, run_command
+from nodetopo.command.args import add_output_format, number, require, run_command
 from nodetopo.command.terminal import strip_control
 from nodetopo.errors import NodetopoError
 from nodetopo.kube.flags import HELP as KUBECONFIG_HELP
@@ -69,6 +69,13 @@ def _gpu_list(text: str) -> tuple[int, ...]:
     return tuple(sorted(indices))
 
 
+def _node_command(sub: Any, name: str, **texts: str) -> argparse.ArgumentParser:
+    """A subcommand about one node (get, matrix, band): its NODE argument comes first."""
+    p: argparse.ArgumentParser = sub.add_parser(name, **texts)
+    p.add_argument("node", metavar="NODE", help="the node's name (its NodeTopology has the same name)")
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -81,20 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
     _kube_flags(parser, default=None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("get", help="one node's topology: the table, or -o yaml|json|dot|svg")
-    p.add_argument("node", metavar="NODE", help="the node's name (its NodeTopology has the same name)")
-    p.add_argument(
-        "-o",
-        "--output",
-        choices=["table", "yaml", "json", "dot", "svg"],
-        default="table",
-        help="table (default); the NodeTopology object as yaml or json; a picture of the node as a "
+    p = _node_command(sub, "get", help="one node's topology: the table, or -o yaml|json|dot|svg")
+    add_output_format(
+        p,
+        ("table", "yaml", "json", "dot", "svg"),
+        "table (default); the NodeTopology object as yaml or json; a picture of the node as a "
         "Graphviz graph (dot) or drawn as SVG (svg; needs Graphviz's `dot`)",
     )
     _kube_flags(p, default=argparse.SUPPRESS)
     p.set_defaults(func=cmd_get)
 
-    p = sub.add_parser(
+    p = _node_command(
+        sub,
         "matrix",
         help="one node's table with its GPU×GPU and GPU×NIC matrix (as `nvidia-smi topo -m`)",
         description="The table with the GPU×GPU + GPU×NIC matrix, as `nodetopo discover --matrix` prints "
@@ -103,11 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
         "and GPU pairs under one PCIe root (PIX/PXB/PHB) show '-'; run `nodetopo discover --matrix` on "
         "the node for every pair.",
     )
-    p.add_argument("node", metavar="NODE", help="the node's name (its NodeTopology has the same name)")
     _kube_flags(p, default=argparse.SUPPRESS)
     p.set_defaults(func=cmd_matrix)
 
-    p = sub.add_parser(
+    p = _node_command(
+        sub,
         "band",
         help="one node's expected all-reduce bus bandwidth: the band its topology promises, per GPU set",
         description="The all-reduce bus-bandwidth band at large message sizes that the node's published "
@@ -115,16 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
         "for every GPU of the node and for each NVLink island when there are several, with the algorithm "
         "NCCL would likely run, the link that limits it and the model's assumptions.",
     )
-    p.add_argument("node", metavar="NODE", help="the node's name (its NodeTopology has the same name)")
     p.add_argument(
         "--gpus",
         type=_gpu_list,
         metavar="LIST",
         help="only this GPU set: indices and ranges (0-3,6)",
     )
-    p.add_argument(
-        "-o", "--output", choices=["table", "json"], default="table", help="table (default) or json"
-    )
+    add_output_format(p, ("table", "json"), "table (default) or json")
     _kube_flags(p, default=argparse.SUPPRESS)
     p.set_defaults(func=cmd_band)
 
@@ -153,13 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only nodes with a link published degraded (a node whose links were not judged is not listed)",
     )
-    p.add_argument(
-        "-o",
-        "--output",
-        choices=["table", "name", "json"],
-        default="table",
-        help="table (default), name, json",
-    )
+    add_output_format(p, ("table", "name", "json"), "table (default), name, json")
     _kube_flags(p, default=argparse.SUPPRESS)
     p.set_defaults(func=cmd_nodes)
     return parser

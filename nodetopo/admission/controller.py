@@ -24,7 +24,7 @@ from typing import Any
 
 from nodetopo.admission.summary import NAME, PLURAL, SECTIONS, NodeFacts, Thresholds, facts_of, summarize
 from nodetopo.kube.pacing import retry_until_stopped
-from nodetopo.kube.reflector import Handlers, Reflector, list_function
+from nodetopo.kube.reflector import Handlers, Reflector, start_watching
 from nodetopo.resource.identity import GROUP, VERSION
 from nodetopo.resource.identity import PLURAL as NODETOPOLOGY_PLURAL
 from nodetopo.resource.reader import read_nodetopology
@@ -183,12 +183,5 @@ def start_reflector(
     connection: Any, state: SummaryState, *, page_size: int = 100, stop: threading.Event | None = None
 ) -> Reflector:
     """Start the NodeTopology reflector feeding ``state`` over ``connection`` (a ``KubeConnection``)."""
-    reflector = Reflector(
-        list_function(connection, NODETOPOLOGY_PATH),
-        NODETOPOLOGY_PATH,
-        Handlers(state.replace, state.upsert, state.delete, state.synced, compact=state.compact),
-        page_size=page_size,
-        stop=stop,
-    )
-    reflector.start()
-    return reflector
+    handlers = Handlers(state.replace, state.upsert, state.delete, state.synced, compact=state.compact)
+    return start_watching(connection, NODETOPOLOGY_PATH, handlers, page_size=page_size, stop=stop)

@@ -33,7 +33,7 @@ from typing import Any
 from nodetopo import export
 from nodetopo.export.targets import FIELD_MANAGER, OWNER_LABEL, OWNER_VALUE, Target, volcano
 from nodetopo.kube.pacing import retry_until_stopped
-from nodetopo.kube.reflector import Handlers, Reflector, list_function
+from nodetopo.kube.reflector import Handlers, Reflector, start_watching
 from nodetopo.resource.identity import GROUP, VERSION
 from nodetopo.resource.identity import PLURAL as NODETOPOLOGY_PLURAL
 
@@ -307,9 +307,7 @@ def start_reflectors(
     watched = [(NODETOPOLOGY_PATH, state.places)]
     watched += [(target.path, state.observed[target.name]) for target in state.targets]
     for path, collection in watched:
-        reflector = Reflector(
-            list_function(connection, path), path, collection.handlers(), page_size=page_size, stop=stop
+        started.append(
+            start_watching(connection, path, collection.handlers(), page_size=page_size, stop=stop)
         )
-        reflector.start()
-        started.append(reflector)
     return tuple(started)

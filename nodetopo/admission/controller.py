@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime
 import functools
 import logging
-import random
 import threading
 import time
 from collections import Counter
@@ -24,7 +23,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from nodetopo.admission.summary import NAME, PLURAL, SECTIONS, NodeFacts, Thresholds, facts_of, summarize
-from nodetopo.kube.reflector import Handlers, Reflector, list_function
+from nodetopo.kube.pacing import retry_until_stopped
+from nodetopo.kube.reflector import Handlers, Reflector, start_watching
 from nodetopo.resource.identity import GROUP, VERSION
 from nodetopo.resource.identity import PLURAL as NODETOPOLOGY_PLURAL
 from nodetopo.resource.reader import read_nodetopology
@@ -155,22 +155,23 @@ class SummaryWriter:
     def run(self) -> None:
         while not self.stop.is_set() and not self.state.synced.wait(0.5):
             pass
-        failures = 0
-        while not self.stop.is_set():
-            try:
-                self.state.changed.clear()
-                self.write_once()
-                failures = 0
-            except Exception as e:  # noqa: BLE001 - keep the controller alive through API failures
-                failures += 1
-                delay = min(30.0, 0.5 * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
-                log.warning("writing the summary failed (%s: %s); retry in %.1fs", type(e).__name__, e, delay)
-                self.stop.wait(delay)
-                self.state.changed.set()
-                continue
-            remaining = max(0.0, self.heartbeat_s - (time.monotonic() - self._last_write))
-            if self.state.changed.wait(remaining) and not self.stop.is_set():
-                self.stop.wait(self.debounce_s)  # let a burst of changes settle into one write
+        retry_until_stopped(
+            self.stop,
+            self._write_changed,
+            what="writing the summary",
+            log=log,
+            then=self._wait_for_change,
+            after_failure=self.state.changed.set,
+        )
+
+    def _write_changed(self) -> None:
+        self.state.changed.clear()
+        self.write_once()
+
+    def _wait_for_change(self) -> None:
+        remaining = max(0.0, self.heartbeat_s - (time.monotonic() - self._last_write))
+        if self.state.changed.wait(remaining) and not self.stop.is_set():
+            self.stop.wait(self.debounce_s)  # let a burst of changes settle into one write
 
 
 def apply_with(session: Any) -> Callable[[dict[str, Any]], Any]:
@@ -182,12 +183,5 @@ def start_reflector(
     connection: Any, state: SummaryState, *, page_size: int = 100, stop: threading.Event | None = None
 ) -> Reflector:
     """Start the NodeTopology reflector feeding ``state`` over ``connection`` (a ``KubeConnection``)."""
-    reflector = Reflector(
-        list_function(connection, NODETOPOLOGY_PATH),
-        NODETOPOLOGY_PATH,
-        Handlers(state.replace, state.upsert, state.delete, state.synced, compact=state.compact),
-        page_size=page_size,
-        stop=stop,
-    )
-    reflector.start()
-    return reflector
+    handlers = Handlers(state.replace, state.upsert, state.delete, state.synced, compact=state.compact)
+    return start_watching(connection, NODETOPOLOGY_PATH, handlers, page_size=page_size, stop=stop)

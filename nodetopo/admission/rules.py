@@ -164,20 +164,27 @@ def _ray_groups(spec: Mapping[str, Any], where: str) -> list[PodGroup]:
         groups.append(PodGroup(template=_mapping(head), pods=1, subject="head group", runner="the group"))
     for worker in spec.get("workerGroupSpecs") or []:
         worker = _mapping(worker)
-        name = str(worker.get("groupName", ""))
-        at = f"{where}: worker group {name}"
-        pods = _count(worker.get("replicas"), f"{at}: replicas") * _count(
-            worker.get("numOfHosts"), f"{at}: numOfHosts"
-        )
         groups.append(
-            PodGroup(
-                template=_mapping(worker.get("template")),
-                pods=pods,
-                subject=f'worker group "{name}"',
-                runner="the group",
+            _replicated_group(
+                where,
+                "worker group",
+                str(worker.get("groupName", "")),
+                worker.get("template"),
+                ("replicas", worker.get("replicas")),
+                ("numOfHosts", worker.get("numOfHosts")),
             )
         )
     return groups
+
+
+def _replicated_group(where: str, what: str, name: str, template: Any, *counts: tuple[str, Any]) -> PodGroup:
+    """The group ``what`` ``name`` of a workload: ``template`` x the product of ``counts`` (each a
+    field and its value, read in that order)."""
+    at = f"{where}: {what} {name}"
+    pods = 1
+    for field, value in counts:
+        pods *= _count(value, f"{at}: {field}")
+    return PodGroup(template=_mapping(template), pods=pods, subject=f'{what} "{name}"', runner="the group")
 
 
 def pod_groups(obj: Mapping[str, Any]) -> list[PodGroup]:
@@ -205,18 +212,15 @@ def pod_groups(obj: Mapping[str, Any]) -> list[PodGroup]:
         groups = []
         for job in spec.get("replicatedJobs") or []:
             job = _mapping(job)
-            name = str(job.get("name", ""))
             job_spec = _mapping(_mapping(job.get("template")).get("spec"))
-            at = f"{where}: replicated job {name}"
-            pods = _count(job.get("replicas"), f"{at}: replicas") * _count(
-                job_spec.get("parallelism"), f"{at}: parallelism"
-            )
             groups.append(
-                PodGroup(
-                    template=_mapping(job_spec.get("template")),
-                    pods=pods,
-                    subject=f'replicated job "{name}"',
-                    runner="the group",
+                _replicated_group(
+                    where,
+                    "replicated job",
+                    str(job.get("name", "")),
+                    job_spec.get("template"),
+                    ("replicas", job.get("replicas")),
+                    ("parallelism", job_spec.get("parallelism")),
                 )
             )
         return groups

@@ -66,7 +66,7 @@ import copy
 import dataclasses
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -385,28 +385,24 @@ class AgentCollector:
         yield hist
 
         yield _counter(f"{ns}_discovery_cycles", "Discovery scans, by trigger", ["trigger"], s.cycles)
-        errors = CounterMetricFamily(
+        yield _counter(
             f"{ns}_source_errors",
             "Source conditions per scan, by reason (Unavailable, an expected absence, is not counted)",
-            labels=["source", "reason"],
+            ["source", "reason"],
+            s.source_errors,
         )
-        for (source, reason), count in sorted(s.source_errors.items()):
-            errors.add_metric([source, reason], float(count))
-        yield errors
-        stale = GaugeMetricFamily(
-            f"{ns}_source_stale", "1 while a source's facts are kept from an earlier scan", labels=["source"]
+        yield _gauge(
+            f"{ns}_source_stale",
+            "1 while a source's facts are kept from an earlier scan",
+            ["source"],
+            s.stale,
         )
-        for source, value in sorted(s.stale.items()):
-            stale.add_metric([source], float(value))
-        yield stale
-        unavailable = GaugeMetricFamily(
+        yield _gauge(
             f"{ns}_source_unavailable",
             "1 while a source reports Unavailable (tool, driver or file not there: often expected)",
-            labels=["source"],
+            ["source"],
+            s.unavailable,
         )
-        for source, value in sorted(s.unavailable.items()):
-            unavailable.add_metric([source], float(value))
-        yield unavailable
         for name, doc, flag in (
             ("ready", "1 when the published NodeTopology is Ready, 0 when it is partial", s.ready),
             ("consistent", "1 when the sources agree (the Consistent condition), else 0", s.consistent),
@@ -417,14 +413,12 @@ class AgentCollector:
             yield gauge
 
         yield _counter(f"{ns}_publish_writes", "API writes made, by object", ["object"], s.writes)
-        failures = CounterMetricFamily(
+        yield _counter(
             f"{ns}_publish_failures",
             "Failed publishes, by object and error class",
-            labels=["object", "error"],
+            ["object", "error"],
+            s.failures,
         )
-        for (obj, error), count in sorted(s.failures.items()):
-            failures.add_metric([obj, error], float(count))
-        yield failures
         last = GaugeMetricFamily(
             f"{ns}_last_successful_publish_timestamp_seconds",
             "Unix time of the last publish that succeeded (written or verified unchanged)",
@@ -517,10 +511,24 @@ class AgentCollector:
         yield edges
 
 
-def _counter(name: str, doc: str, labels: list[str], values: Mapping[str, int]) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, doc, labels=labels)
+def _counter(name: str, doc: str, labels: list[str], values: Mapping[Any, int]) -> CounterMetricFamily:
+    """A counter family with one sample per entry of ``values``, in key order (see ``_samples``)."""
+    return _samples(CounterMetricFamily(name, doc, labels=labels), values)
+
+
+def _gauge(name: str, doc: str, labels: list[str], values: Mapping[Any, int]) -> GaugeMetricFamily:
+    """A gauge family with one sample per entry of ``values``, in key order (see ``_samples``)."""
+    return _samples(GaugeMetricFamily(name, doc, labels=labels), values)
+
+
+_Family = TypeVar("_Family", CounterMetricFamily, GaugeMetricFamily)
+
+
+def _samples(family: _Family, values: Mapping[Any, int]) -> _Family:
+    """``family`` with a sample per entry of ``values``, sorted: a key is one label value, or a
+    tuple of them (one per label)."""
     for key, count in sorted(values.items()):
-        family.add_metric([key], float(count))
+        family.add_metric(list(key) if isinstance(key, tuple) else [key], float(count))
     return family
 
 

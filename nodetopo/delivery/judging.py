@@ -75,6 +75,15 @@ def event_line(judgements: Sequence[Any], verdict: Any) -> str:
     return line
 
 
+def _harness_error(measured: Any, reason: str) -> tuple[Any, None]:
+    """The ``HARNESS_ERROR`` judgement of ``measured`` (no expectation to judge it by), and no expectation."""
+    from nodetopo.expect.verdict import Judgement, Verdict
+
+    return Judgement(
+        verdict=Verdict.HARNESS_ERROR, reason=reason, source=measured.source, measured=measured
+    ), None
+
+
 def judge_nccl(
     output: Any,
     args: argparse.Namespace,
@@ -83,7 +92,7 @@ def judge_nccl(
     need: float | None = None,
     need_from: str = "--min-busbw",
 ) -> tuple[Any, Expectation | None]:
-    from nodetopo.expect.verdict import Judgement, Measurement, Verdict, judge, measure
+    from nodetopo.expect.verdict import Measurement, judge, measure
 
     measured = measure(output, args.collective)
     if not isinstance(measured, Measurement):
@@ -94,15 +103,7 @@ def judge_nccl(
         collective = "all_reduce"
         notes.append("the output does not name its benchmark: all_reduce assumed (give --collective)")
     if collective not in COLLECTIVE_ALGORITHMS:
-        return (
-            Judgement(
-                verdict=Verdict.HARNESS_ERROR,
-                reason=f"{collective}: the model has no expectation for it",
-                source=measured.source,
-                measured=measured,
-            ),
-            None,
-        )
+        return _harness_error(measured, f"{collective}: the model has no expectation for it")
     inferred = (
         inferred_gpus(output.ranks, topologies)
         if fixed is None and not args.gpus and output.ranks and not output.ranks_elided
@@ -120,15 +121,7 @@ def judge_nccl(
             oversubscription=args.oversubscription,
         )
     except ExpectError as e:
-        return (
-            Judgement(
-                verdict=Verdict.HARNESS_ERROR,
-                reason=f"no expectation: {e}",
-                source=measured.source,
-                measured=measured,
-            ),
-            None,
-        )
+        return _harness_error(measured, f"no expectation: {e}")
     if need is not None and need_from != "--min-busbw":
         notes.append(f"the need, {need:g} GB/s: {need_from}")
     if notes:

@@ -169,6 +169,16 @@ def label_levels(
 # --------------------------------------------------------------------------------------------
 
 
+def _levels_topology(api_version: str, name: str, levels: Sequence[str]) -> dict[str, Any]:
+    """A ``Topology`` of ``api_version`` (Kueue's, KAI's: the same shape) whose levels are node labels."""
+    return {
+        "apiVersion": api_version,
+        "kind": "Topology",
+        "metadata": {"name": name},
+        "spec": {"levels": [{"nodeLabel": level} for level in levels]},
+    }
+
+
 def kueue(
     places: Sequence[NodePlace],
     *,
@@ -179,12 +189,7 @@ def kueue(
     keys: KeySet = NODETOPO,
 ) -> Export:
     levels, notes = label_levels(places, nvlink=nvlink, keys=keys)
-    topology = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Topology",
-        "metadata": {"name": name},
-        "spec": {"levels": [{"nodeLabel": level} for level in levels]},
-    }
+    topology = _levels_topology("kueue.x-k8s.io/v1beta2", name, levels)
     spec: dict[str, Any] = {"topologyName": name}
     if flavor_node_labels:
         spec["nodeLabels"] = dict(flavor_node_labels)
@@ -204,12 +209,7 @@ def kai(
     places: Sequence[NodePlace], *, name: str = "nodetopo", nvlink: bool = False, keys: KeySet = NODETOPO
 ) -> Export:
     levels, notes = label_levels(places, nvlink=nvlink, keys=keys)
-    topology = {
-        "apiVersion": "kai.scheduler/v1alpha1",
-        "kind": "Topology",
-        "metadata": {"name": name},
-        "spec": {"levels": [{"nodeLabel": level} for level in levels]},
-    }
+    topology = _levels_topology("kai.scheduler/v1alpha1", name, levels)
     return Export(objects=(topology,), missing=missing_levels(places, depth(places)), notes=notes)
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -33,7 +32,8 @@ from typing import Any
 
 from nodetopo import export
 from nodetopo.export.targets import FIELD_MANAGER, OWNER_LABEL, OWNER_VALUE, Target, volcano
-from nodetopo.kube.reflector import Handlers, Reflector, list_function
+from nodetopo.kube.pacing import retry_until_stopped
+from nodetopo.kube.reflector import Handlers, Reflector, start_watching
 from nodetopo.resource.identity import GROUP, VERSION
 from nodetopo.resource.identity import PLURAL as NODETOPOLOGY_PLURAL
 
@@ -271,21 +271,18 @@ class ExportWriter:
     def run(self) -> None:
         while not self.stop.is_set() and not self.state.places.synced.is_set():
             self.stop.wait(0.2)
-        failures = 0
-        while not self.stop.is_set():
-            try:
-                self.state.changed.clear()
-                self.reconcile_once()
-                failures = 0
-            except Exception as e:  # noqa: BLE001 - keep the controller alive through API failures
-                failures += 1
-                delay = min(30.0, 0.5 * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
-                log.warning("reconciling failed (%s: %s); retry in %.1fs", type(e).__name__, e, delay)
-                self.stop.wait(delay)
-                continue
-            started = time.monotonic()
-            if self.state.changed.wait(self.resync_s) and not self.stop.is_set():
-                self.stop.wait(max(0.0, self.debounce_s - (time.monotonic() - started)))
+        retry_until_stopped(
+            self.stop, self._reconcile_changed, what="reconciling", log=log, then=self._wait_for_change
+        )
+
+    def _reconcile_changed(self) -> None:
+        self.state.changed.clear()
+        self.reconcile_once()
+
+    def _wait_for_change(self) -> None:
+        started = time.monotonic()
+        if self.state.changed.wait(self.resync_s) and not self.stop.is_set():
+            self.stop.wait(max(0.0, self.debounce_s - (time.monotonic() - started)))
 
 
 def session_writes(session: Any) -> tuple[Apply, Delete]:
@@ -310,9 +307,7 @@ def start_reflectors(
     watched = [(NODETOPOLOGY_PATH, state.places)]
     watched += [(target.path, state.observed[target.name]) for target in state.targets]
     for path, collection in watched:
-        reflector = Reflector(
-            list_function(connection, path), path, collection.handlers(), page_size=page_size, stop=stop
+        started.append(
+            start_watching(connection, path, collection.handlers(), page_size=page_size, stop=stop)
         )
-        reflector.start()
-        started.append(reflector)
     return tuple(started)

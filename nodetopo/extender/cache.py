@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from nodetopo.kube.reflector import Handlers, Reflector, list_function
+from nodetopo.kube.reflector import Handlers, Reflector, start_watching
 from nodetopo.placement.fit import CACHE as FIT_CACHE
 from nodetopo.placement.fit import SECTIONS as PLACEMENT
 from nodetopo.placement.fit import (
@@ -309,8 +309,8 @@ def start_reflectors(
     """Start the NodeTopology and bound-Pod reflectors feeding ``state`` over ``connection`` (a
     ``nodetopo.kube.transport.KubeConnection``)."""
     stop = stop or threading.Event()
-    topologies = Reflector(
-        list_function(connection, NODETOPOLOGY_PATH),
+    topologies = start_watching(
+        connection,
         NODETOPOLOGY_PATH,
         Handlers(
             state.replace_topologies,
@@ -322,8 +322,8 @@ def start_reflectors(
         page_size=page_size,
         stop=stop,
     )
-    pods = Reflector(
-        list_function(connection, PODS_PATH),
+    pods = start_watching(
+        connection,
         PODS_PATH,
         Handlers(
             state.replace_pods,
@@ -336,8 +336,6 @@ def start_reflectors(
         page_size=page_size,
         stop=stop,
     )
-    topologies.start()
-    pods.start()
     return topologies, pods
 
 

@@ -335,31 +335,32 @@ def _environment_proxy(scheme: str, host: str, environ: Mapping[str, str] | None
     return proxy
 
 
-def read_config_file(path: str | os.PathLike[str], *, what: str, limit: int) -> bytes:
+def read_config_file(
+    path: str | os.PathLike[str], *, what: str, limit: int, unreadable: str = "cannot read it"
+) -> bytes:
     """The bytes of a file a kubeconfig (or the pod) names: a regular file of at most ``limit``
     bytes, read without blocking. A device (``/dev/zero``), a FIFO (its open would wait for a
-    writer) or a larger file is a ``KubeConfigError``, one line naming ``what`` and why."""
+    writer) or a larger file is a ``KubeConfigError``, one line naming ``what`` and why (a file
+    that cannot be opened or read: ``unreadable``, then the system's reason)."""
     try:
         return read_regular_file(path, limit=limit)
     except Refused as e:
         raise KubeConfigError(f"{what} {os.fspath(path)}: refused: {e.why}") from None
     except OSError as e:
         raise KubeConfigError(
-            f"{what} {os.fspath(path)}: cannot read it: {e.strerror or type(e).__name__}"
+            f"{what} {os.fspath(path)}: {unreadable}: {e.strerror or type(e).__name__}"
         ) from None
 
 
 def _load_kubeconfig_file(path: Path) -> Any:
     """One kubeconfig file parsed. Errors say where and what, never the file's text: a YAML error
     on the line of a token would otherwise print the token (only line and column are quoted)."""
-    try:
-        raw = read_regular_file(path, limit=KUBECONFIG_LIMIT)
-    except Refused as e:
-        raise KubeConfigError(f"kubeconfig {path}: refused: {e.why}") from None
-    except OSError as e:
-        raise KubeConfigError(
-            f"kubeconfig {path}: cannot read this Kubernetes configuration: {e.strerror or type(e).__name__}"
-        ) from None
+    raw = read_config_file(
+        path,
+        what="kubeconfig",
+        limit=KUBECONFIG_LIMIT,
+        unreadable="cannot read this Kubernetes configuration",
+    )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

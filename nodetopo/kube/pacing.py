@@ -1,12 +1,15 @@
 """Client-side pacing of API requests: a token bucket (the transport's rate limit,
-``KubeConnection.bucket``), and exponential backoff with jitter (the reflector's relists, the
-agent's retries).
+``KubeConnection.bucket``), exponential backoff with jitter (the reflector's relists, the
+agent's retries), and the controllers' loop that backs off through API failures
+(``retry_until_stopped``: the summary and export controllers).
 
 Both take their clock, sleep and random source as parameters, so tests run them on a fake clock.
 """
 
 from __future__ import annotations
 
+import logging
+import random as _random
 import threading
 from collections.abc import Callable
 
@@ -70,3 +73,30 @@ class Backoff:
 
     def reset(self) -> None:
         self.failures = 0
+
+
+def retry_until_stopped(
+    stop: threading.Event,
+    step: Callable[[], object],
+    *,
+    what: str,
+    log: logging.Logger,
+    then: Callable[[], None],
+    after_failure: Callable[[], None] = lambda: None,
+) -> None:
+    """Call ``step`` until ``stop`` is set, ``then`` after each success (the controller's wait for
+    the next change). A failure is logged on ``log`` (``what`` failed) and retried after a
+    ``Backoff`` of 1 s doubling to 30 s, jittered, reset by the next success; ``after_failure``
+    runs once that wait is over."""
+    backoff = Backoff(1.0, 30.0, random=_random.random)
+    while not stop.is_set():
+        try:
+            step()
+            backoff.reset()
+        except Exception as e:  # noqa: BLE001 - keep the controller alive through API failures
+            delay = backoff.next_delay()
+            log.warning("%s failed (%s: %s); retry in %.1fs", what, type(e).__name__, e, delay)
+            stop.wait(delay)
+            after_failure()
+            continue
+        then()

@@ -253,3 +253,26 @@ def list_function(connection: Any, path: str) -> Callable[..., Any]:
         return _Response(stream)
 
     return list_func
+
+
+def start_watching(
+    connection: Any,
+    path: str,
+    handlers: Handlers,
+    *,
+    field_selector: str | None = None,
+    page_size: int = 500,
+    stop: threading.Event | None = None,
+) -> Reflector:
+    """A started ``Reflector`` of the collection at ``path`` (named by it in logs) over
+    ``connection`` (a ``nodetopo.kube.transport.KubeConnection``), feeding ``handlers``."""
+    reflector = Reflector(
+        list_function(connection, path),
+        path,
+        handlers,
+        field_selector=field_selector,
+        page_size=page_size,
+        stop=stop,
+    )
+    reflector.start()
+    return reflector

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from nodetopo.errors import NodetopoError, ParseError, excerpt
 from nodetopo.model import ClaimDevice, DeviceAssignment, KubeletAllocation, PodRef
@@ -124,6 +124,21 @@ def _message(value: bytes | int, where: str, what: str) -> bytes:
     return value
 
 
+def _read(
+    data: bytes, where: str, texts: Mapping[int, str], repeated: tuple[int, str] | None = None
+) -> tuple[list[str], list[bytes]]:
+    """The text fields ``texts`` (number: name) of one message, in that order ("" when absent; the
+    last one written counts), and each message of the repeated field ``repeated`` (number, name)."""
+    found = dict.fromkeys(texts, "")
+    messages: list[bytes] = []
+    for number, value in _fields(data, where):
+        if number in texts:
+            found[number] = _text(value, where, texts[number])
+        elif repeated is not None and number == repeated[0]:
+            messages.append(_message(value, where, repeated[1]))
+    return list(found.values()), messages
+
+
 def _container_devices(data: bytes, where: str, room: int, what: str) -> tuple[str, tuple[str, ...]]:
     """One ``ContainerDevices``; a ``ParseError`` as soon as it names more than ``room`` device ids
     (the response's bound less what came before: counted as read, never after building them all)."""
@@ -146,25 +161,14 @@ def _container_devices(data: bytes, where: str, room: int, what: str) -> tuple[s
 
 def _claim_devices(data: bytes, holder: PodRef, where: str) -> list[ClaimDevice]:
     """One ``DynamicResource`` (a claim of the container) → its devices."""
-    name = namespace = ""
-    resources: list[bytes] = []
-    for number, value in _fields(data, where):
-        if number == 2:
-            name = _text(value, where, "claim_name")
-        elif number == 3:
-            namespace = _text(value, where, "claim_namespace")
-        elif number == 4:
-            resources.append(_message(value, where, "ClaimResource"))
+    (name, namespace), resources = _read(
+        data, where, {2: "claim_name", 3: "claim_namespace"}, (4, "ClaimResource")
+    )
     out = []
     for resource in resources:
-        driver = pool = device = ""
-        for number, value in _fields(resource, where):
-            if number == 2:
-                driver = _text(value, where, "driver_name")
-            elif number == 3:
-                pool = _text(value, where, "pool_name")
-            elif number == 4:
-                device = _text(value, where, "device_name")
+        (driver, pool, device), _ = _read(
+            resource, where, {2: "driver_name", 3: "pool_name", 4: "device_name"}
+        )
         if not driver or not device:
             raise ParseError(
                 NAME, where, f"ClaimResource of claim {namespace}/{name} without a driver or device"
@@ -181,15 +185,12 @@ def _pod_containers(data: bytes, where: str) -> Iterator[tuple[str, str, bytes]]
     for number, pod_value in _fields(data, where):
         if number != 1:
             continue
-        name = namespace = ""
-        containers: list[bytes] = []
-        for field, value in _fields(_message(pod_value, where, "PodResources"), where):
-            if field == 1:
-                name = _text(value, where, "pod name")
-            elif field == 2:
-                namespace = _text(value, where, "pod namespace")
-            elif field == 3:
-                containers.append(_message(value, where, "ContainerResources"))
+        (name, namespace), containers = _read(
+            _message(pod_value, where, "PodResources"),
+            where,
+            {1: "pod name", 2: "pod namespace"},
+            (3, "ContainerResources"),
+        )
         for container in containers:
             yield namespace, name, container
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+
 import pytest
 
 from agent.support import FakeClock
-from nodetopo.kube.pacing import Backoff, TokenBucket
+from nodetopo.kube.pacing import Backoff, TokenBucket, retry_until_stopped
 
 
 def test_token_bucket_allows_a_burst_then_qps() -> None:
@@ -35,3 +38,42 @@ def test_backoff_grows_caps_and_honours_retry_after() -> None:
     low = Backoff(1.0, 10.0, random=lambda: 0.0)
     assert low.next_delay() == 0.5  # equal jitter: never less than half the ceiling
     assert backoff.next_delay() == 1.0
+
+
+class _RecordingStop(threading.Event):
+    """A stop event whose waits return at once and are recorded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(float(timeout or 0.0))
+        return self.is_set()
+
+
+def test_retry_until_stopped_backs_off_through_failures_and_resets(caplog: pytest.LogCaptureFixture) -> None:
+    stop = _RecordingStop()
+    outcomes = iter([ValueError("refused"), ValueError("refused"), None, ValueError("again"), None])
+    calls: list[str] = []
+
+    def step() -> None:
+        calls.append("step")
+        outcome = next(outcomes)
+        if outcome is not None:
+            raise outcome
+
+    def then() -> None:
+        calls.append("then")
+        if calls.count("then") == 2:
+            stop.set()
+
+    log = logging.getLogger("test.retry")
+    with caplog.at_level(logging.WARNING, logger="test.retry"):
+        retry_until_stopped(
+            stop, step, what="writing", log=log, then=then, after_failure=lambda: calls.append("after")
+        )
+    assert calls == ["step", "after", "step", "after", "step", "then", "step", "after", "step", "then"]
+    first, second, after_reset = stop.waits
+    assert 0.5 <= first <= 1.0 and 1.0 <= second <= 2.0 and 0.5 <= after_reset <= 1.0
+    assert caplog.messages[0].startswith("writing failed (ValueError: refused); retry in ")

@@ -20,6 +20,21 @@ _NVLINK_LINE = re.compile(r"Link ([0-9]{1,3}): (.*)")
 _NVLINK_SPEED = re.compile(r"([0-9]{1,6}(?:\.[0-9]{1,6})?) GB/s")
 
 
+def _gpu_line(
+    line: str, stripped: str, seen: set[int], path: str, number: int
+) -> tuple[int, str | None] | None:
+    """The index and UUID of a ``GPU n: ...`` line at the margin (None for any other line), added to
+    ``seen``; a GPU listed twice is a ParseError."""
+    gpu = _NVLINK_GPU.fullmatch(stripped)
+    if gpu is None or line[0].isspace():
+        return None
+    index = int(gpu[1] if gpu[1] is not None else gpu[4])
+    if index in seen:
+        raise ParseError(NAME, path, f"GPU {index} is listed twice", line=number)
+    seen.add(index)
+    return index, gpu[3]
+
+
 def _read_nvlink_status(text: str, path: str) -> tuple[tuple[model.NvlinkStatus, ...], list[str]]:
     gpus: list[model.NvlinkStatus] = []
     links: list[dict[int, float | None]] = []  #: the links of gpus[i], joined at the end (linear)
@@ -53,13 +68,9 @@ def _read_nvlink_status(text: str, path: str) -> tuple[tuple[model.NvlinkStatus,
                 raise ParseError(NAME, path, f"GPU {gpus[-1].index} lists Link {link[1]} twice", line=number)
             links[-1][int(link[1])] = speed
             continue
-        gpu = _NVLINK_GPU.fullmatch(stripped)
-        if gpu is not None and not line[0].isspace():
-            index = int(gpu[1] if gpu[1] is not None else gpu[4])
-            if index in seen:
-                raise ParseError(NAME, path, f"GPU {index} is listed twice", line=number)
-            seen.add(index)
-            gpus.append(model.NvlinkStatus(index=index, uuid=gpu[3], links=()))
+        gpu = _gpu_line(line, stripped, seen, path, number)
+        if gpu is not None:
+            gpus.append(model.NvlinkStatus(index=gpu[0], uuid=gpu[1], links=()))
             links.append({})
             continue
         raise ParseError(
@@ -125,12 +136,9 @@ def _read_nvlink_errors(text: str, path: str) -> tuple[tuple[model.NvlinkReading
                     line=number,
                 )
             continue
-        header = _NVLINK_GPU.fullmatch(stripped)
-        if header is not None and not line[0].isspace():
-            gpu = int(header[1] if header[1] is not None else header[4])
-            if gpu in seen:
-                raise ParseError(NAME, path, f"GPU {gpu} is listed twice", line=number)
-            seen.add(gpu)
+        header = _gpu_line(line, stripped, seen, path, number)
+        if header is not None:
+            gpu = header[0]
             continue
         raise ParseError(
             NAME,

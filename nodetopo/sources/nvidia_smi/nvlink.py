@@ -8,7 +8,7 @@ import re
 
 from nodetopo import model
 from nodetopo.errors import ParseError, excerpt
-from nodetopo.sources.nvidia_smi._text import _ERROR_VALUES, NAME, _lines, _normalise_errors
+from nodetopo.sources.nvidia_smi._text import _ERROR_VALUES, NAME, _nonblank_lines, _normalise_errors
 
 NVLINK_PATH = "nvidia-smi nvlink -s"
 NVLINK_ERRORS_PATH = "nvidia-smi nvlink -e"
@@ -40,10 +40,7 @@ def _read_nvlink_status(text: str, path: str) -> tuple[tuple[model.NvlinkStatus,
     links: list[dict[int, float | None]] = []  #: the links of gpus[i], joined at the end (linear)
     seen: set[int] = set()
     problems: list[str] = []
-    for number, line in enumerate(_lines(text), start=1):
-        stripped = line.strip()
-        if not stripped:
-            continue
+    for number, line, stripped in _nonblank_lines(text):
         link = _NVLINK_LINE.fullmatch(stripped)
         if link is not None:
             if not gpus:
@@ -107,10 +104,7 @@ def _read_nvlink_errors(text: str, path: str) -> tuple[tuple[model.NvlinkReading
     gpu: int | None = None
     seen: set[int] = set()
     problems: list[str] = []
-    for number, line in enumerate(_lines(text), start=1):
-        stripped = line.strip()
-        if not stripped:
-            continue
+    for number, line, stripped in _nonblank_lines(text):
         found = _ERROR_LINE.fullmatch(stripped)
         if found is not None:
             if gpu is None:

@@ -148,52 +148,43 @@ def capture_sysfs(root: HostRoot, dest: Path) -> list[str]:
 _KEEP_AS_LINK = frozenset(pci.LINKS)
 
 
+def _with_files(directory: Path, names: Iterable[str]) -> Iterable[Path]:
+    """``directory``, then each of the files ``names`` in it."""
+    yield directory
+    for name in names:
+        yield directory / name
+
+
 def _sysfs_paths(root: HostRoot) -> Iterable[Path]:
     """Every path the sysfs sources read (or list) under ``root``, in a stable order."""
     yield root.sys(numa.CPU_ONLINE)
     yield root.sys(numa.NODE_ONLINE)
     node_dir = root.sys(numa.NODE_DIR)
     for _, directory in _sysfs.numbered_entries(node_dir, "node"):
-        yield directory
-        for name in numa.NODE_FILES:
-            yield directory / name
+        yield from _with_files(directory, numa.NODE_FILES)
 
     pci_dir = root.sys(pci.DEVICES_DIR)
     yield pci_dir
     for name in _sysfs.list_directory(pci_dir):
-        entry = pci_dir / name
-        yield entry
-        for attribute in (*pci.ATTRIBUTES, *pci.LINKS, *links.PCI_ATTRIBUTES):
-            yield entry / attribute
+        yield from _with_files(pci_dir / name, (*pci.ATTRIBUTES, *pci.LINKS, *links.PCI_ATTRIBUTES))
 
     ib_dir = root.sys(rdma.INFINIBAND_DIR)
     yield ib_dir
     for name in _sysfs.list_directory(ib_dir):
         entry = ib_dir / name
-        yield entry
-        for attribute in rdma.DEVICE_ATTRIBUTES:
-            yield entry / attribute
-        yield entry / "device"
+        yield from _with_files(entry, (*rdma.DEVICE_ATTRIBUTES, "device"))
         for _, port in _sysfs.numbered_entries(entry / "ports", ""):
-            yield port
-            for attribute in rdma.PORT_ATTRIBUTES:
-                yield port / attribute
+            yield from _with_files(port, rdma.PORT_ATTRIBUTES)
             for counter in links.PORT_COUNTERS:
                 yield port / "counters" / counter
         net_dir = entry / "device" / "net"
         for netdev in _sysfs.list_directory(net_dir):
-            yield net_dir / netdev
-            for attribute in (*rdma.NET_ATTRIBUTES, *links.NET_COUNTERS):
-                yield net_dir / netdev / attribute
+            yield from _with_files(net_dir / netdev, (*rdma.NET_ATTRIBUTES, *links.NET_COUNTERS))
 
     net_dir = root.sys(rdma.NET_DIR)
     yield net_dir
     for name in _sysfs.list_directory(net_dir):
-        entry = net_dir / name
-        yield entry
-        yield entry / "device"
-        for attribute in (*rdma.NET_ATTRIBUTES, *links.NET_COUNTERS):
-            yield entry / attribute
+        yield from _with_files(net_dir / name, ("device", *rdma.NET_ATTRIBUTES, *links.NET_COUNTERS))
 
 
 class _Copier:

@@ -31,147 +31,65 @@ class GpuSpec:
     links: int | None = None  #: NVLinks per GPU on its SXM board
 
 
-def _nv(gen: int) -> float:
-    return NVLINK_GBS_PER_LINK[gen]
+def _nvlink(
+    family: str,
+    generation: int,
+    *,
+    pcie: int,
+    links: int | None = None,
+    c2c: bool = False,
+    nvls: bool = False,
+    gbs_per_link: float | None = None,
+) -> GpuSpec:
+    """A GPU with NVLink of ``generation``: a link carries that generation's rate unless ``gbs_per_link``
+    says otherwise (the GA102 bridge)."""
+    return GpuSpec(
+        family=family,
+        nvlink_generation=generation,
+        nvlink_gbs_per_link=NVLINK_GBS_PER_LINK[generation] if gbs_per_link is None else gbs_per_link,
+        pcie_generation=pcie,
+        c2c=c2c,
+        nvls=nvls,
+        links=links,
+    )
+
+
+def _pcie_only(family: str, *, pcie: int, p2p: bool = True) -> GpuSpec:
+    """A GPU without NVLink."""
+    return GpuSpec(
+        family=family, nvlink_generation=None, nvlink_gbs_per_link=None, pcie_generation=pcie, p2p=p2p
+    )
 
 
 #: (pattern on the model string, spec), first match wins: the more specific names first
 _SPECS: tuple[tuple[re.Pattern[str], GpuSpec], ...] = (
-    (
-        re.compile(r"\bGB300\b"),
-        GpuSpec(
-            family="Blackwell",
-            nvlink_generation=5,
-            nvlink_gbs_per_link=_nv(5),
-            pcie_generation=6,
-            c2c=True,
-            nvls=True,
-            links=18,
-        ),
-    ),
-    (
-        re.compile(r"\bB300\b"),
-        GpuSpec(
-            family="Blackwell",
-            nvlink_generation=5,
-            nvlink_gbs_per_link=_nv(5),
-            pcie_generation=6,
-            nvls=True,
-            links=18,
-        ),
-    ),
-    (
-        re.compile(r"\bGB200\b"),
-        GpuSpec(
-            family="Blackwell",
-            nvlink_generation=5,
-            nvlink_gbs_per_link=_nv(5),
-            pcie_generation=5,
-            c2c=True,
-            nvls=True,
-            links=18,
-        ),
-    ),
-    (
-        re.compile(r"\bB200\b|\bB100\b"),
-        GpuSpec(
-            family="Blackwell",
-            nvlink_generation=5,
-            nvlink_gbs_per_link=_nv(5),
-            pcie_generation=5,
-            nvls=True,
-            links=18,
-        ),
-    ),
-    (
-        re.compile(r"\bGH200\b"),
-        GpuSpec(
-            family="Hopper",
-            nvlink_generation=4,
-            nvlink_gbs_per_link=_nv(4),
-            pcie_generation=5,
-            c2c=True,
-            nvls=True,
-            links=18,
-        ),
-    ),
-    (
-        re.compile(r"\bH100 (?:PCIe|NVL)\b"),
-        GpuSpec(
-            family="Hopper", nvlink_generation=4, nvlink_gbs_per_link=_nv(4), pcie_generation=5, links=12
-        ),
-    ),
-    (
-        re.compile(r"\bH(?:100|200|800|20)\b"),
-        GpuSpec(
-            family="Hopper",
-            nvlink_generation=4,
-            nvlink_gbs_per_link=_nv(4),
-            pcie_generation=5,
-            nvls=True,
-            links=18,
-        ),
-    ),
-    (
-        re.compile(r"\bA(?:100|800)\b.*PCIE", re.I),
-        GpuSpec(
-            family="Ampere", nvlink_generation=3, nvlink_gbs_per_link=_nv(3), pcie_generation=4, links=12
-        ),
-    ),
-    (
-        re.compile(r"\bA(?:100|800|30)\b"),
-        GpuSpec(
-            family="Ampere", nvlink_generation=3, nvlink_gbs_per_link=_nv(3), pcie_generation=4, links=12
-        ),
-    ),
+    (re.compile(r"\bGB300\b"), _nvlink("Blackwell", 5, pcie=6, links=18, c2c=True, nvls=True)),
+    (re.compile(r"\bB300\b"), _nvlink("Blackwell", 5, pcie=6, links=18, nvls=True)),
+    (re.compile(r"\bGB200\b"), _nvlink("Blackwell", 5, pcie=5, links=18, c2c=True, nvls=True)),
+    (re.compile(r"\bB200\b|\bB100\b"), _nvlink("Blackwell", 5, pcie=5, links=18, nvls=True)),
+    (re.compile(r"\bGH200\b"), _nvlink("Hopper", 4, pcie=5, links=18, c2c=True, nvls=True)),
+    (re.compile(r"\bH100 (?:PCIe|NVL)\b"), _nvlink("Hopper", 4, pcie=5, links=12)),
+    (re.compile(r"\bH(?:100|200|800|20)\b"), _nvlink("Hopper", 4, pcie=5, links=18, nvls=True)),
+    (re.compile(r"\bA(?:100|800)\b.*PCIE", re.I), _nvlink("Ampere", 3, pcie=4, links=12)),
+    (re.compile(r"\bA(?:100|800|30)\b"), _nvlink("Ampere", 3, pcie=4, links=12)),
     (
         re.compile(r"\bA40\b|RTX A6000|RTX A5000|RTX 3090"),
-        GpuSpec(
-            family="Ampere",
-            nvlink_generation=3,
-            nvlink_gbs_per_link=NVLINK_BRIDGE_GA102_GBS_PER_LINK,
-            pcie_generation=4,
-            links=4,
-        ),
+        _nvlink("Ampere", 3, pcie=4, links=4, gbs_per_link=NVLINK_BRIDGE_GA102_GBS_PER_LINK),
     ),
-    (
-        re.compile(r"\bV100\b"),
-        GpuSpec(family="Volta", nvlink_generation=2, nvlink_gbs_per_link=_nv(2), pcie_generation=3, links=6),
-    ),
-    (
-        re.compile(r"\bP100\b"),
-        GpuSpec(family="Pascal", nvlink_generation=1, nvlink_gbs_per_link=_nv(1), pcie_generation=3, links=4),
-    ),
-    (
-        re.compile(r"GeForce RTX 50\d0|RTX 5090"),
-        GpuSpec(
-            family="Blackwell", nvlink_generation=None, nvlink_gbs_per_link=None, pcie_generation=5, p2p=False
-        ),
-    ),
-    (
-        re.compile(r"RTX PRO 6000|RTX PRO"),
-        GpuSpec(family="Blackwell", nvlink_generation=None, nvlink_gbs_per_link=None, pcie_generation=5),
-    ),
-    (
-        re.compile(r"GeForce RTX 40\d0|RTX 4090"),
-        GpuSpec(family="Ada", nvlink_generation=None, nvlink_gbs_per_link=None, pcie_generation=4, p2p=False),
-    ),
-    (
-        re.compile(r"\bL40S?\b|\bL4\b|\bL20\b|RTX 6000 Ada|RTX [0-9]000 Ada"),
-        GpuSpec(family="Ada", nvlink_generation=None, nvlink_gbs_per_link=None, pcie_generation=4),
-    ),
-    (
-        re.compile(r"\bA10G?\b|\bA16\b|\bA2\b"),
-        GpuSpec(family="Ampere", nvlink_generation=None, nvlink_gbs_per_link=None, pcie_generation=4),
-    ),
-    (
-        re.compile(r"\bT4\b|Quadro RTX|TITAN RTX|RTX 20[0-9]0"),
-        GpuSpec(family="Turing", nvlink_generation=2, nvlink_gbs_per_link=_nv(2), pcie_generation=3),
-    ),
+    (re.compile(r"\bV100\b"), _nvlink("Volta", 2, pcie=3, links=6)),
+    (re.compile(r"\bP100\b"), _nvlink("Pascal", 1, pcie=3, links=4)),
+    (re.compile(r"GeForce RTX 50\d0|RTX 5090"), _pcie_only("Blackwell", pcie=5, p2p=False)),
+    (re.compile(r"RTX PRO 6000|RTX PRO"), _pcie_only("Blackwell", pcie=5)),
+    (re.compile(r"GeForce RTX 40\d0|RTX 4090"), _pcie_only("Ada", pcie=4, p2p=False)),
+    (re.compile(r"\bL40S?\b|\bL4\b|\bL20\b|RTX 6000 Ada|RTX [0-9]000 Ada"), _pcie_only("Ada", pcie=4)),
+    (re.compile(r"\bA10G?\b|\bA16\b|\bA2\b"), _pcie_only("Ampere", pcie=4)),
+    (re.compile(r"\bT4\b|Quadro RTX|TITAN RTX|RTX 20[0-9]0"), _nvlink("Turing", 2, pcie=3)),
 )
 
 #: for a model the table does not know: the commonest data-centre case, said in the assumptions
-UNKNOWN = GpuSpec(family="unknown", nvlink_generation=None, nvlink_gbs_per_link=_nv(3), pcie_generation=4)
+UNKNOWN = GpuSpec(
+    family="unknown", nvlink_generation=None, nvlink_gbs_per_link=NVLINK_GBS_PER_LINK[3], pcie_generation=4
+)
 
 
 @functools.lru_cache(maxsize=512)

@@ -108,29 +108,30 @@ def _rename(vertex: str, node: str) -> str:
     return vertex
 
 
+#: a vertex id's name for people, by its kind: from ``rest`` (after ``kind:``), or from its ``node`` and
+#: ``local`` part (``kind:node:local``)
+_VERTEX_NAMES = {
+    "gpu": "{node}/GPU{local}",
+    "nic": "{node}/{local}",
+    "nvswitch": "{node}/NVSwitch",
+    "nvdomain": "NVLink domain {rest}",
+    "host": "{node}/NUMA{local}",
+    "pcisw": "{node}/PCIe switch {local}",
+    "out": "{rest}/network",
+    "tier": "fabric tier {rest}",
+}
+
+
 def vertex_name(vertex: str) -> str:
     """A vertex id for people: ``gpu:n1:3`` -> ``n1/GPU3``."""
     kind, _, rest = vertex.partition(":")
-    node, _, local = rest.rpartition(":")
-    if kind == "gpu":
-        return f"{node}/GPU{local}"
-    if kind == "nic":
-        return f"{node}/{local}"
-    if kind == "nvswitch":
-        return f"{node}/NVSwitch"
-    if kind == "nvdomain":
-        return f"NVLink domain {rest}"
-    if kind == "host":
-        return f"{node}/NUMA{local}"
-    if kind == "pcisw":
-        return f"{node}/PCIe switch {local}"
-    if kind == "out":
-        return f"{rest}/network"
-    if kind == "tier":
-        return f"fabric tier {rest}"
     if kind == "unit":
         return vertex_name(rest) if ":" in rest else rest
-    return vertex
+    template = _VERTEX_NAMES.get(kind)
+    if template is None:
+        return vertex
+    node, _, local = rest.rpartition(":")
+    return template.format(node=node, local=local, rest=rest)
 
 
 def gpu_vertex(node: str, index: int) -> str:

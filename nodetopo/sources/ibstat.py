@@ -73,6 +73,62 @@ def _add_adapter(
     adapters.append(_Adapter(name))
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Listing:
+    """How one command prints its adapters: a line naming an adapter, then its own ``key: value``
+    lines, then per port a line naming the port and the port's ``key: value`` lines."""
+
+    adapter: re.Pattern[str]  #: the line that starts an adapter; group 1 is its name
+    adapter_word: str  #: what a duplicate adapter is called in the error
+    adapter_expected: str  #: what the first line must look like, in the error
+    port: re.Pattern[str]  #: the line that starts a port; group 1 is its number
+    key_value: re.Pattern[str]
+    key_value_expected: str
+    adapter_at_margin: bool = False  #: an indented line is never an adapter line
+    diagnostics: re.Pattern[str] | None = None  #: lines returned as problems
+    ignored: frozenset[str] = frozenset()  #: whole lines skipped
+    indented_extra: bool = False  #: indented lines of a port that are not ``key: value`` are skipped
+
+
+def _read_listing(text: str, path: str, listing: _Listing) -> tuple[list[_Adapter], list[str]]:
+    """The adapters of ``text`` in the order printed, and its diagnostic lines."""
+    adapters: list[_Adapter] = []
+    names: set[str] = set()
+    problems: list[str] = []
+    for number, raw in enumerate(text.split("\n"), start=1):
+        stripped = raw.strip()
+        if not stripped:
+            continue
+        if listing.diagnostics is not None and listing.diagnostics.fullmatch(stripped):
+            problems.append(stripped)
+            continue
+        if stripped in listing.ignored:
+            continue
+        start = listing.adapter.fullmatch(stripped)
+        if start is not None and not (listing.adapter_at_margin and raw[0].isspace()):
+            _add_adapter(adapters, names, start[1], listing.adapter_word, path, number)
+            continue
+        if not adapters:
+            raise ParseError(
+                NAME, path, f"expected {listing.adapter_expected}, got {excerpt(stripped)}", line=number
+            )
+        adapter = adapters[-1]
+        port = listing.port.fullmatch(stripped)
+        if port is not None:
+            adapter.add_port(int(port[1]), number, path)
+            continue
+        pair = listing.key_value.fullmatch(stripped)
+        if pair is None:
+            if listing.indented_extra and adapter.ports and raw[:1].isspace():
+                continue
+            raise ParseError(
+                NAME, path, f"expected {listing.key_value_expected}, got {excerpt(stripped)}", line=number
+            )
+        fields = adapter.ports[-1][1] if adapter.ports else adapter.fields
+        fields.setdefault(pair[1], pair[2].strip())
+    return adapters, problems
+
+
 def _port_number(value: str, path: str, number: int, what: str) -> int | None:
     if value in ("", "N/A"):
         return None
@@ -98,34 +154,21 @@ def _ibstat_port(number: int, fields: dict[str, str], path: str, line: int) -> m
     )
 
 
+_IBSTAT = _Listing(
+    adapter=_CA_LINE,
+    adapter_word="CA",
+    adapter_expected="\"CA '<name>'\"",
+    port=_PORT_LINE,
+    key_value=_KEY_VALUE,
+    key_value_expected="'Key: value'",
+    adapter_at_margin=True,
+    diagnostics=_DIAG_MESSAGE,
+)
+
+
 def _read_ibstat(text: str, path: str) -> tuple[tuple[model.IbstatCa, ...], list[str]]:
     """Parse ``ibstat``; also return the diagnostics (``ibpanic: ...``) printed among the adapters."""
-    adapters: list[_Adapter] = []
-    names: set[str] = set()
-    problems: list[str] = []
-    for number, raw in enumerate(text.split("\n"), start=1):
-        stripped = raw.strip()
-        if not stripped:
-            continue
-        if _DIAG_MESSAGE.fullmatch(stripped):
-            problems.append(stripped)
-            continue
-        ca = _CA_LINE.fullmatch(stripped)
-        if ca is not None and not raw[0].isspace():
-            _add_adapter(adapters, names, ca[1], "CA", path, number)
-            continue
-        if not adapters:
-            raise ParseError(NAME, path, f"expected \"CA '<name>'\", got {excerpt(stripped)}", line=number)
-        adapter = adapters[-1]
-        port = _PORT_LINE.fullmatch(stripped)
-        if port is not None:
-            adapter.add_port(int(port[1]), number, path)
-            continue
-        pair = _KEY_VALUE.fullmatch(stripped)
-        if pair is None:
-            raise ParseError(NAME, path, f"expected 'Key: value', got {excerpt(stripped)}", line=number)
-        fields = adapter.ports[-1][1] if adapter.ports else adapter.fields
-        fields.setdefault(pair[1], pair[2].strip())
+    adapters, problems = _read_listing(text, path, _IBSTAT)
     result = tuple(
         model.IbstatCa(
             name=adapter.name,
@@ -173,6 +216,18 @@ _PHYS_STATES = {
 }
 
 
+_IBV_DEVINFO = _Listing(
+    adapter=_DEVINFO_HCA,
+    adapter_word="hca_id",
+    adapter_expected="'hca_id: <name>'",
+    port=_DEVINFO_PORT,
+    key_value=_DEVINFO_KEY,
+    key_value_expected="'key: value'",
+    ignored=frozenset({"No IB devices found"}),
+    indented_extra=True,  # continuation lines of `ibv_devinfo -v` (GID tables, capability flags)
+)
+
+
 def _devinfo_guid(value: str | None) -> str | None:
     """``b8e9:2403:004e:de81`` -> ``0xb8e92403004ede81``, the form ibstat and sysfs print."""
     if not value:
@@ -182,33 +237,7 @@ def _devinfo_guid(value: str | None) -> str | None:
 
 
 def _read_ibv_devinfo(text: str, path: str) -> tuple[tuple[model.IbstatCa, ...], list[str]]:
-    adapters: list[_Adapter] = []
-    names: set[str] = set()
-    problems: list[str] = []
-    for number, raw in enumerate(text.split("\n"), start=1):
-        stripped = raw.strip()
-        if not stripped:
-            continue
-        if stripped == "No IB devices found":
-            continue
-        hca = _DEVINFO_HCA.fullmatch(stripped)
-        if hca is not None:
-            _add_adapter(adapters, names, hca[1], "hca_id", path, number)
-            continue
-        if not adapters:
-            raise ParseError(NAME, path, f"expected 'hca_id: <name>', got {excerpt(stripped)}", line=number)
-        adapter = adapters[-1]
-        port = _DEVINFO_PORT.fullmatch(stripped)
-        if port is not None:
-            adapter.add_port(int(port[1]), number, path)
-            continue
-        pair = _DEVINFO_KEY.fullmatch(stripped)
-        if pair is None:
-            if adapter.ports and raw[:1].isspace():
-                continue  # continuation lines of `ibv_devinfo -v` (GID tables, capability flags)
-            raise ParseError(NAME, path, f"expected 'key: value', got {excerpt(stripped)}", line=number)
-        fields = adapter.ports[-1][1] if adapter.ports else adapter.fields
-        fields.setdefault(pair[1], pair[2].strip())
+    adapters, problems = _read_listing(text, path, _IBV_DEVINFO)
 
     def make_port(n: int, fields: dict[str, str], line: int) -> model.RdmaPort:
         state = fields.get("state", "")

@@ -54,7 +54,7 @@ def nvlink_islands(g: nx.Graph) -> tuple[NvlinkIsland, ...]:
     for island_id, (gpus, component) in enumerate(sorted(components, key=lambda c: c[0])):
         switched = any(n.startswith("nvswitch:") for n in component)
         if switched:
-            per_gpu = [
+            counts = [
                 sum(
                     sub.edges[gpu_id(i), s]["links"]
                     for s in sub.neighbors(gpu_id(i))
@@ -62,39 +62,29 @@ def nvlink_islands(g: nx.Graph) -> tuple[NvlinkIsland, ...]:
                 )
                 for i in gpus
             ]
-            islands.append(
-                NvlinkIsland(
-                    id=island_id,
-                    gpus=tuple(gpus),
-                    links_per_pair=min(per_gpu),
-                    fully_connected=True,
-                    nvswitch=True,
-                )
-            )
-            continue
-        pair_links = [
-            sub.edges[gpu_id(a), gpu_id(b)]["links"]
-            for a, b in itertools.combinations(gpus, 2)
-            if sub.has_edge(gpu_id(a), gpu_id(b))
-        ]
-        complete = len(pair_links) == len(gpus) * (len(gpus) - 1) // 2
-        uniform = complete and len(set(pair_links)) == 1
-        nvswitch = False
-        if uniform and len(gpus) > 2:
-            per_pair = pair_links[0]
-            total = per_pair * (len(gpus) - 1)
-            known_totals = [
-                t for i in gpus if (t := g.nodes[gpu_id(i)]["record"].total_nvlinks) is not None and t > 0
+            complete = nvswitch = True
+        else:
+            counts = [
+                sub.edges[gpu_id(a), gpu_id(b)]["links"]
+                for a, b in itertools.combinations(gpus, 2)
+                if sub.has_edge(gpu_id(a), gpu_id(b))
             ]
-            if known_totals:
-                nvswitch = total > max(known_totals)
-            else:
-                nvswitch = total > MAX_NVLINKS_PER_GPU or sysfs_switches
+            complete = len(counts) == len(gpus) * (len(gpus) - 1) // 2
+            nvswitch = False
+            if complete and len(set(counts)) == 1 and len(gpus) > 2:
+                total = counts[0] * (len(gpus) - 1)
+                known_totals = [
+                    t for i in gpus if (t := g.nodes[gpu_id(i)]["record"].total_nvlinks) is not None and t > 0
+                ]
+                if known_totals:
+                    nvswitch = total > max(known_totals)
+                else:
+                    nvswitch = total > MAX_NVLINKS_PER_GPU or sysfs_switches
         islands.append(
             NvlinkIsland(
                 id=island_id,
                 gpus=tuple(gpus),
-                links_per_pair=min(pair_links),
+                links_per_pair=min(counts),
                 fully_connected=complete,
                 nvswitch=nvswitch,
             )

@@ -21,6 +21,15 @@ def _lines(text: str) -> list[str]:
     return [line.rstrip() for line in text.split("\n")]
 
 
+def _nonblank_lines(text: str) -> list[tuple[int, str, str]]:
+    """The lines that are not blank: (line number, the line as ``_lines`` gives it, the line stripped)."""
+    return [
+        (number, line, stripped)
+        for number, line in enumerate(_lines(text), start=1)
+        if (stripped := line.strip())
+    ]
+
+
 def _normalise_errors(line: str) -> str:
     """Make the multi-word error values one token, so that whitespace splitting keeps columns."""
     return (

@@ -7,7 +7,7 @@ import re
 
 from nodetopo import model
 from nodetopo.errors import ParseError, excerpt
-from nodetopo.sources.nvidia_smi._text import NAME, _lines
+from nodetopo.sources.nvidia_smi._text import NAME, _nonblank_lines
 
 LIST_PATH = "nvidia-smi -L"
 
@@ -27,10 +27,7 @@ def _read_smi_list(text: str, path: str) -> tuple[tuple[model.ListedGpu, ...], l
     seen: set[int] = set()  #: GPU indices
     seen_migs: set[tuple[int, int]] = set()  #: (GPU index, MIG device index)
     problems: list[str] = []
-    for number, line in enumerate(_lines(text), start=1):
-        stripped = line.strip()
-        if not stripped:
-            continue
+    for number, line, stripped in _nonblank_lines(text):
         gpu = _GPU_LINE.fullmatch(stripped)
         if gpu is not None and not line[0].isspace():
             index = int(gpu[1])

@@ -8,7 +8,7 @@ import re
 
 from nodetopo import model
 from nodetopo.errors import ParseError, excerpt
-from nodetopo.sources.nvidia_smi._text import _ERROR_VALUES, NAME, _lines, _normalise_errors
+from nodetopo.sources.nvidia_smi._text import _ERROR_VALUES, NAME, _nonblank_lines, _normalise_errors
 
 NVLINK_PATH = "nvidia-smi nvlink -s"
 NVLINK_ERRORS_PATH = "nvidia-smi nvlink -e"
@@ -20,15 +20,27 @@ _NVLINK_LINE = re.compile(r"Link ([0-9]{1,3}): (.*)")
 _NVLINK_SPEED = re.compile(r"([0-9]{1,6}(?:\.[0-9]{1,6})?) GB/s")
 
 
+def _gpu_line(
+    line: str, stripped: str, seen: set[int], path: str, number: int
+) -> tuple[int, str | None] | None:
+    """The index and UUID of a ``GPU n: ...`` line at the margin (None for any other line), added to
+    ``seen``; a GPU listed twice is a ParseError."""
+    gpu = _NVLINK_GPU.fullmatch(stripped)
+    if gpu is None or line[0].isspace():
+        return None
+    index = int(gpu[1] if gpu[1] is not None else gpu[4])
+    if index in seen:
+        raise ParseError(NAME, path, f"GPU {index} is listed twice", line=number)
+    seen.add(index)
+    return index, gpu[3]
+
+
 def _read_nvlink_status(text: str, path: str) -> tuple[tuple[model.NvlinkStatus, ...], list[str]]:
     gpus: list[model.NvlinkStatus] = []
     links: list[dict[int, float | None]] = []  #: the links of gpus[i], joined at the end (linear)
     seen: set[int] = set()
     problems: list[str] = []
-    for number, line in enumerate(_lines(text), start=1):
-        stripped = line.strip()
-        if not stripped:
-            continue
+    for number, line, stripped in _nonblank_lines(text):
         link = _NVLINK_LINE.fullmatch(stripped)
         if link is not None:
             if not gpus:
@@ -53,13 +65,9 @@ def _read_nvlink_status(text: str, path: str) -> tuple[tuple[model.NvlinkStatus,
                 raise ParseError(NAME, path, f"GPU {gpus[-1].index} lists Link {link[1]} twice", line=number)
             links[-1][int(link[1])] = speed
             continue
-        gpu = _NVLINK_GPU.fullmatch(stripped)
-        if gpu is not None and not line[0].isspace():
-            index = int(gpu[1] if gpu[1] is not None else gpu[4])
-            if index in seen:
-                raise ParseError(NAME, path, f"GPU {index} is listed twice", line=number)
-            seen.add(index)
-            gpus.append(model.NvlinkStatus(index=index, uuid=gpu[3], links=()))
+        gpu = _gpu_line(line, stripped, seen, path, number)
+        if gpu is not None:
+            gpus.append(model.NvlinkStatus(index=gpu[0], uuid=gpu[1], links=()))
             links.append({})
             continue
         raise ParseError(
@@ -96,10 +104,7 @@ def _read_nvlink_errors(text: str, path: str) -> tuple[tuple[model.NvlinkReading
     gpu: int | None = None
     seen: set[int] = set()
     problems: list[str] = []
-    for number, line in enumerate(_lines(text), start=1):
-        stripped = line.strip()
-        if not stripped:
-            continue
+    for number, line, stripped in _nonblank_lines(text):
         found = _ERROR_LINE.fullmatch(stripped)
         if found is not None:
             if gpu is None:
@@ -125,12 +130,9 @@ def _read_nvlink_errors(text: str, path: str) -> tuple[tuple[model.NvlinkReading
                     line=number,
                 )
             continue
-        header = _NVLINK_GPU.fullmatch(stripped)
-        if header is not None and not line[0].isspace():
-            gpu = int(header[1] if header[1] is not None else header[4])
-            if gpu in seen:
-                raise ParseError(NAME, path, f"GPU {gpu} is listed twice", line=number)
-            seen.add(gpu)
+        header = _gpu_line(line, stripped, seen, path, number)
+        if header is not None:
+            gpu = header[0]
             continue
         raise ParseError(
             NAME,

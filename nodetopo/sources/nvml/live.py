@@ -24,6 +24,7 @@ from nodetopo.sources.nvml.protocol import (
     INVALID_ARGUMENT,
     NAME,
     NOT_FOUND,
+    PCIE_CALLS,
     MigMode,
     NvlinkCounter,
     NvmlCallError,
@@ -60,15 +61,6 @@ _TOPOLOGY_LEVEL = {
 _REMOTE_TYPE = {0: RemoteDeviceType.GPU, 1: RemoteDeviceType.IBMNPU, 2: RemoteDeviceType.SWITCH}
 _FABRIC_STATE = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}
 _FABRIC_HEALTH = {0: "NOT_SUPPORTED", 1: "HEALTHY", 2: "UNHEALTHY", 3: "LIMITED_CAPACITY"}
-#: the pynvml function answering each PCIe question
-_PCIE_CALLS = {
-    PcieQuestion.MAX_GEN: "nvmlDeviceGetMaxPcieLinkGeneration",
-    PcieQuestion.DEVICE_MAX_GEN: "nvmlDeviceGetGpuMaxPcieLinkGeneration",
-    PcieQuestion.CURRENT_GEN: "nvmlDeviceGetCurrPcieLinkGeneration",
-    PcieQuestion.MAX_WIDTH: "nvmlDeviceGetMaxPcieLinkWidth",
-    PcieQuestion.CURRENT_WIDTH: "nvmlDeviceGetCurrPcieLinkWidth",
-    PcieQuestion.REPLAYS: "nvmlDeviceGetPcieReplayCounter",
-}
 #: NVML_NVLINK_ERROR_DL_* of each counter
 _NVLINK_COUNTERS = {
     NvlinkCounter.REPLAY: 0,
@@ -267,7 +259,7 @@ class PynvmlApi:
         )
 
     def pcie(self, index: int, question: PcieQuestion) -> int:
-        call = _PCIE_CALLS[question]
+        call = PCIE_CALLS[question]
         return self._on_device(call, index, lambda n, h: int(_function(n, call)(h)))
 
     def nvlink_speed_mbps(self, index: int, link: int) -> int:

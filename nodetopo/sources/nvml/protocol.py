@@ -158,6 +158,17 @@ class PcieQuestion(enum.StrEnum):
     REPLAYS = "replays"  #: nvmlDeviceGetPcieReplayCounter
 
 
+#: the NVML function answering each PCIe question (live calls it, a replay names it in its errors)
+PCIE_CALLS: dict[PcieQuestion, str] = {
+    PcieQuestion.MAX_GEN: "nvmlDeviceGetMaxPcieLinkGeneration",
+    PcieQuestion.DEVICE_MAX_GEN: "nvmlDeviceGetGpuMaxPcieLinkGeneration",
+    PcieQuestion.CURRENT_GEN: "nvmlDeviceGetCurrPcieLinkGeneration",
+    PcieQuestion.MAX_WIDTH: "nvmlDeviceGetMaxPcieLinkWidth",
+    PcieQuestion.CURRENT_WIDTH: "nvmlDeviceGetCurrPcieLinkWidth",
+    PcieQuestion.REPLAYS: "nvmlDeviceGetPcieReplayCounter",
+}
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class MigMode:
     """``nvmlDeviceGetMigMode``: whether MIG is on now, and after the next GPU reset."""

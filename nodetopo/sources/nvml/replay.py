@@ -26,6 +26,7 @@ from nodetopo.sources.nvml.dumpfile import (
 from nodetopo.sources.nvml.protocol import (
     INVALID_ARGUMENT,
     NOT_SUPPORTED,
+    PCIE_CALLS,
     MigMode,
     NvlinkCounter,
     NvmlCallError,
@@ -160,14 +161,7 @@ class RecordedNvml:
         return _answer(call, "remoteType", recorded.remote_type, recorded.errors)
 
     def pcie(self, index: int, question: PcieQuestion) -> int:
-        call = {
-            PcieQuestion.MAX_GEN: "nvmlDeviceGetMaxPcieLinkGeneration",
-            PcieQuestion.DEVICE_MAX_GEN: "nvmlDeviceGetGpuMaxPcieLinkGeneration",
-            PcieQuestion.CURRENT_GEN: "nvmlDeviceGetCurrPcieLinkGeneration",
-            PcieQuestion.MAX_WIDTH: "nvmlDeviceGetMaxPcieLinkWidth",
-            PcieQuestion.CURRENT_WIDTH: "nvmlDeviceGetCurrPcieLinkWidth",
-            PcieQuestion.REPLAYS: "nvmlDeviceGetPcieReplayCounter",
-        }[question]
+        call = PCIE_CALLS[question]
         device = self._device(call, index)
         return _answer(call, question.value, device.pcie.get(question.value), device.pcie_errors)
 

@@ -12,7 +12,9 @@ from nodetopo.kube.session import ApiSession, Session
 from nodetopo.kube.transport import connect
 from nodetopo.publish.nfd import DEFAULT_NAMESPACE, NodeFeaturePublisher
 from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelOutcome, NodeLabelPublisher
+from nodetopo.publish.noderesourcetopology import NodeResourceTopologyPublisher
 from nodetopo.publish.nodetopology import ApplyOutcome, NodeTopologyPublisher
+from nodetopo.resource.noderesourcetopology import TopologyManager
 
 __all__ = ["PublishOutcome", "Publisher", "run_publish"]
 
@@ -27,7 +29,9 @@ class PublishOutcome:
 
 class Publisher:
     """NodeTopology + labels for one node, through one session (field manager ``nodetopo-agent``):
-    ``NodeTopologyPublisher`` (the object's chain) and the label publisher. Raises
+    ``NodeTopologyPublisher`` (the object's chain) and the label publisher; with ``nrt`` (the
+    topology manager as the user states it), the SIG's NodeResourceTopology after each NodeTopology
+    (``NodeResourceTopologyPublisher``). Raises
     ``nodetopo.errors.PublishError`` subclasses; ``retryable`` says whether to back off and retry."""
 
     def __init__(
@@ -38,9 +42,11 @@ class Publisher:
         nfd: bool = False,
         nfd_namespace: str = DEFAULT_NAMESPACE,
         scans_to_remove: int = SCANS_TO_REMOVE,
+        nrt: TopologyManager | None = None,
     ) -> None:
         self.node_name = node_name
         self.topology = NodeTopologyPublisher(session)
+        self.nrt = NodeResourceTopologyPublisher(session, nrt) if nrt is not None else None
         self.labels: NodeLabelPublisher | NodeFeaturePublisher
         if nfd:
             self.labels = NodeFeaturePublisher(
@@ -66,8 +72,11 @@ class Publisher:
         return PublishOutcome(topology=topology, labels=applied)
 
     def publish_topology(self, body: Mapping[str, Any]) -> ApplyOutcome:
-        """Write the NodeTopology only."""
-        return self.topology.apply(body, node_name=self.node_name)
+        """Write the NodeTopology only (and its NodeResourceTopology, when enabled)."""
+        outcome = self.topology.apply(body, node_name=self.node_name)
+        if self.nrt is not None:
+            self.nrt.apply(body, node_name=self.node_name)
+        return outcome
 
 
 def run_publish(
@@ -81,11 +90,17 @@ def run_publish(
     nfd_namespace: str = DEFAULT_NAMESPACE,
     uncertain_keys: Iterable[str] = (),
     uncertain_prefixes: Iterable[str] = (),
+    nrt: TopologyManager | None = None,
 ) -> PublishOutcome:
     """One-shot publish (``nodetopo publish``): connection from ``kubeconfig`` or in-cluster config."""
     with connect(kubeconfig, context=context) as connection:
         publisher = Publisher(
-            ApiSession(connection), node_name, nfd=nfd, nfd_namespace=nfd_namespace, scans_to_remove=1
+            ApiSession(connection),
+            node_name,
+            nfd=nfd,
+            nfd_namespace=nfd_namespace,
+            scans_to_remove=1,
+            nrt=nrt,
         )
         return publisher.publish(
             body, labels, uncertain_keys=uncertain_keys, uncertain_prefixes=uncertain_prefixes

@@ -7,17 +7,21 @@ Filter and Score plugin.
 A Guaranteed pod asking GPUs and CPUs binds to the node one of whose NUMA zones holds them all, even
 where the other node has enough of each at node level; a pod that fits no single zone stays Pending
 with the plugin's reason, and so does one that would fit but for the GPUs the kubelet says are held.
+With deploy/noderesourcetopology/, the agent's publisher, as the agent's service account with a
+node-bound token, writes its own node's object and is denied another node's.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nodetopo.errors import PublishError
 from nodetopo.kube.session import ApiSession
 from nodetopo.kube.transport import connect
 from nodetopo.model import PodRef
@@ -27,7 +31,7 @@ from nodetopo.resource.body import to_nodetopology
 from nodetopo.resource.noderesourcetopology import GROUP, PLURAL, VERSION, TopologyManager
 
 from . import scheduler_support as s
-from .cluster import LocalCluster
+from .cluster import REPO, LocalCluster
 from .noderesourcetopology import build_nrt_scheduler, nrt_crd
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
@@ -182,3 +186,52 @@ def test_a_pod_that_fits_no_zone_stays_pending(
     # 4 GPUs and 100 CPUs would fit h100's node-1 but for the GPU the kubelet says is held there
     message = s.stays_pending(cluster, guaranteed_pod("held", gpus=4, cpus=100), "cannot align container")
     assert "2 cannot align container" in message, message
+
+
+def test_the_agent_writes_its_own_object_with_its_real_rights_and_no_other(
+    cluster: LocalCluster,
+    published: dict[str, Any],
+    make_node: Callable[..., dict[str, Any]],
+    node_bound_token: Callable[..., Any],
+) -> None:
+    """deploy/noderesourcetopology/ on top of the agent's RBAC: the agent's publisher, as the agent's service
+    account with a token bound to a Pod on its node, writes that node's object and is denied another's."""
+    files = [REPO / "deploy" / f for f in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml")]
+    fresh = [f for f in files[1:] if cluster.kubectl("get", "-f", str(f), check=False).returncode != 0]
+    for f in files:
+        cluster.kubectl("apply", "--server-side", "-f", str(f))
+    option = REPO / "deploy" / "noderesourcetopology"
+    cluster.kubectl("apply", "--server-side", "-k", str(option))
+    mine, other = (make_node()["metadata"]["name"] for _ in range(2))
+    token = node_bound_token(mine, namespace="nodetopo", service_account="nodetopo-agent")
+    manager = TopologyManager(policy="single-numa-node")
+    try:
+        with connect(str(token.kubeconfig)) as connection:
+            session = ApiSession(connection)
+
+            def publish(node: str) -> str:
+                body = to_nodetopology(s.discover("dgx-h100"), node)
+                return NodeResourceTopologyPublisher(session, manager).apply(body, node_name=node)
+
+            deadline = time.monotonic() + 30
+            while True:  # the RBAC and the policy take effect a moment after they are created
+                try:
+                    publish(other)
+                except PublishError as e:
+                    # the message is cut after its first words
+                    if f"nodetopo-agent on node {mine} may write only NodeResourceTopology" in str(e):
+                        assert e.status == 403, e
+                        break
+                    assert e.status == 403, e  # RBAC not loaded yet
+                cluster.request("DELETE", f"/apis/{GROUP}/{VERSION}/{PLURAL}/{other}")
+                assert time.monotonic() < deadline, "the policy never denied another node's object"
+                time.sleep(0.5)
+            assert publish(mine) == WRITTEN
+            owner = s.ok(cluster.request("GET", f"/apis/{GROUP}/{VERSION}/{PLURAL}/{mine}"), 200)
+            assert owner["metadata"]["ownerReferences"][0]["name"] == mine
+    finally:
+        for name in (mine, other):
+            cluster.request("DELETE", f"/apis/{GROUP}/{VERSION}/{PLURAL}/{name}")
+        cluster.kubectl("delete", "-k", str(option), "--ignore-not-found")
+        for f in reversed(fresh):
+            cluster.kubectl("delete", "-f", str(f), "--ignore-not-found")

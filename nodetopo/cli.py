@@ -467,7 +467,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         allocation = allocation_of(result.topology, answer)
     body = to_nodetopology(result.topology, args.node_name, allocation)
     labels = node_labels(body)
-    run_publish(
+    outcome = run_publish(
         body,
         labels,
         node_name=args.node_name,
@@ -482,6 +482,14 @@ def cmd_publish(args: argparse.Namespace) -> int:
         ),
     )
     print(f"published NodeTopology/{args.node_name} and {len(labels)} labels")
+    nrt = f"NodeResourceTopology/{args.node_name}"
+    said = {
+        "written": f"published {nrt}",
+        "skipped": f"{nrt}: unchanged, or no NUMA node to publish",
+        "crd-not-installed": f"{nrt} not published: its CRD is not installed",
+    }
+    if outcome.noderesourcetopology is not None:
+        print(said[outcome.noderesourcetopology])
     return 0
 
 

@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 class PublishOutcome:
     topology: ApplyOutcome
     labels: LabelOutcome
+    #: what the NodeResourceTopology publisher did (``written``, ``skipped``, ``crd-not-installed``);
+    #: None when the option is off
+    noderesourcetopology: str | None = None
 
 
 class Publisher:
@@ -47,6 +50,7 @@ class Publisher:
         self.node_name = node_name
         self.topology = NodeTopologyPublisher(session)
         self.nrt = NodeResourceTopologyPublisher(session, nrt) if nrt is not None else None
+        self.nrt_outcome: str | None = None  #: the last ``NodeResourceTopologyPublisher.apply``
         self.labels: NodeLabelPublisher | NodeFeaturePublisher
         if nfd:
             self.labels = NodeFeaturePublisher(
@@ -69,13 +73,13 @@ class Publisher:
         applied = self.labels.publish(
             labels, uncertain_keys=uncertain_keys, uncertain_prefixes=uncertain_prefixes
         )
-        return PublishOutcome(topology=topology, labels=applied)
+        return PublishOutcome(topology=topology, labels=applied, noderesourcetopology=self.nrt_outcome)
 
     def publish_topology(self, body: Mapping[str, Any]) -> ApplyOutcome:
         """Write the NodeTopology only (and its NodeResourceTopology, when enabled)."""
         outcome = self.topology.apply(body, node_name=self.node_name)
         if self.nrt is not None:
-            self.nrt.apply(body, node_name=self.node_name)
+            self.nrt_outcome = self.nrt.apply(body, node_name=self.node_name)
         return outcome
 
 

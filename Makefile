@@ -1,9 +1,9 @@
 # nodetopo developer commands. `make test` is THE test command (README, .ci/run).
 PYTHON ?= python3
 
-.PHONY: test lint typecheck unit cluster helm promtool node image bench fixtures
+.PHONY: test lint typecheck unit cluster helm promtool nrt-scheduler node image bench fixtures
 
-test: lint typecheck cluster helm promtool
+test: lint typecheck cluster helm promtool nrt-scheduler
 	$(PYTHON) -m pytest -q
 
 lint:
@@ -26,6 +26,12 @@ helm:
 # from its own Go module; before pytest, so that a cold build does not count against a test's timeout.
 promtool:
 	tests/tools-promtool/build.sh
+
+# Build (or find cached) kube-scheduler with the scheduler-plugins NodeResourceTopologyMatch plugin for the
+# NodeResourceTopology e2e (tests/kube/test_noderesourcetopology_e2e.py), from its own Go module; after
+# the control plane, whose compiled Kubernetes packages it shares, and before pytest.
+nrt-scheduler: cluster
+	tests/cluster-nrt/build.sh
 
 # The real-node suite alone (root; containerd, runc, CNI plugins, mmdebstrap): kubelet + the image + deploy/.
 node: cluster helm

@@ -28,6 +28,7 @@ from nodetopo.command.logs import configure_logging
 from nodetopo.command.terminal import strip_control
 from nodetopo.errors import BundleError
 from nodetopo.kube.flags import add_kube_args
+from nodetopo.resource.noderesourcetopology import TopologyManager, add_nrt_args
 
 log = logging.getLogger("nodetopo")
 
@@ -223,6 +224,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--nfd", action="store_true", help="publish labels as an NFD NodeFeature instead of the Node"
     )
+    add_nrt_args(p)
     p.add_argument(
         "--pod-resources-socket",
         default=None,
@@ -463,7 +465,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         allocation = allocation_of(result.topology, answer)
     body = to_nodetopology(result.topology, args.node_name, allocation)
     labels = node_labels(body)
-    run_publish(
+    outcome = run_publish(
         body,
         labels,
         node_name=args.node_name,
@@ -471,8 +473,21 @@ def cmd_publish(args: argparse.Namespace) -> int:
         context=args.kube_context,
         nfd=args.nfd,
         uncertain_keys=sorted(uncertain_keys(result.topology)),
+        nrt=(
+            TopologyManager(policy=args.topology_manager_policy, scope=args.topology_manager_scope)
+            if args.noderesourcetopology
+            else None
+        ),
     )
     print(f"published NodeTopology/{args.node_name} and {len(labels)} labels")
+    nrt = f"NodeResourceTopology/{args.node_name}"
+    said = {
+        "written": f"published {nrt}",
+        "skipped": f"{nrt}: unchanged, or no NUMA node to publish",
+        "crd-not-installed": f"{nrt} not published: its CRD is not installed",
+    }
+    if outcome.noderesourcetopology is not None:
+        print(said[outcome.noderesourcetopology])
     return 0
 
 

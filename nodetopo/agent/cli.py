@@ -31,6 +31,7 @@ from nodetopo.kube.flags import add_kube_args
 from nodetopo.kube.pacing import TokenBucket
 from nodetopo.kubelet.allocation import GPU_DRA_DRIVERS, with_slices
 from nodetopo.model import SliceDevice
+from nodetopo.resource.noderesourcetopology import add_nrt_args
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,7 @@ def register(sub: Any, add_common: AddArguments, add_input: AddArguments) -> Non
         help="rediscover on pci/infiniband/net/nvidia uevents (default on)",
     )
     p.add_argument("--nfd", action="store_true", default=None, help="labels via an NFD NodeFeature")
+    add_nrt_args(p, default=None)
     p.add_argument(
         "--pod-resources-socket",
         default=None,
@@ -182,14 +184,14 @@ def build_agent(
     slice_reader: Callable[[], tuple[SliceDevice, ...] | str] | None = None
     if publisher is None:
         if config.dry_run:
-            publisher = DryRunPublisher(node_name, sys.stdout)
+            publisher = DryRunPublisher(node_name, sys.stdout, nrt=config.topology_manager())
         else:
             from nodetopo.kube.session import RateLimitedSession
             from nodetopo.kube.transport import connect
 
             bucket = TokenBucket(config.qps, config.burst, clock=time.monotonic, sleep=time.sleep)
             session = RateLimitedSession(connect(config.kubeconfig, context=config.kube_context), bucket)
-            publisher = ApiPublisher(session, node_name, nfd=config.nfd)
+            publisher = ApiPublisher(session, node_name, nfd=config.nfd, nrt=config.topology_manager())
             node_labels = functools.partial(read_node_labels, session, node_name)
             # the NodeTopology this node's agent last published: the restarted agent's health baseline
             if read_published is None:

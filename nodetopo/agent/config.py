@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from nodetopo.resource.noderesourcetopology import TopologyManager
+
 log = logging.getLogger(__name__)
 
 ENV_PREFIX = "NODETOPO_"
@@ -60,6 +62,12 @@ class AgentConfig:
     udev: bool = True
     udev_source: str = "kernel"  #: ``kernel`` (no udevd needed) or ``udev``
     nfd: bool = False  #: publish labels through an NFD NodeFeature instead of the Node
+    #: also publish the SIG's NodeResourceTopology (topology.node.k8s.io/v1alpha2) of the node
+    noderesourcetopology: bool = False
+    #: the kubelet's ``--topology-manager-policy`` / ``--topology-manager-scope`` as the user states
+    #: them (the NodeResourceTopology's attributes); None: not stated, not published
+    topology_manager_policy: str | None = None
+    topology_manager_scope: str | None = None
     #: the kubelet's PodResources socket (which pod holds which GPU); ``""`` = do not ask
     pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
     allocation_interval_seconds: float = 5.0  #: ask the kubelet this often between scans
@@ -86,7 +94,16 @@ class AgentConfig:
         if self.udev_source not in ("kernel", "udev"):
             raise ConfigError(f"udev_source must be kernel or udev, not {self.udev_source!r}")
         listen_address(self.listen)
+        self.topology_manager()
         return self
+
+    def topology_manager(self) -> TopologyManager | None:
+        """The NodeResourceTopology option: the topology manager as stated, or None when off."""
+        try:
+            manager = TopologyManager(policy=self.topology_manager_policy, scope=self.topology_manager_scope)
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
+        return manager if self.noderesourcetopology else None
 
 
 #: Every numeric setting: (lowest, lowest allowed itself?, highest). Finite always: ``nan`` and

@@ -26,6 +26,7 @@ from nodetopo.kube.session import Session
 from nodetopo.publish import Publisher, PublishOutcome
 from nodetopo.publish.dryrun import PrintingSession
 from nodetopo.publish.nodetopology import ApplyOutcome
+from nodetopo.resource.noderesourcetopology import TopologyManager
 
 log = logging.getLogger(__name__)
 
@@ -86,14 +87,17 @@ class ApiPublisher:
     """``nodetopo.publish.Publisher`` for one node, its errors tagged with the object they were
     about (``failed_object``)."""
 
-    def __init__(self, session: Session, node_name: str, *, nfd: bool = False) -> None:
+    def __init__(
+        self, session: Session, node_name: str, *, nfd: bool = False, nrt: TopologyManager | None = None
+    ) -> None:
         self._session = session
         self.node_name = node_name
         self._nfd = nfd
-        self._publisher = Publisher(session, node_name, nfd=nfd)
+        self._nrt = nrt
+        self._publisher = Publisher(session, node_name, nfd=nfd, nrt=nrt)
 
     def resync(self) -> None:
-        self._publisher = Publisher(self._session, self.node_name, nfd=self._nfd)
+        self._publisher = Publisher(self._session, self.node_name, nfd=self._nfd, nrt=self._nrt)
 
     def publish(
         self, body: Mapping[str, Any], labels: Mapping[str, str], *, uncertain_keys: Iterable[str]
@@ -112,5 +116,5 @@ class DryRunPublisher(ApiPublisher):
     """The agent's publish chain over a ``PrintingSession``: prints the objects the agent would
     apply, when they change. No API calls."""
 
-    def __init__(self, node_name: str, out: IO[str]) -> None:
-        super().__init__(PrintingSession(out), node_name)
+    def __init__(self, node_name: str, out: IO[str], *, nrt: TopologyManager | None = None) -> None:
+        super().__init__(PrintingSession(out), node_name, nrt=nrt)

@@ -7,7 +7,8 @@ manager, instead of being sent. Nothing is ever stored, so every read answers "n
 no NodeTopology, no NodeFeature, a Node without labels (and without a UID, which only the cluster
 knows). The object apply of a NodeTopology (its metadata) and the status apply that follows it
 are one document: the object as it would then be stored, less the ownerReference to the Node
-whose UID is unknown here.
+whose UID is unknown here. Any other cluster object (a NodeResourceTopology, which has no status
+subresource) is one apply, printed as it is, less that ownerReference too.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import IO, Any
 import yaml
 
 from nodetopo.kube.session import FIELD_MANAGER
+from nodetopo.resource.identity import PLURAL
 
 
 class PrintingSession:
@@ -57,15 +59,15 @@ class PrintingSession:
         force: bool = False,
     ) -> dict[str, Any]:
         document = copy.deepcopy(dict(body))
+        if not status and plural != PLURAL:
+            self._print({**document, "metadata": _known_owners(document.get("metadata") or {})})
+            return document
         if not status:
             self._pending[(plural, name)] = document
             return document
         pending = self._pending.pop((plural, name), None)
         if pending is not None:
-            metadata = dict(pending.get("metadata") or {})
-            owners = [ref for ref in metadata.pop("ownerReferences", None) or () if ref.get("uid")]
-            if owners:
-                metadata["ownerReferences"] = owners
+            metadata = _known_owners(pending.get("metadata") or {})
             document = {**pending, "metadata": metadata, "status": document.get("status")}
         self._print(document)
         return document
@@ -92,3 +94,12 @@ class PrintingSession:
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Nothing is stored, so nothing ever conflicts: no Event is ever asked for; none is sent."""
         return copy.deepcopy(dict(body))
+
+
+def _known_owners(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """``metadata`` less the ownerReferences whose UID is unknown here (the dry run's Node has none)."""
+    out = dict(metadata)
+    owners = [ref for ref in out.pop("ownerReferences", None) or () if ref.get("uid")]
+    if owners:
+        out["ownerReferences"] = owners
+    return out

@@ -12,7 +12,9 @@ from nodetopo.kube.session import ApiSession, Session
 from nodetopo.kube.transport import connect
 from nodetopo.publish.nfd import DEFAULT_NAMESPACE, NodeFeaturePublisher
 from nodetopo.publish.node_labels import SCANS_TO_REMOVE, LabelOutcome, NodeLabelPublisher
+from nodetopo.publish.noderesourcetopology import NodeResourceTopologyPublisher
 from nodetopo.publish.nodetopology import ApplyOutcome, NodeTopologyPublisher
+from nodetopo.resource.noderesourcetopology import TopologyManager
 
 __all__ = ["PublishOutcome", "Publisher", "run_publish"]
 
@@ -23,11 +25,16 @@ log = logging.getLogger(__name__)
 class PublishOutcome:
     topology: ApplyOutcome
     labels: LabelOutcome
+    #: what the NodeResourceTopology publisher did (``written``, ``skipped``, ``crd-not-installed``);
+    #: None when the option is off
+    noderesourcetopology: str | None = None
 
 
 class Publisher:
     """NodeTopology + labels for one node, through one session (field manager ``nodetopo-agent``):
-    ``NodeTopologyPublisher`` (the object's chain) and the label publisher. Raises
+    ``NodeTopologyPublisher`` (the object's chain) and the label publisher; with ``nrt`` (the
+    topology manager as the user states it), the SIG's NodeResourceTopology after each NodeTopology
+    (``NodeResourceTopologyPublisher``). Raises
     ``nodetopo.errors.PublishError`` subclasses; ``retryable`` says whether to back off and retry."""
 
     def __init__(
@@ -38,9 +45,12 @@ class Publisher:
         nfd: bool = False,
         nfd_namespace: str = DEFAULT_NAMESPACE,
         scans_to_remove: int = SCANS_TO_REMOVE,
+        nrt: TopologyManager | None = None,
     ) -> None:
         self.node_name = node_name
         self.topology = NodeTopologyPublisher(session)
+        self.nrt = NodeResourceTopologyPublisher(session, nrt) if nrt is not None else None
+        self.nrt_outcome: str | None = None  #: the last ``NodeResourceTopologyPublisher.apply``
         self.labels: NodeLabelPublisher | NodeFeaturePublisher
         if nfd:
             self.labels = NodeFeaturePublisher(
@@ -63,11 +73,14 @@ class Publisher:
         applied = self.labels.publish(
             labels, uncertain_keys=uncertain_keys, uncertain_prefixes=uncertain_prefixes
         )
-        return PublishOutcome(topology=topology, labels=applied)
+        return PublishOutcome(topology=topology, labels=applied, noderesourcetopology=self.nrt_outcome)
 
     def publish_topology(self, body: Mapping[str, Any]) -> ApplyOutcome:
-        """Write the NodeTopology only."""
-        return self.topology.apply(body, node_name=self.node_name)
+        """Write the NodeTopology only (and its NodeResourceTopology, when enabled)."""
+        outcome = self.topology.apply(body, node_name=self.node_name)
+        if self.nrt is not None:
+            self.nrt_outcome = self.nrt.apply(body, node_name=self.node_name)
+        return outcome
 
 
 def run_publish(
@@ -81,11 +94,17 @@ def run_publish(
     nfd_namespace: str = DEFAULT_NAMESPACE,
     uncertain_keys: Iterable[str] = (),
     uncertain_prefixes: Iterable[str] = (),
+    nrt: TopologyManager | None = None,
 ) -> PublishOutcome:
     """One-shot publish (``nodetopo publish``): connection from ``kubeconfig`` or in-cluster config."""
     with connect(kubeconfig, context=context) as connection:
         publisher = Publisher(
-            ApiSession(connection), node_name, nfd=nfd, nfd_namespace=nfd_namespace, scans_to_remove=1
+            ApiSession(connection),
+            node_name,
+            nfd=nfd,
+            nfd_namespace=nfd_namespace,
+            scans_to_remove=1,
+            nrt=nrt,
         )
         return publisher.publish(
             body, labels, uncertain_keys=uncertain_keys, uncertain_prefixes=uncertain_prefixes

@@ -85,9 +85,17 @@ def test_publish_from_a_bundle_names_the_bundles_node(
     needs no --node-name; --node-name still wins. Without any of them it is a usage error."""
     published: list[str] = []
 
-    def run_publish(body: dict[str, Any], labels: dict[str, str], *, node_name: str, **_: Any) -> None:
+    def run_publish(body: dict[str, Any], labels: dict[str, str], *, node_name: str, **_: Any) -> Any:
+        from nodetopo.publish.node_labels import LabelOutcome
+        from nodetopo.publish.nodetopology import ApplyOutcome
+        from nodetopo.publish.publisher import PublishOutcome
+
         assert body["metadata"]["name"] == node_name
         published.append(node_name)
+        return PublishOutcome(
+            topology=ApplyOutcome(name=node_name, written=True),
+            labels=LabelOutcome(written=True, applied=labels),
+        )
 
     monkeypatch.setattr(nodetopo.publish, "run_publish", run_publish)
     from nodetopo.cli import main

@@ -276,9 +276,11 @@ def start_scheduler(
     kubeconfig: Path | None = None,
     ready: str = "Starting Kubernetes Scheduler",
     timeout: float = 90,
+    binary: Path | None = None,
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """The real kube-scheduler with ``config``; with ``kubeconfig``, delegated authentication and
-    authorization as that identity (as in a pod). Returns once its log says ``ready``."""
+    authorization as that identity (as in a pod). Returns once its log says ``ready``. ``binary``: a
+    kube-scheduler built with out-of-tree plugins (default: the control plane's)."""
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     log = tmp / f"{name}.log"
@@ -289,7 +291,7 @@ def start_scheduler(
     )
     process = start(
         [
-            str(cluster.binary("kube-scheduler")),
+            str(binary or cluster.binary("kube-scheduler")),
             f"--config={path}",
             *delegated,
             "--bind-address=127.0.0.1",

@@ -27,6 +27,7 @@ from kube.chart_support import (
     template,
     without_helm_metadata,
 )
+from kube.noderesourcetopology import nrt_crd
 
 pytestmark = pytest.mark.k8s
 
@@ -101,6 +102,7 @@ def test_chart_and_kustomize_produce_the_same_objects(cluster: Any) -> None:
         ("extender", "extender.enabled"),
         ("admission", "admission.enabled"),
         ("export", "exportController.enabled"),
+        ("noderesourcetopology", "noderesourcetopology.enabled"),
     ],
 )
 def test_optional_parts_match_their_kustomizations(cluster: Any, part: str, flag: str) -> None:
@@ -440,6 +442,42 @@ def test_nfd_value_set_applies_and_confines_the_nodefeature(cluster: Any) -> Non
         cluster.kubectl(
             "delete", d["kind"].lower(), d["metadata"]["name"], "-n", "nodetopo", "--ignore-not-found"
         )
+
+
+def test_noderesourcetopology_value_set_applies_and_confines_the_object(cluster: Any) -> None:
+    release = f"t{uuid.uuid4().hex[:8]}"
+    docs = [
+        d
+        for d in render(release, "nodetopo", "--set", "noderesourcetopology.enabled=true")
+        if d["kind"] != "CustomResourceDefinition"
+    ]
+    cluster.kubectl("create", "namespace", "nodetopo", check=False)
+    dry = apply(cluster, docs, "--dry-run=server")
+    assert dry.count("(server dry run)") == len(docs), dry
+    ours = [d for d in docs if "noderesourcetopology" in d["metadata"]["name"]]
+    cluster.kubectl("apply", "--server-side", "-f", str(nrt_crd()))  # the policy is type-checked against it
+    assert sorted(d["kind"] for d in ours) == [
+        "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"
+    ]  # fmt: skip
+    apply(cluster, ours)
+    try:
+        policies = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+        policy = f"{policies}/{release}-nodetopo-agent-own-noderesourcetopology"
+        status, body = cluster.request("GET", policy)
+        deadline = time.monotonic() + 10
+        while status == 200 and "typeChecking" not in body.get("status", {}) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            status, body = cluster.request("GET", policy)
+        warnings = body.get("status", {}).get("typeChecking", {}).get("expressionWarnings", [])
+        assert status == 200 and warnings == [], body
+        role = next(d for d in ours if d["kind"] == "ClusterRole")
+        assert role["rules"] == [
+            {"apiGroups": ["topology.node.k8s.io"], "resources": ["noderesourcetopologies"],
+             "verbs": ["get", "create", "patch"]}
+        ]  # fmt: skip
+    finally:
+        for d in reversed(ours):
+            cluster.kubectl("delete", d["kind"].lower(), d["metadata"]["name"], "--ignore-not-found")
 
 
 def test_confinement_follows_the_release_namespace_and_names(

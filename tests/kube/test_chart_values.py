@@ -331,6 +331,15 @@ def nfd(docs: Docs) -> None:
     assert ("ValidatingAdmissionPolicy", "", f"{FULL}-agent-own-nodefeature") in docs
 
 
+def noderesourcetopology(docs: Docs) -> None:
+    args = agent_args(docs)
+    assert "--noderesourcetopology" in args, args
+    assert "--topology-manager-policy=single-numa-node" in args and "--topology-manager-scope=pod" in args
+    role = docs[("ClusterRole", "", f"{FULL}-agent-noderesourcetopology")]
+    assert role["rules"][0]["resources"] == ["noderesourcetopologies"]
+    assert ("ValidatingAdmissionPolicy", "", f"{FULL}-agent-own-noderesourcetopology") in docs
+
+
 def export_rules(docs: Docs) -> None:
     """Each export enabled is granted its own kind, and no other export's."""
     role = docs[("ClusterRole", "", f"{FULL}-export-controller")]
@@ -441,6 +450,10 @@ CASES: list[Case] = [
     Case(("crds.install",), s("crds.install=false"), no_crds),
     Case(("crds.keep",), s("crds.keep=false"), crds_not_kept),
     Case(("nfd.enabled",), s("nfd.enabled=true"), nfd, namespace="nodetopo"),
+    Case(("noderesourcetopology.enabled", "noderesourcetopology.topologyManagerPolicy",
+          "noderesourcetopology.topologyManagerScope"),
+         s("noderesourcetopology.enabled=true", "noderesourcetopology.topologyManagerPolicy=single-numa-node",
+           "noderesourcetopology.topologyManagerScope=pod"), noderesourcetopology),
     # the agent
     Case(("agent.runtimeClassName",), s("agent.runtimeClassName=nvidia"),
          lambda d: that(agent_pod(d)["runtimeClassName"] == "nvidia")),
@@ -604,6 +617,8 @@ def test_combinations_that_cannot_work_are_refused(values: tuple[str, ...], comp
         (s("exportController.exports={slurm}"), "/exportController/exports/0"),
         (s("exportController.levelsFrom=topograph"), "/exportController/levelsFrom"),
         (s("exportController.topologyName=Not_A_Name"), "/exportController/topologyName"),
+        (s("noderesourcetopology.topologyManagerPolicy=single-numa"),
+         "/noderesourcetopology/topologyManagerPolicy"),
     ],
 )  # fmt: skip
 def test_schema_refuses_bad_component_values(values: tuple[str, ...], complaint: str) -> None:

@@ -90,3 +90,28 @@ def test_publish_takes_back_a_key_an_admin_set_by_hand(
     assert len(events) == 1, events
     described = kubectl("describe", "node", node).stdout
     assert "OwnedFieldReasserted" in described
+
+
+def test_publish_the_noderesourcetopology_option(
+    cluster: LocalCluster, kubectl: Callable[..., Any], make_node: Callable[..., dict[str, Any]]
+) -> None:
+    """``--noderesourcetopology``: the object beside the NodeTopology, the stated policy as its attribute;
+    published again unchanged, nothing is written."""
+    from .noderesourcetopology import nrt_crd
+
+    kubectl("apply", "--server-side", "-f", str(nrt_crd()))
+    kubectl("wait", "--for=condition=Established", "crd/noderesourcetopologies.topology.node.k8s.io")
+    node = make_node("nrt-cli-01")["metadata"]["name"]
+    flags = ("--noderesourcetopology", "--topology-manager-policy", "single-numa-node")
+    try:
+        result = cluster.publish_bundle(BUNDLES / "dgx-a100", node, *flags)
+        assert result.returncode == 0, result.stderr
+        assert f"published NodeResourceTopology/{node}" in result.stdout, result.stdout
+        zones = kubectl("get", "noderesourcetopology", node, "-o", "jsonpath={.zones[*].name}").stdout
+        assert zones.split() == [f"node-{i}" for i in range(8)]
+        policy = kubectl("get", "noderesourcetopology", node, "-o", "jsonpath={.attributes[0].value}").stdout
+        assert policy == "single-numa-node"
+        again = cluster.publish_bundle(BUNDLES / "dgx-a100", node, *flags)
+        assert f"NodeResourceTopology/{node}: unchanged" in again.stdout, again.stdout
+    finally:
+        kubectl("delete", "noderesourcetopology", node, "--ignore-not-found")

@@ -268,6 +268,10 @@ class _Process:
     log: Path
 
 
+#: the kube-controller-manager controller that writes a ValidatingAdmissionPolicy's type check
+TYPE_CHECK_CONTROLLER = "validatingadmissionpolicy-status-controller"
+
+
 class LocalCluster:
     """etcd + kube-apiserver on loopback, plus kube-controller-manager on demand.
 
@@ -546,24 +550,8 @@ class LocalCluster:
         """
         if "kube-controller-manager" in self._processes:
             return
-        pki = self.workdir / "pki"
         process = self._spawn(
-            "kube-controller-manager",
-            [
-                str(self.binary("kube-controller-manager")),
-                f"--kubeconfig={self.kubeconfig}",
-                f"--authentication-kubeconfig={self.kubeconfig}",
-                f"--authorization-kubeconfig={self.kubeconfig}",
-                f"--controllers={controllers}",
-                "--leader-elect=false",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
-                f"--cert-dir={self.workdir / 'kcm-certs'}",
-                f"--root-ca-file={pki / 'ca.crt'}",
-                f"--service-account-private-key-file={pki / 'sa.key'}",
-                "--use-service-account-credentials=false",
-                "--v=1",
-            ],
+            "kube-controller-manager", self._controller_manager_argv(controllers, "kcm-certs")
         )
         # Ready once the garbage collector's informers (NodeTopology's included) have synced.
         deadline = time.monotonic() + timeout
@@ -575,6 +563,55 @@ class LocalCluster:
                 return
             time.sleep(0.25)
         raise self._fail(process, f"garbage collector not started after {timeout:.0f}s")
+
+    def _controller_manager_argv(self, controllers: str, cert_dir: str) -> list[str]:
+        pki = self.workdir / "pki"
+        return [
+            str(self.binary("kube-controller-manager")),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            f"--controllers={controllers}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}",
+            f"--cert-dir={self.workdir / cert_dir}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            "--use-service-account-credentials=false",
+            "--v=1",
+        ]
+
+    def start_policy_type_checker(self) -> None:
+        """A kube-controller-manager of its own that runs only the controller that type-checks
+        admission policies into their ``status.typeChecking`` (nothing else: no garbage collector
+        or namespace controller starts in the shared cluster because a test type-checks a policy).
+        Idempotent; once started it runs until ``stop()``."""
+        name = "kube-controller-manager-typecheck"
+        if name in self._processes:
+            return
+        self._spawn(name, self._controller_manager_argv(TYPE_CHECK_CONTROLLER, "kcm-typecheck-certs"))
+
+    def policy_type_warnings(self, name: str, *, timeout: float = 30.0) -> list[Any]:
+        """The type checker's warnings for the ValidatingAdmissionPolicy ``name`` (empty: it checks
+        cleanly). Starts the type checker (``start_policy_type_checker``) and fails when the policy
+        carries no ``status.typeChecking`` in time: an unchecked policy is not a clean one."""
+        self.start_policy_type_checker()
+        path = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{name}"
+        deadline = time.monotonic() + timeout
+        while True:
+            status, body = self.request("GET", path)
+            if status != 200:
+                raise AssertionError(f"GET {path}: HTTP {status}: {body}")
+            checked = body.get("status", {}).get("typeChecking")
+            if checked is not None:
+                return list(checked.get("expressionWarnings", []))
+            checker = self._processes["kube-controller-manager-typecheck"]
+            if checker.popen.poll() is not None:
+                raise self._fail(checker, f"exited with {checker.popen.returncode}")
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"policy {name} was not type-checked within {timeout:.0f}s: {body}")
+            time.sleep(0.2)
 
     def start_scheduler(self, *, timeout: float = 60.0) -> None:
         """Start kube-scheduler (DaemonSet pods are bound by it). Idempotent."""

@@ -400,17 +400,7 @@ def check_value_set(cluster: Any, release: str, namespace: str, applied: list[di
         cluster.kubectl("get", "ds", "-n", namespace, f"{release}-nodetopo-agent", "-o", "json").stdout
     )
     assert ds["spec"]["template"]["spec"]["serviceAccountName"] == f"{release}-nodetopo-agent"
-    policy = (
-        f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{release}-nodetopo-agent-own-node"
-    )
-    deadline = time.monotonic() + 10
-    status, body = cluster.request("GET", policy)
-    while status == 200 and "typeChecking" not in body.get("status", {}) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        status, body = cluster.request("GET", policy)
-    assert (
-        status == 200 and body.get("status", {}).get("typeChecking", {}).get("expressionWarnings", []) == []
-    )
+    assert cluster.policy_type_warnings(f"{release}-nodetopo-agent-own-node") == []
 
 
 def test_nfd_value_set_applies_and_confines_the_nodefeature(cluster: Any) -> None:
@@ -424,16 +414,7 @@ def test_nfd_value_set_applies_and_confines_the_nodefeature(cluster: Any) -> Non
     dry = apply(cluster, docs, "--dry-run=server")
     assert dry.count("(server dry run)") == len(docs), dry
     apply(cluster, docs)
-    policies = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
-    policy = f"{policies}/{release}-nodetopo-agent-own-nodefeature"
-    status, body = cluster.request("GET", policy)
-    deadline = time.monotonic() + 10
-    while status == 200 and "typeChecking" not in body.get("status", {}) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        status, body = cluster.request("GET", policy)
-    assert (
-        status == 200 and body.get("status", {}).get("typeChecking", {}).get("expressionWarnings", []) == []
-    )
+    assert cluster.policy_type_warnings(f"{release}-nodetopo-agent-own-nodefeature") == []
     role = next(d for d in docs if d["kind"] == "Role")
     assert role["rules"] == [
         {"apiGroups": ["nfd.k8s-sigs.io"], "resources": ["nodefeatures"], "verbs": ["get", "create", "patch"]}
@@ -461,15 +442,7 @@ def test_noderesourcetopology_value_set_applies_and_confines_the_object(cluster:
     ]  # fmt: skip
     apply(cluster, ours)
     try:
-        policies = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
-        policy = f"{policies}/{release}-nodetopo-agent-own-noderesourcetopology"
-        status, body = cluster.request("GET", policy)
-        deadline = time.monotonic() + 10
-        while status == 200 and "typeChecking" not in body.get("status", {}) and time.monotonic() < deadline:
-            time.sleep(0.5)
-            status, body = cluster.request("GET", policy)
-        warnings = body.get("status", {}).get("typeChecking", {}).get("expressionWarnings", [])
-        assert status == 200 and warnings == [], body
+        assert cluster.policy_type_warnings(f"{release}-nodetopo-agent-own-noderesourcetopology") == []
         role = next(d for d in ours if d["kind"] == "ClusterRole")
         assert role["rules"] == [
             {"apiGroups": ["topology.node.k8s.io"], "resources": ["noderesourcetopologies"],

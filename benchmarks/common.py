@@ -184,7 +184,17 @@ def import_rss_kib(statement: str) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def machine() -> list[tuple[str, str]]:
+def load_average() -> str:
+    """The 1/5/15-minute load average now, as RESULTS.md writes it (``unknown`` where unavailable)."""
+    try:
+        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def machine(load_at_start: str | None = None) -> list[tuple[str, str]]:
+    """The environment header. ``load_at_start``: the load average read when the run began (a
+    header written at the end would otherwise report the load the run itself made)."""
     cpu = "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -202,10 +212,6 @@ def machine() -> list[tuple[str, str]]:
         lstopo = subprocess.run([LSTOPO, "--version"], capture_output=True, text=True, check=False).stdout
     except OSError:
         lstopo = "not installed"
-    try:
-        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        load = "unknown"
     return [
         ("date", datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")),
         ("nproc", str(os.cpu_count())),
@@ -214,7 +220,8 @@ def machine() -> list[tuple[str, str]]:
         ("Python", f"{platform.python_version()} ({platform.python_implementation()})"),
         ("kernel", platform.release()),
         ("hwloc", lstopo.strip() or "unknown"),
-        ("load average at start (1/5/15 min)", load),
+        ("load average at start (1/5/15 min)", load_at_start or load_average()),
+        ("load average at the end (1/5/15 min)", load_average()),
     ]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Section, ensure_paths, machine, table
+from common import Section, ensure_paths, load_average, machine, table
 from compare import compare
 
 log = logging.getLogger("benchmarks")
@@ -81,7 +82,9 @@ def runner(name: str) -> Callable[[bool], list[Section]]:
     return lambda quick: [bench_extender.run(quick)]
 
 
-def render(sections: list[Section], quick: bool, argv: list[str], wall_s: float) -> str:
+def render(
+    sections: list[Section], quick: bool, argv: list[str], wall_s: float, load_at_start: str | None = None
+) -> str:
     out = [
         "# nodetopo benchmarks: results",
         "",
@@ -90,7 +93,7 @@ def render(sections: list[Section], quick: bool, argv: list[str], wall_s: float)
         "Each figure stands next to its target; peers ran in the same run on the same machine. "
         "See README.md for how each figure is measured.",
         "",
-        table(["machine", ""], machine()),
+        table(["machine", ""], machine(load_at_start)),
         "",
         "## Summary",
         "",
@@ -128,21 +131,34 @@ def main(argv: list[str] | None = None) -> int:
     chosen = args.benchmarks or list(NAMES)
     sections: list[Section] = []
     started = time.monotonic()
+    load_at_start = load_average()  # now: the header is written at the end, after the run's own load
     failed = False
     for name in chosen:
         log.info("running %s%s", name, " (quick)" if args.quick else "")
         begun = time.monotonic()
+        load_before = load_average()
         try:
             produced = runner(name)(args.quick)
         except Exception as e:  # one broken benchmark must not lose the others' results
             log.exception("%s failed", name)
             produced = [Section(name, f"{name}: FAILED", notes=[f"`{type(e).__name__}: {e}`"])]
             failed = True
+        load_after = load_average()
         for section in produced:
             section.seconds = section.seconds or time.monotonic() - begun
+            section.notes.append(
+                f"Load average (1/5/15 min) at this section's start: {load_before}; at its end: {load_after} "
+                f"({os.cpu_count()} CPUs)."
+            )
         sections += produced
         log.info("%s done in %.0f s", name, time.monotonic() - begun)
-    text = render(sections, args.quick, sys.argv[1:] if argv is None else argv, time.monotonic() - started)
+    text = render(
+        sections,
+        args.quick,
+        sys.argv[1:] if argv is None else argv,
+        time.monotonic() - started,
+        load_at_start,
+    )
     if old_text is not None:
         deltas = compare(old_text, text)
         print(deltas)

@@ -4,6 +4,7 @@
     python benchmarks/run.py --quick         # fewer repetitions, shorter windows (~3 minutes)
     python benchmarks/run.py discovery scale # some of them (see NAMES)
     python benchmarks/run.py --compare OLD.md  # also print (and append) the deltas against OLD.md
+    python benchmarks/run.py cluster-scale --full  # the cluster at 1,000, 5,000 and 15,000 objects
 
 See benchmarks/README.md for what each one measures and how to read the ratios.
 """
@@ -36,11 +37,16 @@ NAMES = (
     "kube",
     "expect",
     "health",
+    "cluster-scale",
 )
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
-def runner(name: str) -> Callable[[bool], list[Section]]:
+def runner(name: str, full: bool = False) -> Callable[[bool], list[Section]]:
+    if name == "cluster-scale":
+        import bench_cluster_scale
+
+        return lambda quick: [bench_cluster_scale.run(quick, full=full)]
     if name == "admission":
         import bench_admission
 
@@ -116,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("benchmarks", nargs="*", choices=[*NAMES, []], metavar="NAME", help=", ".join(NAMES))
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and shorter windows")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="cluster-scale: grow the apiserver to 15,000 objects too (about 10 more minutes, ~8 GB memory)",
+    )
     parser.add_argument("-o", "--output", type=Path, default=RESULTS, help="default: %(default)s")
     parser.add_argument(
         "--compare",
@@ -138,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         begun = time.monotonic()
         load_before = load_average()
         try:
-            produced = runner(name)(args.quick)
+            produced = runner(name, args.full)(args.quick)
         except Exception as e:  # one broken benchmark must not lose the others' results
             log.exception("%s failed", name)
             produced = [Section(name, f"{name}: FAILED", notes=[f"`{type(e).__name__}: {e}`"])]

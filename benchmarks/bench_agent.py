@@ -42,8 +42,9 @@ IMPORTS = (
     ("bare `python -c pass`", "pass"),
     ("`import networkx`", "import networkx"),
     (
-        "`import nodetopo.topology.discover` (sources, graph, derive; networkx)",
-        "import nodetopo.topology.discover",
+        "`import nodetopo.topology.discover, networkx` (sources, graph, derive, and the networkx a scan "
+        "imports lazily)",
+        "import nodetopo.topology.discover, networkx",
     ),
     ("`import kubernetes`", "import kubernetes"),
     ("`import urllib3, yaml` (what a thin client needs)", "import urllib3, yaml"),

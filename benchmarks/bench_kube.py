@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,14 +92,31 @@ IMPORTS = (
 )
 
 
-def _populate(cluster: Any, nodes: int) -> float:
-    """``nodes`` NodeTopology objects and a bound GPU pod for every 5th node; seconds taken."""
+def _bench_name(i: int) -> str:
+    return f"bench-{i:05d}"
+
+
+def _populate(
+    cluster: Any,
+    nodes: int,
+    *,
+    start: int = 0,
+    name: Callable[[int], str] = _bench_name,
+    status: Callable[[int], dict[str, Any]] | None = None,
+) -> float:
+    """NodeTopology objects ``start`` .. ``nodes - 1`` (``name(i)``, ``status(i)``; default: the
+    fixture statuses, cycled) and a bound GPU pod for every 5th node; seconds taken."""
     from bench_admission import _statuses
 
     from nodetopo.kube.session import ApiSession
     from nodetopo.kube.transport import connect
 
-    statuses = _statuses()
+    if status is None:
+        statuses = _statuses()
+
+        def status(i: int) -> dict[str, Any]:
+            return statuses[i % len(statuses)]
+
     local = threading.local()
 
     def session() -> Any:
@@ -108,18 +125,18 @@ def _populate(cluster: Any, nodes: int) -> float:
         return local.session
 
     def create(i: int) -> None:
-        name = f"bench-{i:05d}"
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeTopology", "metadata": {"name": name}}
-        session().apply_cluster_object(GROUP, VERSION, PLURAL, name, body, status=False)
-        status = {**statuses[i % len(statuses)], "nodeName": name}
-        session().apply_cluster_object(GROUP, VERSION, PLURAL, name, {**body, "status": status}, status=True)
+        node = name(i)
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeTopology", "metadata": {"name": node}}
+        session().apply_cluster_object(GROUP, VERSION, PLURAL, node, body, status=False)
+        written = {**status(i), "nodeName": node}
+        session().apply_cluster_object(GROUP, VERSION, PLURAL, node, {**body, "status": written}, status=True)
         if i % round(1 / PODS_PER_NODE) == 0:
             pod = {
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {"name": f"gpu-{i:05d}", "namespace": "bench"},
                 "spec": {
-                    "nodeName": name,
+                    "nodeName": node,
                     "automountServiceAccountToken": False,
                     "containers": [
                         {"name": "main", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
@@ -142,7 +159,7 @@ def _populate(cluster: Any, nodes: int) -> float:
             raise RuntimeError(f"POST {path}: HTTP {status_code}: {answer}")
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        list(pool.map(create, range(nodes)))
+        list(pool.map(create, range(start, nodes)))
     return time.monotonic() - started
 
 

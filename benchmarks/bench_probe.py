@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Row, Section, compile_checkout, ms, table
+from common import Row, Section, compile_checkout, ms, spawn_measured, table
 
 ROOT = Path(__file__).resolve().parents[1]
 KUBECONFIG = {
@@ -40,27 +40,10 @@ KUBECONFIG = {
 }
 
 
-#: Runs argv (its own arguments) with its output to /dev/null and prints its wall seconds, CPU seconds
-#: and ru_maxrss (KiB). A child's ru_maxrss keeps the high-water mark of the memory it was forked
-#: from across exec, so a child spawned by run.py (tens of MiB after the other benchmarks) would
-#: report run.py's RSS; spawned from this small interpreter (no site, no imports) it reports its own.
-_LAUNCHER = """\
-import os, sys, time
-argv = sys.argv[1:]
-null = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_WRONLY, 0) for fd in (1, 2)]
-start = time.perf_counter()
-pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=null)
-_, status, usage = os.wait4(pid, 0)
-print(time.perf_counter() - start, usage.ru_utime + usage.ru_stime, usage.ru_maxrss)
-"""
-
-
 def measure(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
     """Wall seconds, CPU seconds (user + system) and peak RSS (KiB) of one run of ``argv``."""
-    launcher = [sys.executable, "-S", "-c", _LAUNCHER, *argv]
-    done = subprocess.run(launcher, env=env, capture_output=True, text=True, check=True)
-    wall, cpu, rss = done.stdout.split()
-    return float(wall), float(cpu), int(rss)
+    run = spawn_measured(argv, env)
+    return run["wall"], run["cpu"], run["rss"]
 
 
 def nodetopology_file(directory: Path) -> Path:

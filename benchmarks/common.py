@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLES = REPO / "tests" / "fixtures" / "bundles"
@@ -131,6 +132,52 @@ def process_seconds(argv: Sequence[str], runs: int, *, env: dict[str, str] | Non
     return statistics.median(times)
 
 
+#: Runs argv (after its stdout and stderr paths and a time limit, 0 for none) and prints its wall
+#: seconds, CPU seconds, ru_maxrss (KiB), exit code and 1 when it was stopped at the limit. A child's
+#: ru_maxrss keeps the high-water mark of the memory it was forked from across exec, so a child
+#: spawned by run.py (tens of MiB after the other benchmarks) would report run.py's RSS; spawned
+#: from this small interpreter (no site, no imports) it reports its own.
+_LAUNCHER = """\
+import os, sys, time
+out, err, limit, argv = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4:]
+flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+actions = [(os.POSIX_SPAWN_OPEN, 1, out, flags, 0o644), (os.POSIX_SPAWN_OPEN, 2, err, flags, 0o644)]
+start = time.perf_counter()
+pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=actions)
+stopped = 0
+while True:
+    got, status, usage = os.wait4(pid, os.WNOHANG if limit else 0)
+    if got:
+        break
+    if time.perf_counter() - start > limit:
+        os.kill(pid, 9)
+        got, status, usage = os.wait4(pid, 0)
+        stopped = 1
+        break
+    time.sleep(0.005)
+wall = time.perf_counter() - start
+code = os.waitstatus_to_exitcode(status)
+print(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, code, stopped)
+"""
+
+
+def spawn_measured(
+    argv: Sequence[str],
+    env: dict[str, str],
+    *,
+    stdout: Path | str = os.devnull,
+    stderr: Path | str = os.devnull,
+    timeout: float = 0.0,
+) -> dict[str, Any]:
+    """One run of ``argv`` (``argv[0]`` a path) from a small launcher: ``wall`` and ``cpu`` seconds,
+    peak RSS ``rss`` (KiB, the child's own ``ru_maxrss``), exit code ``rc``, and ``stopped`` when it
+    ran past ``timeout`` seconds (0: no limit) and was killed."""
+    launcher = [sys.executable, "-S", "-c", _LAUNCHER, str(stdout), str(stderr), str(timeout), *argv]
+    done = subprocess.run(launcher, env=env, capture_output=True, text=True, check=True)
+    wall, cpu, rss, rc, stopped = done.stdout.split()
+    return {"wall": float(wall), "cpu": float(cpu), "rss": int(rss), "rc": int(rc), "stopped": stopped == "1"}
+
+
 def percentile(values: Sequence[float], pct: float) -> float:
     """Nearest-rank percentile (``pct`` in 0..100)."""
     ordered = sorted(values)
@@ -184,7 +231,17 @@ def import_rss_kib(statement: str) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def machine() -> list[tuple[str, str]]:
+def load_average() -> str:
+    """The 1/5/15-minute load average now, as RESULTS.md writes it (``unknown`` where unavailable)."""
+    try:
+        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def machine(load_at_start: str | None = None) -> list[tuple[str, str]]:
+    """The environment header. ``load_at_start``: the load average read when the run began (a
+    header written at the end would otherwise report the load the run itself made)."""
     cpu = "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -202,10 +259,6 @@ def machine() -> list[tuple[str, str]]:
         lstopo = subprocess.run([LSTOPO, "--version"], capture_output=True, text=True, check=False).stdout
     except OSError:
         lstopo = "not installed"
-    try:
-        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        load = "unknown"
     return [
         ("date", datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")),
         ("nproc", str(os.cpu_count())),
@@ -214,7 +267,8 @@ def machine() -> list[tuple[str, str]]:
         ("Python", f"{platform.python_version()} ({platform.python_implementation()})"),
         ("kernel", platform.release()),
         ("hwloc", lstopo.strip() or "unknown"),
-        ("load average at start (1/5/15 min)", load),
+        ("load average at start (1/5/15 min)", load_at_start or load_average()),
+        ("load average at the end (1/5/15 min)", load_average()),
     ]
 
 

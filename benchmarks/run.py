@@ -4,6 +4,7 @@
     python benchmarks/run.py --quick         # fewer repetitions, shorter windows (~3 minutes)
     python benchmarks/run.py discovery scale # some of them (see NAMES)
     python benchmarks/run.py --compare OLD.md  # also print (and append) the deltas against OLD.md
+    python benchmarks/run.py cluster-scale --full  # the cluster at 1,000, 5,000 and 15,000 objects
 
 See benchmarks/README.md for what each one measures and how to read the ratios.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -19,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Section, ensure_paths, machine, table
+from common import Section, ensure_paths, load_average, machine, table
 from compare import compare
 
 log = logging.getLogger("benchmarks")
@@ -35,11 +37,16 @@ NAMES = (
     "kube",
     "expect",
     "health",
+    "cluster-scale",
 )
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
-def runner(name: str) -> Callable[[bool], list[Section]]:
+def runner(name: str, full: bool = False) -> Callable[[bool], list[Section]]:
+    if name == "cluster-scale":
+        import bench_cluster_scale
+
+        return lambda quick: [bench_cluster_scale.run(quick, full=full)]
     if name == "admission":
         import bench_admission
 
@@ -81,7 +88,9 @@ def runner(name: str) -> Callable[[bool], list[Section]]:
     return lambda quick: [bench_extender.run(quick)]
 
 
-def render(sections: list[Section], quick: bool, argv: list[str], wall_s: float) -> str:
+def render(
+    sections: list[Section], quick: bool, argv: list[str], wall_s: float, load_at_start: str | None = None
+) -> str:
     out = [
         "# nodetopo benchmarks: results",
         "",
@@ -90,7 +99,7 @@ def render(sections: list[Section], quick: bool, argv: list[str], wall_s: float)
         "Each figure stands next to its target; peers ran in the same run on the same machine. "
         "See README.md for how each figure is measured.",
         "",
-        table(["machine", ""], machine()),
+        table(["machine", ""], machine(load_at_start)),
         "",
         "## Summary",
         "",
@@ -113,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("benchmarks", nargs="*", choices=[*NAMES, []], metavar="NAME", help=", ".join(NAMES))
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and shorter windows")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="cluster-scale: grow the apiserver to 15,000 objects too (about 10 more minutes, ~8 GB memory)",
+    )
     parser.add_argument("-o", "--output", type=Path, default=RESULTS, help="default: %(default)s")
     parser.add_argument(
         "--compare",
@@ -128,21 +142,34 @@ def main(argv: list[str] | None = None) -> int:
     chosen = args.benchmarks or list(NAMES)
     sections: list[Section] = []
     started = time.monotonic()
+    load_at_start = load_average()  # now: the header is written at the end, after the run's own load
     failed = False
     for name in chosen:
         log.info("running %s%s", name, " (quick)" if args.quick else "")
         begun = time.monotonic()
+        load_before = load_average()
         try:
-            produced = runner(name)(args.quick)
+            produced = runner(name, args.full)(args.quick)
         except Exception as e:  # one broken benchmark must not lose the others' results
             log.exception("%s failed", name)
             produced = [Section(name, f"{name}: FAILED", notes=[f"`{type(e).__name__}: {e}`"])]
             failed = True
+        load_after = load_average()
         for section in produced:
             section.seconds = section.seconds or time.monotonic() - begun
+            section.notes.append(
+                f"Load average (1/5/15 min) at this section's start: {load_before}; at its end: {load_after} "
+                f"({os.cpu_count()} CPUs)."
+            )
         sections += produced
         log.info("%s done in %.0f s", name, time.monotonic() - begun)
-    text = render(sections, args.quick, sys.argv[1:] if argv is None else argv, time.monotonic() - started)
+    text = render(
+        sections,
+        args.quick,
+        sys.argv[1:] if argv is None else argv,
+        time.monotonic() - started,
+        load_at_start,
+    )
     if old_text is not None:
         deltas = compare(old_text, text)
         print(deltas)

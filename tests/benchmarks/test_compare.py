@@ -102,7 +102,7 @@ def test_run_appends_the_comparison(
         sys.path.remove(str(BENCHMARKS))
     figure = Row("derive_topology, 1,024-device node", "300.0 ms", "≤ 250.0 ms", False)
     monkeypatch.setattr(
-        run, "runner", lambda name: lambda quick: [Section(name, "2. Scale: x", rows=[figure])]
+        run, "runner", lambda name, full=False: lambda quick: [Section(name, "2. Scale: x", rows=[figure])]
     )
     old = tmp_path / "RESULTS.md"
     old.write_text(OLD)
@@ -115,3 +115,27 @@ def test_run_appends_the_comparison(
         "| 2. Scale | derive_topology, 1,024-device node | 184.7 ms | 300.0 ms | +62 % | **REGRESSED**"
         in text
     )
+
+
+def test_the_header_and_each_section_say_the_load_at_their_own_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import common
+        import run
+        from common import Section
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    readings = iter(f"{x}.00, 0.00, 0.00" for x in range(1, 100))
+    monkeypatch.setattr(common, "load_average", lambda: next(readings))
+    monkeypatch.setattr(run, "load_average", common.load_average)
+    monkeypatch.setattr(run, "runner", lambda name, full=False: lambda quick: [Section(name, f"{name}: x")])
+    out = tmp_path / "RESULTS.md"
+    assert run.main(["scale", "probe", "--quick", "-o", str(out)]) == 0
+    text = out.read_text()
+    # read in turn: the run's start, then each section's start and end, then the header's end
+    assert "| load average at start (1/5/15 min) | 1.00, 0.00, 0.00 |" in text
+    assert "at this section's start: 2.00, 0.00, 0.00; at its end: 3.00, 0.00, 0.00" in text
+    assert "at this section's start: 4.00, 0.00, 0.00; at its end: 5.00, 0.00, 0.00" in text
+    assert "| load average at the end (1/5/15 min) | 6.00, 0.00, 0.00 |" in text

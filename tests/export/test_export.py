@@ -211,3 +211,41 @@ def test_slurm_never_writes_a_node_name_holding_a_newline() -> None:
         assert "Nodes=gpu01" in result.text
         assert len(result.missing) == 1 and "not a Slurm node name" in result.missing[0]
         assert "\n" not in result.missing[0] and "\\n" in result.missing[0]
+
+
+def _bundle_objects() -> list[dict[str, object]]:
+    from helpers import BUNDLES
+
+    from nodetopo.topology.discover import bundle_context, scan
+
+    return [to_nodetopology(scan(bundle_context(BUNDLES / n)).topology, n) for n in ("dgx-h100", "cpu-only")]
+
+
+def test_a_json_list_reads_as_json_and_gives_what_yaml_gives(tmp_path: Path) -> None:
+    from nodetopo.export import cli as export_cli
+
+    listing = {"apiVersion": "v1", "kind": "List", "items": _bundle_objects()}
+    as_json, as_yaml = tmp_path / "ntopo.json", tmp_path / "ntopo.yaml"
+    as_json.write_text("\n" + json.dumps(listing, indent=4))  # kubectl get ntopo -o json, a newline first
+    as_yaml.write_text(yaml.safe_dump(listing))
+    read = export_cli.load_objects([str(as_json)])
+    assert [o["metadata"]["name"] for o in read] == ["dgx-h100", "cpu-only"]
+    assert read == export_cli.load_objects([str(as_yaml)])
+
+
+def test_yaml_flow_style_that_is_not_json_is_still_read_as_yaml(tmp_path: Path) -> None:
+    from nodetopo.export import cli as export_cli
+
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("{kind: NodeTopology, metadata: {name: n1}, status: {}}\n")
+    assert [o["metadata"]["name"] for o in export_cli.load_objects([str(flow)])] == ["n1"]
+
+
+def test_json_nested_too_deep_is_refused_naming_the_file_not_read_as_yaml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 5000 + "]" * 5000)
+    assert main(["export", "kueue", "-f", str(deep)]) != 0
+    err = capsys.readouterr().err
+    assert f"{deep}: cannot read NodeTopology objects" in err and "JSON nested deeper than" in err, err

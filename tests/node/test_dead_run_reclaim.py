@@ -12,6 +12,7 @@ process is in, a bridge), under names no real node uses, and the reclaim removes
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -45,7 +46,14 @@ def test_a_dead_runs_bridge_mounts_namespace_and_programs_are_reclaimed(
     netns = f"cni-{uuid.uuid4()}"
     subprocess.run(["mount", "--bind", str(kubelet_root), str(kubelet_root)], check=True)
     subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], check=True)
-    subprocess.run(["ip", "netns", "add", netns], check=True)
+    # A namespace bound onto a file in /run/netns, as containerd binds a sandbox's, with no process
+    # in it. Not `ip netns add`: iproute2 bind-mounts /run/netns onto itself first, and a sandbox of
+    # the node that is up (bound before) could then never be unlinked again (EBUSY), its pod stuck
+    # Terminating and its namespace undeletable for the rest of the session.
+    made_netns_dir = not NETNS_DIR.exists()  # a machine without a node up has none: leave it so
+    NETNS_DIR.mkdir(exist_ok=True)
+    (NETNS_DIR / netns).touch()
+    subprocess.run(["unshare", f"--net={NETNS_DIR / netns}", "true"], check=True)
     orphan = _spawn("kubelet", f"--root-dir={kubelet_root}")
     ours = _spawn("containerd", "--config", str(own / "node0" / "containerd.toml"))
     unrelated = _spawn("containerd", "--config", "/etc/containerd/config.toml")
@@ -77,3 +85,6 @@ def test_a_dead_runs_bridge_mounts_namespace_and_programs_are_reclaimed(
         subprocess.run(["umount", "-l", str(kubelet_root)], capture_output=True, check=False)
         subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
         subprocess.run(["ip", "netns", "del", netns], capture_output=True, check=False)
+        if made_netns_dir:
+            with contextlib.suppress(OSError):
+                NETNS_DIR.rmdir()

@@ -45,6 +45,31 @@ def nodetopology_of(bundle: str, node_name: str | None = None) -> dict[str, Any]
         logger.setLevel(level)
 
 
+class GoModuleError(RuntimeError):
+    """``go mod download`` of a module failed (the message says which, with the command's output)."""
+
+
+def go_module_dir(module: str, version: str, cwd: Path) -> Path:
+    """The directory of ``module@version`` in the Go module cache, downloaded on first use, asked from
+    the module whose go.mod is in ``cwd``. Raises ``GoModuleError``; the caller fails or skips."""
+    import json
+    import subprocess
+
+    done = subprocess.run(
+        ["go", "mod", "download", "-json", f"{module}@{version}"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        cwd=cwd,
+    )
+    if done.returncode != 0:
+        raise GoModuleError(
+            f"go mod download {module}@{version} failed: {done.stdout[-500:]} {done.stderr[-500:]}"
+        )
+    return Path(json.loads(done.stdout)["Dir"])
+
+
 def required_version(go_mod: Path, module: str) -> str | None:
     """The version ``go_mod`` requires of ``module`` (``require M v`` or a line of a require block,
     a ``// indirect`` comment or not); None when it does not require it."""

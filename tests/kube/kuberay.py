@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import required_version
+from helpers import GoModuleError, go_module_dir, required_version
 
 from .cluster import LocalCluster, free_port
 
@@ -52,19 +52,11 @@ def kuberay_source() -> Path:
     if shutil.which("go") is None:
         raise KubeRayError("Go is needed to download the KubeRay module (its CRDs)")
     version = kuberay_version()
-    done = subprocess.run(
-        ["go", "mod", "download", "-json", f"{MODULE}@{version}"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-        cwd=MODULE_DIR,
-    )
-    if done.returncode != 0:
-        raise KubeRayError(
-            f"go mod download {MODULE}@{version} failed: {done.stdout[-500:]} {done.stderr[-500:]}"
-        )
-    return Path(json.loads(done.stdout)["Dir"])
+    try:
+        module_dir = go_module_dir(MODULE, version, MODULE_DIR)
+    except GoModuleError as e:
+        raise KubeRayError(str(e)) from e
+    return module_dir
 
 
 def kuberay_crds() -> list[Path]:

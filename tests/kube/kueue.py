@@ -7,14 +7,13 @@ repository, in its own Go module so that the control plane's build cache is neve
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import required_version
+from helpers import GoModuleError, go_module_dir, required_version
 
 HERE = Path(__file__).resolve().parent
 MODULE_DIR = HERE.parent / "cluster-kueue"
@@ -39,19 +38,11 @@ def kueue_source() -> Path:
     if shutil.which("go") is None:
         _fail("Go is needed to download the Kueue module (its CRDs)")
     version = kueue_version()
-    done = subprocess.run(
-        ["go", "mod", "download", "-json", f"sigs.k8s.io/kueue@{version}"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-        cwd=MODULE_DIR,
-    )
-    if done.returncode != 0:
-        _fail(
-            f"go mod download sigs.k8s.io/kueue@{version} failed: {done.stdout[-500:]} {done.stderr[-500:]}"
-        )
-    return Path(json.loads(done.stdout)["Dir"])
+    try:
+        module_dir = go_module_dir("sigs.k8s.io/kueue", version, MODULE_DIR)
+    except GoModuleError as e:
+        _fail(str(e))
+    return module_dir
 
 
 def kueue_crds(names: tuple[str, ...]) -> list[Path]:

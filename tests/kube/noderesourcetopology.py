@@ -9,14 +9,13 @@ tests/cluster-nrt/go.mod requires (the one the plugin is built with), the schedu
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import required_version
+from helpers import GoModuleError, go_module_dir, required_version
 
 HERE = Path(__file__).resolve().parent
 MODULE_DIR = HERE.parent / "cluster-nrt"
@@ -36,17 +35,11 @@ def nrt_crd() -> Path:
         _fail("Go is needed to download the NodeResourceTopology API module (its CRD)")
     version = required_version(MODULE_DIR / "go.mod", API_MODULE)
     assert version is not None, f"tests/cluster-nrt/go.mod does not require {API_MODULE}"
-    done = subprocess.run(
-        ["go", "mod", "download", "-json", f"{API_MODULE}@{version}"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-        cwd=MODULE_DIR,
-    )
-    if done.returncode != 0:
-        _fail(f"go mod download {API_MODULE}@{version} failed: {done.stdout[-500:]} {done.stderr[-500:]}")
-    return Path(json.loads(done.stdout)["Dir"]) / "manifests" / "crd.yaml"
+    try:
+        module_dir = go_module_dir(API_MODULE, version, MODULE_DIR)
+    except GoModuleError as e:
+        _fail(str(e))
+    return module_dir / "manifests" / "crd.yaml"
 
 
 def build_nrt_scheduler() -> Path:

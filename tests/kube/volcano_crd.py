@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import required_version
+from helpers import GoModuleError, go_module_dir, required_version
 
 from .cluster import LocalCluster
 from .kueue import MODULE_DIR as KUEUE_MODULE_DIR
@@ -44,17 +44,10 @@ def hypernode_crd() -> Path:
     cached = CACHE / f"volcano-hypernodes-{version}-{CONTROLLER_GEN.rsplit('@', 1)[1]}.yaml"
     if cached.is_file():
         return cached
-    done = subprocess.run(
-        ["go", "mod", "download", "-json", f"{APIS}@{version}"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-        cwd=KUEUE_MODULE_DIR,
-    )
-    if done.returncode != 0:
-        pytest.fail(f"go mod download {APIS}@{version} failed: {done.stdout[-500:]} {done.stderr[-500:]}")
-    module = Path(json.loads(done.stdout)["Dir"])
+    try:
+        module = go_module_dir(APIS, version, KUEUE_MODULE_DIR)
+    except GoModuleError as e:
+        pytest.fail(str(e))
     with tempfile.TemporaryDirectory() as out:
         done = subprocess.run(
             [

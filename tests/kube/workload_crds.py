@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from helpers import required_version
+from helpers import GoModuleError, go_module_dir, required_version
 
 from .cluster import LocalCluster
 from .kuberay import KubeRayError, apply_crds
@@ -33,17 +32,11 @@ def jobset_crd() -> Path:
     if shutil.which("go") is None:
         pytest.fail("Go is needed to download the JobSet module (its CRD)", pytrace=False)
     version = jobset_version()
-    done = subprocess.run(
-        ["go", "mod", "download", "-json", f"{JOBSET}@{version}"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-        cwd=KUEUE_MODULE_DIR,
-    )
-    if done.returncode != 0:
-        pytest.fail(f"go mod download {JOBSET}@{version} failed: {done.stdout[-500:]} {done.stderr[-500:]}")
-    return Path(json.loads(done.stdout)["Dir"]) / "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
+    try:
+        module_dir = go_module_dir(JOBSET, version, KUEUE_MODULE_DIR)
+    except GoModuleError as e:
+        pytest.fail(str(e))
+    return module_dir / "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
 
 
 def install_workload_crds(cluster: LocalCluster) -> None:
